@@ -1,0 +1,190 @@
+//! The single-node log: one master, one local store, quorum of one.
+//!
+//! fjall is synchronous and an fsync takes milliseconds, so the store lives on a
+//! dedicated thread and the caller only ever pushes onto a channel. The thread
+//! group-commits: it blocks for the first pending entry, drains whatever else is
+//! already queued, appends the batch, fsyncs once, and reports the new durable
+//! index. The batch size is therefore set by the load (an fsync's worth of
+//! arrivals), never by a sleep: an idle system commits each entry at once, a busy
+//! one amortises one fsync over many entries.
+//!
+//! With one store the durable index is the stable index. The cluster issue
+//! replaces the single store with a quorum of local and remote stores; `append`
+//! and `on_stable` keep their meaning.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use crate::position::{Entry, LogPosition};
+use crate::store::{EventStore, StoreError};
+
+/// Upper bound of one group commit, so a backlog never turns into one unbounded
+/// batch (memory, and the latency of the first entry in it).
+const BATCH_ENTRIES_MAX: usize = 8192;
+/// Same bound in payload bytes.
+const BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// The single-node log; see the module docs.
+pub struct LocalLog {
+    /// Unbounded so `append` never blocks on disk. The broker bounds what is in
+    /// flight (unconfirmed publishes), which bounds this queue.
+    tx: mpsc::Sender<Entry>,
+    /// Joined by `shutdown`, to hand back the thread's final result.
+    thread: JoinHandle<Result<(), StoreError>>,
+    /// Index the next `append` gets; assigned here, not on the store thread, so
+    /// the caller learns its position synchronously.
+    next_index: u64,
+    /// Epoch of this run: above every epoch the store has seen, so an index
+    /// reused after a crash lost an unsynced tail never repeats a position (I3).
+    epoch: u64,
+}
+
+impl LocalLog {
+    /// Open: reads every entry for recovery (returned in order, as the stable
+    /// log), then starts the store thread.
+    ///
+    /// Everything recovered counts as stable: with a quorum of one, being on the
+    /// one disk is the definition. (An entry synced just before a crash, whose
+    /// confirm was never sent, is kept; that is allowed, losing a confirmed one is
+    /// not.) `on_stable` is not called for recovered entries; its first call is
+    /// above the last recovered index.
+    ///
+    /// `on_stable(index)` is called from the store thread each time the stable
+    /// index advances (strictly increasing). On an unrecoverable store error the
+    /// thread calls `on_error(err)` once and stops: nothing after it is acked, and
+    /// nothing is ever acked that is not on disk.
+    pub fn open(
+        mut store: Box<dyn EventStore>,
+        on_stable: impl Fn(u64) + Send + 'static,
+        on_error: impl Fn(StoreError) + Send + 'static,
+    ) -> Result<(LocalLog, Vec<Entry>), StoreError> {
+        let recovered = store.read_from(1)?;
+        let last = store.last_position();
+        let recovered_last = recovered.last().map_or(LogPosition::ZERO, |e| e.pos);
+        if recovered_last != last || recovered.len() as u64 != last.index {
+            return Err(StoreError::Corrupt(format!(
+                "recovered {} entries ending at {recovered_last}, store says it ends at {last}",
+                recovered.len()
+            )));
+        }
+
+        // A new epoch per run. Promised durably before the first append.
+        let epoch = store.promised_epoch().max(last.epoch) + 1;
+        store.set_promised_epoch(epoch)?;
+        store.set_stable_index(last.index)?;
+        store.sync()?;
+
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("stablemq-store".into())
+            .spawn(move || run(store, rx, on_stable, on_error))?;
+
+        tracing::info!(
+            epoch,
+            recovered = recovered.len(),
+            "event log open (single node)"
+        );
+        let log = LocalLog {
+            tx,
+            thread,
+            next_index: last.index + 1,
+            epoch,
+        };
+        Ok((log, recovered))
+    }
+
+    /// Assign the next index and hand the payload to the store thread. Never
+    /// blocks on disk. After the store thread has stopped on an error the entry
+    /// is dropped: it will never become stable, which `on_error` already said.
+    pub fn append(&mut self, payload: bytes::Bytes) -> LogPosition {
+        let pos = LogPosition::new(self.epoch, self.next_index);
+        self.next_index += 1;
+        if self.tx.send(Entry { pos, payload }).is_err() {
+            tracing::trace!(%pos, "store thread stopped; entry dropped");
+        }
+        pos
+    }
+
+    /// Index of the last appended (not necessarily stable) entry.
+    pub fn last_appended(&self) -> u64 {
+        self.next_index - 1
+    }
+
+    /// The epoch every entry of this run carries.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Flush: block until everything appended is durable (and reported through
+    /// `on_stable`), then stop the thread. Used on SIGTERM.
+    ///
+    /// Dropping a `LocalLog` without calling this still flushes, but in the
+    /// background, with nobody waiting for it.
+    pub fn shutdown(self) -> Result<(), StoreError> {
+        // Closing the channel is the stop signal: the thread drains what is
+        // queued, commits it, and exits when `recv` reports the disconnect.
+        drop(self.tx);
+        match self.thread.join() {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Stopped("store thread panicked".into())),
+        }
+    }
+}
+
+/// Body of the store thread.
+fn run(
+    mut store: Box<dyn EventStore>,
+    rx: mpsc::Receiver<Entry>,
+    on_stable: impl Fn(u64),
+    on_error: impl Fn(StoreError),
+) -> Result<(), StoreError> {
+    match commit_loop(store.as_mut(), &rx, &on_stable) {
+        Ok(()) => Ok(()),
+        Err(err) => {
+            // Stop receiving at once, so later appends fail fast instead of piling
+            // up behind a store that will never ack again.
+            drop(rx);
+            let description = err.to_string();
+            tracing::error!(error = %description, "event store failed; log stopped");
+            on_error(err);
+            Err(StoreError::Stopped(description))
+        }
+    }
+}
+
+/// Group commit until the channel closes; then a final sync for the stable index.
+fn commit_loop(
+    store: &mut dyn EventStore,
+    rx: &mpsc::Receiver<Entry>,
+    on_stable: &impl Fn(u64),
+) -> Result<(), StoreError> {
+    let mut batch: Vec<Entry> = Vec::new();
+    let mut durable = store.last_position().index;
+    while let Ok(first) = rx.recv() {
+        batch.clear();
+        let mut batch_bytes = first.payload.len();
+        batch.push(first);
+        while batch.len() < BATCH_ENTRIES_MAX && batch_bytes < BATCH_BYTES_MAX {
+            match rx.try_recv() {
+                Ok(entry) => {
+                    batch_bytes += entry.payload.len();
+                    batch.push(entry);
+                }
+                Err(_) => break,
+            }
+        }
+
+        store.append(&batch)?;
+        store.sync()?;
+        let synced = store.last_position().index;
+        assert!(synced > durable, "a sync must advance the durable index");
+        durable = synced;
+        // Lazy: written now, made durable by the next batch's fsync. Recovery
+        // treats the whole surviving log as stable anyway.
+        store.set_stable_index(durable)?;
+        on_stable(durable);
+    }
+    // Channel closed: make the last stable index durable too, so a clean
+    // shutdown leaves meta equal to the log.
+    store.sync()
+}

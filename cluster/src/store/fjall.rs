@@ -1,0 +1,347 @@
+//! The event store on disk, in fjall.
+//!
+//! Layout: one `Database` per store directory with three keyspaces.
+//! - `log`: key = index as big-endian `u64` (so key order is log order),
+//!   value = epoch as big-endian `u64` followed by the opaque payload.
+//! - `meta`: the promised epoch and the stable index, big-endian `u64` each.
+//! - `state`: created now, used later for the materialized state (see
+//!   ARCHITECTURE.md); no API yet.
+//!
+//! The journal is persisted manually (`manual_journal_persist`), so a batch of
+//! appends costs one write into fjall's buffer and the group commit costs exactly
+//! one `persist(SyncAll)`. A crash may lose unsynced writes; fjall's journal
+//! recovery drops a torn tail, so what survives is a prefix.
+
+use std::path::Path;
+use std::time::Instant;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+use super::{EventStore, StoreError, check_append, check_promise, check_stable, check_truncate};
+use crate::metrics as m;
+use crate::position::{Entry, LogPosition};
+
+const LOG_KEYSPACE: &str = "log";
+const META_KEYSPACE: &str = "meta";
+const STATE_KEYSPACE: &str = "state";
+const PROMISED_EPOCH_KEY: &[u8] = b"promised_epoch";
+const STABLE_INDEX_KEY: &[u8] = b"stable_index";
+
+/// An [`EventStore`] on a local disk, backed by fjall.
+pub struct FjallStore {
+    /// Kept to persist (fsync) the shared journal and to build atomic batches.
+    db: Database,
+    /// The log itself.
+    log: Keyspace,
+    /// Promised epoch and stable index.
+    meta: Keyspace,
+    /// Materialized result of stable events (live messages, definitions), so disk
+    /// use can follow the live backlog once old log entries are deleted. Created
+    /// now so the on-disk layout does not change when that lands; unused so far.
+    #[expect(
+        dead_code,
+        reason = "the materialized state arrives with log retention"
+    )]
+    state: Keyspace,
+    /// Cached so `last_position` and `check_append` never touch the disk.
+    last: LogPosition,
+    /// Cached copy of `meta/promised_epoch`.
+    promised_epoch: u64,
+    /// Cached copy of `meta/stable_index` (possibly not yet synced).
+    stable_index: u64,
+    /// Entries appended since the last fsync: the group-commit batch size metric,
+    /// and lets `sync` skip an fsync that would cover nothing.
+    unsynced_entries: u64,
+    /// Something (an entry or the stable index) was written since the last fsync.
+    dirty: bool,
+}
+
+impl FjallStore {
+    /// Open (or create) the store in `dir`, recovering to a contiguous prefix.
+    ///
+    /// A gap in the log can only come from a crash that lost part of what was
+    /// never synced; the entries after the gap were never acked either, so they
+    /// are dropped (with a warning) rather than served with a hole in them.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let db = Database::builder(dir).manual_journal_persist(true).open()?;
+        let log = db.keyspace(LOG_KEYSPACE, KeyspaceCreateOptions::default)?;
+        let meta = db.keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)?;
+        let state = db.keyspace(STATE_KEYSPACE, KeyspaceCreateOptions::default)?;
+
+        let promised_epoch = read_meta(&meta, PROMISED_EPOCH_KEY)?;
+        let stable_index = read_meta(&meta, STABLE_INDEX_KEY)?;
+
+        let last_index = truncate_at_first_gap(&db, &log)?;
+        let last = read_position(&log, last_index)?;
+        if stable_index > last.index {
+            // Synced data went missing: this is not a torn tail, it is loss.
+            return Err(StoreError::Corrupt(format!(
+                "stable index {stable_index} but the log ends at {last}"
+            )));
+        }
+
+        Ok(FjallStore {
+            db,
+            log,
+            meta,
+            state,
+            last,
+            promised_epoch,
+            stable_index,
+            unsynced_entries: 0,
+            dirty: false,
+        })
+    }
+
+    /// One fsync of the whole journal, measured.
+    fn persist(&mut self) -> Result<(), StoreError> {
+        let started = Instant::now();
+        self.db.persist(PersistMode::SyncAll)?;
+        metrics::histogram!(m::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::counter!(m::FSYNCS_TOTAL).increment(1);
+        self.dirty = false;
+        self.unsynced_entries = 0;
+        Ok(())
+    }
+}
+
+impl EventStore for FjallStore {
+    fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        check_append(self.last, self.promised_epoch, entries)?;
+        let Some(last) = entries.last() else {
+            return Ok(());
+        };
+        let mut batch = self.db.batch();
+        for entry in entries {
+            batch.insert(&self.log, index_key(entry.pos.index), encode_value(entry));
+        }
+        batch.commit()?;
+        self.last = last.pos;
+        self.unsynced_entries += entries.len() as u64;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let batch_entries = self.unsynced_entries;
+        self.persist()?;
+        metrics::histogram!(m::FSYNC_BATCH_MESSAGES).record(batch_entries as f64);
+        Ok(())
+    }
+
+    fn last_position(&self) -> LogPosition {
+        self.last
+    }
+
+    fn read_from(&self, from: u64) -> Result<Vec<Entry>, StoreError> {
+        let from = from.max(1);
+        let mut entries = Vec::new();
+        let mut prev = LogPosition::new(0, from - 1);
+        for guard in self.log.range(index_key(from)..) {
+            let (key, value) = guard.into_inner()?;
+            let index = decode_index(&key)?;
+            let entry = decode_entry(index, &value)?;
+            // `open` removed any gap, so one now means the disk changed under us.
+            if index != prev.index + 1 || entry.pos.epoch < prev.epoch {
+                return Err(StoreError::Corrupt(format!(
+                    "log entry {} follows {prev}",
+                    entry.pos
+                )));
+            }
+            prev = entry.pos;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    fn truncate_after(&mut self, index: u64) -> Result<(), StoreError> {
+        if !check_truncate(self.stable_index, self.last, index)? {
+            return Ok(());
+        }
+        remove_from(&self.db, &self.log, index + 1)?;
+        self.persist()?;
+        self.last = read_position(&self.log, index)?;
+        Ok(())
+    }
+
+    fn promised_epoch(&self) -> u64 {
+        self.promised_epoch
+    }
+
+    fn set_promised_epoch(&mut self, epoch: u64) -> Result<(), StoreError> {
+        if check_promise(self.promised_epoch, epoch)? {
+            self.meta.insert(PROMISED_EPOCH_KEY, epoch.to_be_bytes())?;
+            self.persist()?;
+            self.promised_epoch = epoch;
+        }
+        Ok(())
+    }
+
+    fn stable_index(&self) -> u64 {
+        self.stable_index
+    }
+
+    fn set_stable_index(&mut self, index: u64) -> Result<(), StoreError> {
+        if check_stable(self.stable_index, self.last, index)? {
+            // Buffered in the journal; the next fsync makes it durable.
+            self.meta.insert(STABLE_INDEX_KEY, index.to_be_bytes())?;
+            self.stable_index = index;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+}
+
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn encode_value(entry: &Entry) -> Vec<u8> {
+    let mut value = Vec::with_capacity(8 + entry.payload.len());
+    value.extend_from_slice(&entry.pos.epoch.to_be_bytes());
+    value.extend_from_slice(&entry.payload);
+    value
+}
+
+fn decode_index(key: &[u8]) -> Result<u64, StoreError> {
+    let bytes: [u8; 8] = key
+        .try_into()
+        .map_err(|_| StoreError::Corrupt(format!("log key of {} bytes, expected 8", key.len())))?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+fn decode_entry(index: u64, value: &[u8]) -> Result<Entry, StoreError> {
+    let (epoch, payload) = value.split_first_chunk::<8>().ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "log entry {index} has {} bytes, shorter than its epoch",
+            value.len()
+        ))
+    })?;
+    Ok(Entry {
+        pos: LogPosition::new(u64::from_be_bytes(*epoch), index),
+        payload: bytes::Bytes::copy_from_slice(payload),
+    })
+}
+
+/// A missing meta key means "never set" (0); any other length is corruption.
+fn read_meta(meta: &Keyspace, key: &[u8]) -> Result<u64, StoreError> {
+    let Some(value) = meta.get(key)? else {
+        return Ok(0);
+    };
+    let bytes: [u8; 8] = value.as_ref().try_into().map_err(|_| {
+        StoreError::Corrupt(format!(
+            "meta {:?} has {} bytes, expected 8",
+            String::from_utf8_lossy(key),
+            value.len()
+        ))
+    })?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+/// The position of the entry at `index` (which must exist), or `(0,0)` for 0.
+fn read_position(log: &Keyspace, index: u64) -> Result<LogPosition, StoreError> {
+    if index == 0 {
+        return Ok(LogPosition::ZERO);
+    }
+    let value = log
+        .get(index_key(index))?
+        .ok_or_else(|| StoreError::Corrupt(format!("log entry {index} vanished")))?;
+    Ok(decode_entry(index, &value)?.pos)
+}
+
+/// Scans the log keys from 1 and drops everything after the first hole.
+/// Returns the last index of the surviving contiguous prefix.
+fn truncate_at_first_gap(db: &Database, log: &Keyspace) -> Result<u64, StoreError> {
+    let mut last = 0u64;
+    let mut gap_at = None;
+    for guard in log.iter() {
+        let index = decode_index(&guard.key()?)?;
+        if index != last + 1 {
+            gap_at = Some(index);
+            break;
+        }
+        last = index;
+    }
+    if let Some(found) = gap_at {
+        tracing::warn!(
+            expected = last + 1,
+            found,
+            "event log has a gap after a crash; dropping every entry after index {last}"
+        );
+        remove_from(db, log, last + 1)?;
+        db.persist(PersistMode::SyncAll)?;
+    }
+    Ok(last)
+}
+
+/// Removes every log entry with index >= `from`, in one atomic batch.
+fn remove_from(db: &Database, log: &Keyspace, from: u64) -> Result<(), StoreError> {
+    let mut batch = db.batch();
+    for guard in log.range(index_key(from)..) {
+        batch.remove(log, guard.key()?);
+    }
+    batch.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_roundtrip() {
+        let entry = Entry::new(7, 3, "payload");
+        assert_eq!(decode_entry(3, &encode_value(&entry)).unwrap(), entry);
+    }
+
+    #[test]
+    fn short_values_and_keys_are_corrupt_not_panics() {
+        assert!(matches!(
+            decode_entry(1, &[0; 7]),
+            Err(StoreError::Corrupt(_))
+        ));
+        assert!(matches!(decode_index(&[0; 9]), Err(StoreError::Corrupt(_))));
+        // An empty payload is legal.
+        assert!(decode_entry(1, &[0; 8]).unwrap().payload.is_empty());
+    }
+
+    #[test]
+    fn gap_is_truncated_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = FjallStore::open(dir.path()).unwrap();
+            let entries: Vec<_> = (1..=5).map(|i| Entry::new(1, i, vec![i as u8])).collect();
+            store.append(&entries).unwrap();
+            store.sync().unwrap();
+            // Punch a hole behind the store's back, as a lost write would.
+            store.log.remove(index_key(3)).unwrap();
+            store.db.persist(PersistMode::SyncAll).unwrap();
+        }
+        let store = FjallStore::open(dir.path()).unwrap();
+        assert_eq!(store.last_position(), LogPosition::new(1, 2));
+        assert_eq!(store.read_from(1).unwrap().len(), 2);
+        assert!(store.log.get(index_key(4)).unwrap().is_none());
+    }
+
+    #[test]
+    fn corrupt_entry_fails_open_or_read() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = FjallStore::open(dir.path()).unwrap();
+            store
+                .append(&[Entry::new(1, 1, "a"), Entry::new(1, 2, "b")])
+                .unwrap();
+            store.sync().unwrap();
+            store.log.insert(index_key(2), [1u8, 2, 3]).unwrap();
+            store.db.persist(PersistMode::SyncAll).unwrap();
+        }
+        match FjallStore::open(dir.path()) {
+            Err(StoreError::Corrupt(_)) => {}
+            Ok(store) => assert!(matches!(store.read_from(1), Err(StoreError::Corrupt(_)))),
+            Err(other) => panic!("expected Corrupt, got {other}"),
+        }
+    }
+}

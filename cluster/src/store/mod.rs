@@ -1,0 +1,198 @@
+//! Synchronous storage of the log.
+//!
+//! The trait is deliberately synchronous and single-owner (`&mut self`): fjall
+//! blocks on fsync, so a store is always driven from one dedicated thread that
+//! owns it, and results go back over channels (see [`crate::LocalLog`]). The same
+//! trait will back the remote event-store nodes in the cluster issue.
+//!
+//! Both implementations share [`check_append`] so that the in-memory store used by
+//! the simulator rejects exactly what the disk store rejects.
+
+mod fjall;
+mod memory;
+
+pub use self::fjall::FjallStore;
+pub use self::memory::MemoryStore;
+
+use crate::position::{Entry, LogPosition};
+
+/// Why a store operation failed.
+///
+/// After `Io`, `Fjall` or `Corrupt` the store must be considered dead: fjall
+/// poisons itself after a failed fsync, and retrying an fsync after a failure can
+/// report success for data that never reached the disk. `Fenced`, `OutOfOrder` and
+/// `Misuse` are rejections that leave the store unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The operating system refused something outside fjall (e.g. spawning the
+    /// store thread).
+    #[error("store I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// fjall failed; usually hardware or a full disk.
+    #[error("fjall error: {0}")]
+    Fjall(#[from] ::fjall::Error),
+    /// Bytes on disk do not decode; we never guess, we refuse to start.
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+    /// I2 (one writer): the store has promised an epoch higher than the writer's.
+    #[error("fenced: store promised epoch {promised}, got epoch {got}")]
+    Fenced {
+        /// The epoch this store has promised.
+        promised: u64,
+        /// The epoch of the rejected request.
+        got: u64,
+    },
+    /// An append did not continue the log: index not `last + 1`, or epoch going
+    /// backwards. Structured because a replica answers it with its last position.
+    #[error("append out of order: log ends at {last}, got {got}")]
+    OutOfOrder {
+        /// The position the log ends at (or the previous entry of the same batch).
+        last: LogPosition,
+        /// The offending entry's position.
+        got: LogPosition,
+    },
+    /// The caller broke the trait's contract (e.g. truncating below the stable
+    /// index). A bug in the caller, not a disk problem.
+    #[error("store misuse: {0}")]
+    Misuse(String),
+    /// The store thread of a [`crate::LocalLog`] has stopped after an earlier
+    /// error (already reported through `on_error`); carries its description.
+    #[error("store thread stopped: {0}")]
+    Stopped(String),
+}
+
+/// Synchronous storage of the log. Implemented by [`FjallStore`] (real disk) and
+/// [`MemoryStore`] (for the simulator and the conformance suite, not to dodge the
+/// disk).
+///
+/// Durability contract: after `sync`, `set_promised_epoch` or `truncate_after`
+/// returns `Ok`, everything written before it survives a crash (SIGKILL or power
+/// loss). Anything else may or may not survive a crash, but a crash never leaves
+/// a hole: what survives is always a prefix of what was appended.
+pub trait EventStore: Send + 'static {
+    /// Append entries (indexes contiguous and following `last_position().index`,
+    /// epochs non-decreasing and not below the promised epoch). Not yet durable.
+    /// The whole slice is checked before anything is written, so a rejected
+    /// append changes nothing.
+    fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError>;
+    /// Make everything appended so far durable (one fsync: group commit).
+    fn sync(&mut self) -> Result<(), StoreError>;
+    /// Position of the last entry held; `(0,0)` when empty.
+    fn last_position(&self) -> LogPosition;
+    /// Entries with index >= from, in order (used for recovery / catch-up).
+    fn read_from(&self, from: u64) -> Result<Vec<Entry>, StoreError>;
+    /// Drop entries with index > `index` (conflict truncation). Durable before
+    /// return, so a crash cannot resurrect a truncated conflicting suffix.
+    /// Truncating below the stable index is refused: stable entries are final (I1).
+    fn truncate_after(&mut self, index: u64) -> Result<(), StoreError>;
+    /// The highest epoch this store has promised (I2); 0 for a new store.
+    fn promised_epoch(&self) -> u64;
+    /// Promise `epoch`: durable before return. A lower epoch is refused with
+    /// `Fenced`; the same epoch again is a no-op.
+    fn set_promised_epoch(&mut self, epoch: u64) -> Result<(), StoreError>;
+    /// Highest index known to be stable (on a quorum); 0 for a new store.
+    fn stable_index(&self) -> u64;
+    /// Record a stable index. May be lazy: it becomes durable with the next
+    /// `sync`. A lower value than the current one is ignored (stability never goes
+    /// back); a value beyond `last_position().index` is `Misuse`.
+    fn set_stable_index(&mut self, index: u64) -> Result<(), StoreError>;
+}
+
+/// Checks that `entries` may follow a log ending at `last` on a store that has
+/// promised `promised`. Shared by every store so they reject identically.
+pub fn check_append(last: LogPosition, promised: u64, entries: &[Entry]) -> Result<(), StoreError> {
+    let mut prev = last;
+    for entry in entries {
+        if entry.pos.epoch < promised {
+            return Err(StoreError::Fenced {
+                promised,
+                got: entry.pos.epoch,
+            });
+        }
+        if entry.pos.index != prev.index.saturating_add(1) || entry.pos.epoch < prev.epoch {
+            return Err(StoreError::OutOfOrder {
+                last: prev,
+                got: entry.pos,
+            });
+        }
+        prev = entry.pos;
+    }
+    Ok(())
+}
+
+/// Shared check for `set_stable_index`; returns whether the value must be stored.
+pub(crate) fn check_stable(
+    current: u64,
+    last: LogPosition,
+    index: u64,
+) -> Result<bool, StoreError> {
+    if index > last.index {
+        return Err(StoreError::Misuse(format!(
+            "stable index {index} beyond the last entry {last}"
+        )));
+    }
+    Ok(index > current)
+}
+
+/// Shared check for `truncate_after`; returns whether anything must be removed.
+pub(crate) fn check_truncate(
+    stable: u64,
+    last: LogPosition,
+    index: u64,
+) -> Result<bool, StoreError> {
+    if index >= last.index {
+        return Ok(false);
+    }
+    if index < stable {
+        return Err(StoreError::Misuse(format!(
+            "truncate after {index} would drop stable entries (stable index {stable})"
+        )));
+    }
+    Ok(true)
+}
+
+/// Shared check for `set_promised_epoch`; returns whether the value must be stored.
+pub(crate) fn check_promise(promised: u64, epoch: u64) -> Result<bool, StoreError> {
+    if epoch < promised {
+        return Err(StoreError::Fenced {
+            promised,
+            got: epoch,
+        });
+    }
+    Ok(epoch > promised)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_append_rejects_gaps_regressions_and_stale_epochs() {
+        let last = LogPosition::new(2, 5);
+        assert!(check_append(last, 2, &[Entry::new(2, 6, "a"), Entry::new(3, 7, "b")]).is_ok());
+        assert!(check_append(last, 2, &[]).is_ok());
+        assert!(matches!(
+            check_append(last, 2, &[Entry::new(2, 7, "a")]),
+            Err(StoreError::OutOfOrder { got, .. }) if got == LogPosition::new(2, 7)
+        ));
+        assert!(matches!(
+            check_append(last, 1, &[Entry::new(1, 6, "a")]),
+            Err(StoreError::OutOfOrder { .. })
+        ));
+        assert!(matches!(
+            check_append(last, 3, &[Entry::new(2, 6, "a")]),
+            Err(StoreError::Fenced {
+                promised: 3,
+                got: 2
+            })
+        ));
+        // A bad entry late in the batch rejects the whole batch.
+        assert!(check_append(last, 2, &[Entry::new(2, 6, "a"), Entry::new(2, 8, "b")]).is_err());
+    }
+
+    #[test]
+    fn index_zero_is_never_a_valid_entry() {
+        assert!(check_append(LogPosition::ZERO, 0, &[Entry::new(0, 0, "x")]).is_err());
+        assert!(check_append(LogPosition::ZERO, 0, &[Entry::new(0, 1, "x")]).is_ok());
+    }
+}

@@ -1,0 +1,278 @@
+//! LocalLog behaviour: group commit, the stable callback, recovery, shutdown,
+//! and failure. No test measures time: where the interleaving matters, a gate in
+//! the store makes it deterministic.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use bytes::Bytes;
+use stablemq_cluster::{
+    Entry, EventStore, FjallStore, LocalLog, LogPosition, MemoryStore, StoreError,
+};
+
+/// What a `ProbeStore` saw, shared with the test.
+#[derive(Default)]
+struct Probe {
+    /// Entries covered by each sync that covered any (the group-commit batches).
+    batches: Mutex<Vec<usize>>,
+}
+
+/// Wraps a store to observe syncs, hold the first batch's sync until released,
+/// or fail a chosen sync.
+struct ProbeStore {
+    inner: Box<dyn EventStore>,
+    probe: Arc<Probe>,
+    /// Entries appended since the last sync.
+    pending: usize,
+    /// The first sync with entries waits here until the test sends or hangs up.
+    gate: Option<mpsc::Receiver<()>>,
+    /// Fail the n-th sync with entries (1-based).
+    fail_batch: Option<usize>,
+}
+
+impl ProbeStore {
+    fn new(inner: impl EventStore) -> (Self, Arc<Probe>) {
+        let probe = Arc::new(Probe::default());
+        let store = ProbeStore {
+            inner: Box::new(inner),
+            probe: probe.clone(),
+            pending: 0,
+            gate: None,
+            fail_batch: None,
+        };
+        (store, probe)
+    }
+}
+
+impl EventStore for ProbeStore {
+    fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        self.inner.append(entries)?;
+        self.pending += entries.len();
+        Ok(())
+    }
+    fn sync(&mut self) -> Result<(), StoreError> {
+        if self.pending > 0 {
+            if let Some(gate) = self.gate.take() {
+                let _ = gate.recv();
+            }
+            let mut batches = self.probe.batches.lock().unwrap();
+            batches.push(self.pending);
+            if self.fail_batch == Some(batches.len()) {
+                return Err(StoreError::Io(std::io::Error::other(
+                    "injected fsync failure",
+                )));
+            }
+        }
+        self.pending = 0;
+        self.inner.sync()
+    }
+    fn last_position(&self) -> LogPosition {
+        self.inner.last_position()
+    }
+    fn read_from(&self, from: u64) -> Result<Vec<Entry>, StoreError> {
+        self.inner.read_from(from)
+    }
+    fn truncate_after(&mut self, index: u64) -> Result<(), StoreError> {
+        self.inner.truncate_after(index)
+    }
+    fn promised_epoch(&self) -> u64 {
+        self.inner.promised_epoch()
+    }
+    fn set_promised_epoch(&mut self, epoch: u64) -> Result<(), StoreError> {
+        self.inner.set_promised_epoch(epoch)
+    }
+    fn stable_index(&self) -> u64 {
+        self.inner.stable_index()
+    }
+    fn set_stable_index(&mut self, index: u64) -> Result<(), StoreError> {
+        self.inner.set_stable_index(index)
+    }
+}
+
+/// Records every `on_stable` call.
+fn recorder() -> (Arc<Mutex<Vec<u64>>>, impl Fn(u64) + Send + 'static) {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let sink = calls.clone();
+    (calls, move |i| sink.lock().unwrap().push(i))
+}
+
+fn no_error(err: StoreError) {
+    panic!("unexpected store error: {err}");
+}
+
+fn payload(i: u64) -> Bytes {
+    Bytes::from(format!("event {i} ").repeat(8))
+}
+
+fn assert_strictly_increasing(calls: &[u64]) {
+    assert!(
+        calls.windows(2).all(|w| w[0] < w[1]),
+        "on_stable not strictly increasing: {calls:?}"
+    );
+}
+
+#[test]
+fn group_commit_batches_a_backlog_into_few_fsyncs() {
+    let (mut store, probe) = ProbeStore::new(MemoryStore::new());
+    let (release, gate) = mpsc::channel();
+    store.gate = Some(gate);
+    let (calls, on_stable) = recorder();
+    let (mut log, _) = LocalLog::open(Box::new(store), on_stable, no_error).unwrap();
+
+    // The first batch's fsync is held until all 10,000 are queued, so everything
+    // after it is already waiting when the thread drains the channel.
+    for i in 1..=10_000 {
+        assert_eq!(log.append(payload(i)).index, i);
+    }
+    release.send(()).unwrap();
+    log.shutdown().unwrap();
+
+    let batches = probe.batches.lock().unwrap().clone();
+    assert_eq!(batches.iter().sum::<usize>(), 10_000);
+    assert!(
+        batches.len() <= 10,
+        "10,000 entries took {} fsyncs: {batches:?}",
+        batches.len()
+    );
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls.len(), batches.len(), "one on_stable per fsync");
+    assert_eq!(calls.last(), Some(&10_000));
+}
+
+#[test]
+fn on_stable_is_monotonic_and_reaches_the_last_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let (calls, on_stable) = recorder();
+    let store = FjallStore::open(dir.path()).unwrap();
+    let (mut log, _) = LocalLog::open(Box::new(store), on_stable, no_error).unwrap();
+    for i in 1..=3_000 {
+        log.append(payload(i));
+        if i % 500 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    assert_eq!(log.last_appended(), 3_000);
+    log.shutdown().unwrap();
+
+    let calls = calls.lock().unwrap();
+    assert_strictly_increasing(&calls);
+    assert_eq!(calls.last(), Some(&3_000));
+}
+
+#[test]
+fn idle_appends_are_each_committed_without_waiting_for_more() {
+    // Batching must never wait for company: with nothing else queued, every
+    // entry gets its own commit. Wait for each ack before the next append.
+    let (acks_tx, acks) = mpsc::channel();
+    let (mut log, _) = LocalLog::open(
+        Box::new(MemoryStore::new()),
+        move |i| acks_tx.send(i).unwrap(),
+        no_error,
+    )
+    .unwrap();
+    for i in 1..=20 {
+        log.append(payload(i));
+        assert_eq!(acks.recv_timeout(Duration::from_secs(60)), Ok(i));
+    }
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn recovery_returns_every_entry_and_starts_a_new_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        let store = FjallStore::open(dir.path()).unwrap();
+        LocalLog::open(Box::new(store), |_| {}, no_error).unwrap()
+    };
+
+    let (mut log, recovered) = open();
+    assert!(recovered.is_empty());
+    assert_eq!(log.epoch(), 1);
+    for i in 1..=1_000 {
+        assert_eq!(log.append(payload(i)), LogPosition::new(1, i));
+    }
+    log.shutdown().unwrap();
+
+    let (mut log, recovered) = open();
+    assert_eq!(recovered.len(), 1_000);
+    for (i, entry) in (1..).zip(&recovered) {
+        assert_eq!(entry.pos, LogPosition::new(1, i));
+        assert_eq!(entry.payload, payload(i));
+    }
+    assert_eq!(log.epoch(), 2, "a restart is a new epoch");
+    assert_eq!(log.last_appended(), 1_000);
+    assert_eq!(log.append(payload(1_001)), LogPosition::new(2, 1_001));
+    log.shutdown().unwrap();
+
+    let (log, recovered) = open();
+    assert_eq!(recovered.len(), 1_001);
+    assert_eq!(recovered.last().unwrap().pos, LogPosition::new(2, 1_001));
+    assert_eq!(log.epoch(), 3);
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn shutdown_flushes_everything_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let (calls, on_stable) = recorder();
+    let store = FjallStore::open(dir.path()).unwrap();
+    let (mut log, _) = LocalLog::open(Box::new(store), on_stable, no_error).unwrap();
+    for i in 1..=5_000 {
+        log.append(payload(i));
+    }
+    // No waiting for acks: shutdown itself must drain and commit the queue.
+    log.shutdown().unwrap();
+    assert_eq!(calls.lock().unwrap().last(), Some(&5_000));
+
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(store.last_position(), LogPosition::new(1, 5_000));
+    assert_eq!(
+        store.stable_index(),
+        5_000,
+        "clean shutdown persists the stable index"
+    );
+    assert_eq!(store.read_from(4_999).unwrap()[1].payload, payload(5_000));
+}
+
+#[test]
+fn fsync_failure_reports_once_and_never_acks_again() {
+    let (mut store, _probe) = ProbeStore::new(MemoryStore::new());
+    store.fail_batch = Some(2);
+    let (acks_tx, acks) = mpsc::channel();
+    let errors = Arc::new(AtomicUsize::new(0));
+    let seen = errors.clone();
+    let (mut log, _) = LocalLog::open(
+        Box::new(store),
+        move |i| acks_tx.send(i).unwrap(),
+        move |err| {
+            assert!(matches!(err, StoreError::Io(_)), "{err}");
+            seen.fetch_add(1, Ordering::SeqCst);
+        },
+    )
+    .unwrap();
+
+    log.append(payload(1));
+    assert_eq!(acks.recv_timeout(Duration::from_secs(60)), Ok(1));
+    log.append(payload(2)); // its fsync fails
+    log.append(payload(3)); // appended after the failure: dropped
+    let result = log.shutdown();
+
+    assert!(matches!(result, Err(StoreError::Stopped(_))), "{result:?}");
+    assert_eq!(errors.load(Ordering::SeqCst), 1);
+    // The callback was moved into the dead thread, so the channel is closed and
+    // holds every ack that was ever sent: none after 1.
+    assert_eq!(acks.try_iter().collect::<Vec<_>>(), Vec::<u64>::new());
+}
+
+#[test]
+fn open_after_a_higher_promise_starts_above_it() {
+    // A promised epoch above every entry still yields a fresh, higher epoch.
+    let mut store = MemoryStore::new();
+    store.append(&[Entry::new(1, 1, "a")]).unwrap();
+    store.set_promised_epoch(7).unwrap();
+    let (mut log, recovered) = LocalLog::open(Box::new(store), |_| {}, no_error).unwrap();
+    assert_eq!(recovered, vec![Entry::new(1, 1, "a")]);
+    assert_eq!(log.append(Bytes::from_static(b"b")), LogPosition::new(8, 2));
+    log.shutdown().unwrap();
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env python
+# RabbitMQ tutorial 3, "Publish/Subscribe" (https://www.rabbitmq.com/tutorials), Python/pika.
+# Changed for the tests: the broker port comes from AMQP_PORT, and the consumer
+# stops after TUTORIAL_TIMEOUT_S seconds so the script always exits.
+import os
+import sys
+
+import pika
+
+
+def main():
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters(host="localhost", port=int(os.environ.get("AMQP_PORT", 5672))),
+    )
+    channel = connection.channel()
+
+    channel.exchange_declare(exchange="logs", exchange_type="fanout")
+
+    result = channel.queue_declare(queue="", exclusive=True)
+    queue_name = result.method.queue
+
+    channel.queue_bind(exchange="logs", queue=queue_name)
+
+    def callback(ch, method, properties, body):
+        print(f" [x] {body.decode()}")
+
+    print(" [*] Waiting for logs. To exit press CTRL+C")
+    channel.basic_consume(
+        queue=queue_name,
+        on_message_callback=callback,
+        auto_ack=True,
+    )
+
+    connection.call_later(float(os.environ.get("TUTORIAL_TIMEOUT_S", 120)), channel.stop_consuming)
+    channel.start_consuming()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("Interrupted")
+        try:
+            sys.exit(0)
+        except SystemExit:
+            os._exit(0)

@@ -1,0 +1,559 @@
+//! Helpers shared by the per-class lapin tests.
+//!
+//! Every wait is bounded by [`WAIT`], so a broker that never answers fails the test
+//! instead of hanging it. Errors are checked by their AMQP reply code, the number a
+//! RabbitMQ client sees, never by their text.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use compat_tests::{Broker, BrokerOptions};
+use futures_lite::{Stream, StreamExt};
+use lapin::message::{BasicGetMessage, BasicReturnMessage, Delivery};
+use lapin::options::{
+    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::protocol::{AMQPClass, AMQPError};
+use lapin::types::FieldTable;
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, Consumer, ErrorKind,
+    Event, Queue,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Upper bound for any single wait on the broker.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// How long a test watches for something that must NOT happen (a delivery beyond a
+/// prefetch limit, a message that must not be routed). Only used where the broker
+/// offers no reply that would prove the absence directly.
+pub const QUIET: Duration = Duration::from_millis(500);
+
+// AMQP 0-9-1 reply codes (spec section 1.2 "Constants").
+pub const REPLY_SUCCESS: u16 = 200;
+pub const CONTENT_TOO_LARGE: u16 = 311;
+pub const NO_ROUTE: u16 = 312;
+pub const CONNECTION_FORCED: u16 = 320;
+pub const ACCESS_REFUSED: u16 = 403;
+pub const NOT_FOUND: u16 = 404;
+pub const RESOURCE_LOCKED: u16 = 405;
+pub const PRECONDITION_FAILED: u16 = 406;
+pub const FRAME_ERROR: u16 = 501;
+pub const COMMAND_INVALID: u16 = 503;
+pub const CHANNEL_ERROR: u16 = 504;
+pub const NOT_ALLOWED: u16 = 530;
+pub const NOT_IMPLEMENTED: u16 = 540;
+
+/// Await `f`, failing the test if it takes longer than [`WAIT`].
+pub async fn within<F: Future>(what: &str, f: F) -> F::Output {
+    match tokio::time::timeout(WAIT, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
+    }
+}
+
+/// A name no other test (and no earlier run against a shared external broker) uses.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos % 1_000_000_000
+    )
+}
+
+/// The AMQP error inside a lapin error, if the broker sent one.
+pub fn amqp_error(err: &lapin::Error) -> Option<&AMQPError> {
+    match err.kind() {
+        ErrorKind::ProtocolError(e) => Some(e),
+        _ => None,
+    }
+}
+
+/// The AMQP reply code inside a lapin error, if the broker sent one.
+pub fn reply_code(err: &lapin::Error) -> Option<u16> {
+    amqp_error(err).map(|e| e.get_id())
+}
+
+/// Assert that `res` failed with the AMQP reply code `code`.
+#[track_caller]
+pub fn assert_code<T: std::fmt::Debug>(res: lapin::Result<T>, code: u16, what: &str) {
+    match res {
+        Ok(v) => panic!("{what}: expected reply code {code}, got success {v:?}"),
+        Err(e) => assert_eq!(
+            reply_code(&e),
+            Some(code),
+            "{what}: expected reply code {code}, got error {e:?}"
+        ),
+    }
+}
+
+/// Connect with default lapin properties, bounded by [`WAIT`].
+pub async fn connect_uri(uri: &str) -> Connection {
+    within(
+        "connection",
+        Connection::connect(uri, ConnectionProperties::default()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connect {uri}: {e:?}"))
+}
+
+/// Connect to `broker` as guest on `/`.
+pub async fn connect(broker: &Broker) -> Connection {
+    connect_uri(&broker.uri()).await
+}
+
+/// Open a channel on `conn`.
+pub async fn channel(conn: &Connection) -> Channel {
+    within("channel.open", conn.create_channel())
+        .await
+        .expect("channel.open")
+}
+
+/// Open a connection and one channel on it, in confirm mode.
+///
+/// Tests publish and then look at the queue (basic.get, declare-ok counts, purge
+/// counts). Only a publisher confirm guarantees the message is in the queue by
+/// then: RabbitMQ answers some of those (declare-ok's counts, anything on a quorum
+/// queue) ahead of deliveries still in flight. [`publish`] awaits the confirm.
+pub async fn open(broker: &Broker) -> (Connection, Channel) {
+    let conn = connect(broker).await;
+    let ch = confirm_channel(&conn).await;
+    (conn, ch)
+}
+
+/// Open a channel and put it in confirm mode.
+pub async fn confirm_channel(conn: &Connection) -> Channel {
+    let ch = channel(conn).await;
+    within(
+        "confirm.select",
+        ch.confirm_select(ConfirmSelectOptions::default()),
+    )
+    .await
+    .expect("confirm.select");
+    ch
+}
+
+/// Declare a plain (non-durable, non-exclusive, non-auto-delete) queue.
+pub async fn declare_queue(ch: &Channel, name: &str) -> Queue {
+    declare_queue_with(ch, name, QueueDeclareOptions::default(), FieldTable::default()).await
+}
+
+/// Declare a queue with explicit options and arguments, expecting success.
+pub async fn declare_queue_with(
+    ch: &Channel,
+    name: &str,
+    opts: QueueDeclareOptions,
+    args: FieldTable,
+) -> Queue {
+    within("queue.declare", ch.queue_declare(name.into(), opts, args))
+        .await
+        .unwrap_or_else(|e| panic!("queue.declare {name}: {e:?}"))
+}
+
+/// Passive declare: the queue's current (message_count, consumer_count).
+pub async fn queue_counts(ch: &Channel, name: &str) -> (u32, u32) {
+    let q = within(
+        "passive queue.declare",
+        ch.queue_declare(
+            name.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("passive queue.declare {name}: {e:?}"));
+    (q.message_count(), q.consumer_count())
+}
+
+/// Publish with full control; awaits the publisher confirm when the channel is in
+/// confirm mode (otherwise returns `Confirmation::NotRequested` at once).
+pub async fn publish_full(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    opts: BasicPublishOptions,
+    body: &[u8],
+    props: BasicProperties,
+) -> Confirmation {
+    let confirm = within(
+        "basic.publish",
+        ch.basic_publish(exchange.into(), routing_key.into(), opts, body, props),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("basic.publish to {exchange:?}/{routing_key:?}: {e:?}"));
+    within("publisher confirm", confirm)
+        .await
+        .unwrap_or_else(|e| panic!("publisher confirm: {e:?}"))
+}
+
+/// Publish `body` with default properties.
+pub async fn publish(ch: &Channel, exchange: &str, routing_key: &str, body: &[u8]) {
+    publish_full(
+        ch,
+        exchange,
+        routing_key,
+        BasicPublishOptions::default(),
+        body,
+        BasicProperties::default(),
+    )
+    .await;
+}
+
+/// Publish `body` with the given properties.
+pub async fn publish_props(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) {
+    publish_full(
+        ch,
+        exchange,
+        routing_key,
+        BasicPublishOptions::default(),
+        body,
+        props,
+    )
+    .await;
+}
+
+/// basic.get with explicit no_ack.
+pub async fn get_with(ch: &Channel, queue: &str, no_ack: bool) -> Option<BasicGetMessage> {
+    within(
+        "basic.get",
+        ch.basic_get(queue.into(), BasicGetOptions { no_ack }),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("basic.get {queue}: {e:?}"))
+}
+
+/// basic.get with no_ack=true: the message leaves the queue at once.
+pub async fn get(ch: &Channel, queue: &str) -> Option<BasicGetMessage> {
+    get_with(ch, queue, true).await
+}
+
+/// Body of the next message on `queue` (no_ack), or None when it is empty.
+pub async fn get_body(ch: &Channel, queue: &str) -> Option<Vec<u8>> {
+    get(ch, queue).await.map(|m| m.delivery.data)
+}
+
+/// Take every message from `queue` (no_ack) and return the bodies in order.
+pub async fn drain(ch: &Channel, queue: &str) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(b) = get_body(ch, queue).await {
+        out.push(b);
+        assert!(out.len() <= 100_000, "queue {queue} never drains");
+    }
+    out
+}
+
+/// Start a consumer (manual ack unless `no_ack`).
+pub async fn consume(ch: &Channel, queue: &str, tag: &str, no_ack: bool) -> Consumer {
+    consume_with(
+        ch,
+        queue,
+        tag,
+        BasicConsumeOptions {
+            no_ack,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Start a consumer with explicit options.
+pub async fn consume_with(
+    ch: &Channel,
+    queue: &str,
+    tag: &str,
+    opts: BasicConsumeOptions,
+) -> Consumer {
+    within(
+        "basic.consume",
+        ch.basic_consume(queue.into(), tag.into(), opts, FieldTable::default()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("basic.consume {queue}: {e:?}"))
+}
+
+/// The next delivery on `consumer`; fails the test if the consumer ends or errors.
+pub async fn next_delivery(consumer: &mut Consumer) -> Delivery {
+    match within("a delivery", consumer.next()).await {
+        Some(Ok(d)) => d,
+        Some(Err(e)) => panic!("consumer failed: {e:?}"),
+        None => panic!("consumer ended while a delivery was expected"),
+    }
+}
+
+/// Assert that `consumer` receives nothing for [`QUIET`].
+pub async fn assert_no_delivery(consumer: &mut Consumer, what: &str) {
+    if let Ok(item) = tokio::time::timeout(QUIET, consumer.next()).await {
+        match item {
+            Some(Ok(d)) => panic!(
+                "{what}: unexpected delivery {:?} (tag {})",
+                String::from_utf8_lossy(&d.data),
+                d.delivery_tag
+            ),
+            other => panic!("{what}: consumer ended unexpectedly: {other:?}"),
+        }
+    }
+}
+
+/// Poll lapin's store of basic.return messages (which `wait_for_confirms` drains)
+/// until at least one has arrived.
+pub async fn wait_returned(ch: &Channel) -> Vec<BasicReturnMessage> {
+    within("basic.return", async {
+        loop {
+            let r = ch.wait_for_confirms().await.expect("wait_for_confirms");
+            if !r.is_empty() {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+/// Watches a connection's event stream for the error a broker-sent channel.close or
+/// connection.close carries. Create it BEFORE the operation that fails
+/// asynchronously (basic.publish, basic.ack): lapin only records events while a
+/// listener exists.
+pub struct ErrorWatch {
+    events: Pin<Box<dyn Stream<Item = Event> + Send>>,
+}
+
+impl ErrorWatch {
+    pub fn new(conn: &Connection) -> ErrorWatch {
+        ErrorWatch {
+            events: Box::pin(conn.events_listener()),
+        }
+    }
+
+    /// Wait for the next AMQP error and return its reply code.
+    pub async fn next_code(&mut self) -> u16 {
+        within("a channel or connection close from the broker", async {
+            loop {
+                match self.events.next().await {
+                    Some(Event::Error(e)) => {
+                        if let Some(code) = reply_code(&e) {
+                            return code;
+                        }
+                    }
+                    Some(_) => {}
+                    None => panic!("connection event stream ended"),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Wait for the next AMQP error and assert its reply code.
+    pub async fn expect(&mut self, code: u16, what: &str) {
+        let got = self.next_code().await;
+        assert_eq!(got, code, "{what}: reply code");
+    }
+}
+
+/// Wait until `ch` has left the open state (after a broker-sent channel.close).
+pub async fn wait_channel_closed(ch: &Channel) {
+    within("the channel to close", async {
+        while ch.status().connected() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// Wait until `conn` has left the connected state.
+pub async fn wait_connection_closed(conn: &Connection) {
+    within("the connection to close", async {
+        while conn.status().connected() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// A headers table from (key, long-string value) pairs.
+pub fn headers(pairs: &[(&str, &str)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        t.insert((*k).into(), lapin::types::AMQPValue::LongString((*v).into()));
+    }
+    t
+}
+
+// ---------------------------------------------------------------------------
+// A minimal raw AMQP client, for what lapin hides: the server's connection.start
+// properties, its connection.tune proposal and its heartbeat frames.
+// ---------------------------------------------------------------------------
+
+/// Frame types (AMQP 0-9-1 section 4.2.3).
+pub const FRAME_METHOD: u8 = 1;
+pub const FRAME_HEARTBEAT: u8 = 8;
+const FRAME_END: u8 = 0xCE;
+
+/// One frame as read off the socket.
+#[derive(Debug)]
+pub struct RawFrame {
+    pub kind: u8,
+    pub channel: u16,
+    pub payload: Vec<u8>,
+}
+
+/// A raw AMQP connection: bytes in, frames out. No state machine beyond the handshake.
+pub struct RawConn {
+    stream: TcpStream,
+}
+
+impl RawConn {
+    /// Connect and send the AMQP 0-9-1 protocol header.
+    pub async fn connect(addr: SocketAddr) -> RawConn {
+        let mut stream = within("tcp connect", TcpStream::connect(addr))
+            .await
+            .expect("tcp connect");
+        stream
+            .write_all(b"AMQP\x00\x00\x09\x01")
+            .await
+            .expect("write protocol header");
+        RawConn { stream }
+    }
+
+    /// Read one frame; None when the broker closed the socket.
+    pub async fn read_frame(&mut self) -> Option<RawFrame> {
+        let mut header = [0u8; 7];
+        if self.stream.read_exact(&mut header).await.is_err() {
+            return None;
+        }
+        let kind = header[0];
+        let channel = u16::from_be_bytes([header[1], header[2]]);
+        let size = u32::from_be_bytes([header[3], header[4], header[5], header[6]]) as usize;
+        assert!(size <= 16 * 1024 * 1024, "absurd frame size {size}");
+        let mut payload = vec![0u8; size + 1];
+        if self.stream.read_exact(&mut payload).await.is_err() {
+            return None;
+        }
+        assert_eq!(payload.pop(), Some(FRAME_END), "frame-end octet");
+        Some(RawFrame {
+            kind,
+            channel,
+            payload,
+        })
+    }
+
+    /// Read frames until a method frame arrives (skipping heartbeats) and parse it.
+    pub async fn read_method(&mut self) -> (u16, AMQPClass) {
+        within("a method frame", async {
+            loop {
+                let f = self
+                    .read_frame()
+                    .await
+                    .expect("broker closed the socket while a method was expected");
+                if f.kind == FRAME_HEARTBEAT {
+                    continue;
+                }
+                assert_eq!(f.kind, FRAME_METHOD, "expected a method frame, got {f:?}");
+                let (_, class) = lapin::protocol::parse_class(&f.payload[..])
+                    .unwrap_or_else(|e| panic!("parse method {:?}: {e:?}", f.payload));
+                return (f.channel, class);
+            }
+        })
+        .await
+    }
+
+    /// Send a frame.
+    pub async fn send_frame(&mut self, kind: u8, channel: u16, payload: &[u8]) {
+        let mut buf = Vec::with_capacity(payload.len() + 8);
+        buf.push(kind);
+        buf.extend_from_slice(&channel.to_be_bytes());
+        buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        buf.extend_from_slice(payload);
+        buf.push(FRAME_END);
+        self.stream.write_all(&buf).await.expect("write frame");
+    }
+
+    /// Send a method frame: class id, method id, then the encoded arguments.
+    pub async fn send_method(&mut self, channel: u16, class: u16, method: u16, args: &[u8]) {
+        let mut payload = Vec::with_capacity(args.len() + 4);
+        payload.extend_from_slice(&class.to_be_bytes());
+        payload.extend_from_slice(&method.to_be_bytes());
+        payload.extend_from_slice(args);
+        self.send_frame(FRAME_METHOD, channel, &payload).await;
+    }
+
+    /// Read connection.start.
+    pub async fn read_start(&mut self) -> lapin::protocol::connection::Start {
+        match self.read_method().await {
+            (0, AMQPClass::Connection(lapin::protocol::connection::AMQPMethod::Start(s))) => s,
+            other => panic!("expected connection.start, got {other:?}"),
+        }
+    }
+
+    /// Answer connection.start with PLAIN credentials and read connection.tune.
+    pub async fn start_ok(&mut self, user: &str, pass: &str) -> lapin::protocol::connection::Tune {
+        let mut args = Vec::new();
+        args.extend_from_slice(&0u32.to_be_bytes()); // empty client-properties table
+        put_shortstr(&mut args, "PLAIN");
+        put_longstr(&mut args, format!("\0{user}\0{pass}").as_bytes());
+        put_shortstr(&mut args, "en_US");
+        self.send_method(0, 10, 11, &args).await;
+        match self.read_method().await {
+            (0, AMQPClass::Connection(lapin::protocol::connection::AMQPMethod::Tune(t))) => t,
+            other => panic!("expected connection.tune, got {other:?}"),
+        }
+    }
+
+    /// Send connection.tune-ok and connection.open, and read connection.open-ok.
+    pub async fn tune_ok_and_open(
+        &mut self,
+        channel_max: u16,
+        frame_max: u32,
+        heartbeat: u16,
+        vhost: &str,
+    ) {
+        let mut args = Vec::new();
+        args.extend_from_slice(&channel_max.to_be_bytes());
+        args.extend_from_slice(&frame_max.to_be_bytes());
+        args.extend_from_slice(&heartbeat.to_be_bytes());
+        self.send_method(0, 10, 31, &args).await;
+        let mut args = Vec::new();
+        put_shortstr(&mut args, vhost);
+        put_shortstr(&mut args, ""); // reserved-1
+        args.push(0); // reserved-2
+        self.send_method(0, 10, 40, &args).await;
+        match self.read_method().await {
+            (0, AMQPClass::Connection(lapin::protocol::connection::AMQPMethod::OpenOk(_))) => {}
+            other => panic!("expected connection.open-ok, got {other:?}"),
+        }
+    }
+}
+
+/// Append an AMQP short string.
+pub fn put_shortstr(buf: &mut Vec<u8>, s: &str) {
+    assert!(s.len() < 256);
+    buf.push(s.len() as u8);
+    buf.extend_from_slice(s.as_bytes());
+}
+
+/// Append an AMQP long string.
+pub fn put_longstr(buf: &mut Vec<u8>, s: &[u8]) {
+    buf.extend_from_slice(&(s.len() as u32).to_be_bytes());
+    buf.extend_from_slice(s);
+}

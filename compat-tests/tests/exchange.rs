@@ -1,0 +1,841 @@
+//! AMQP class `exchange`: declare, delete, bind, and the routing of the four
+//! built-in exchange types, as RabbitMQ does them.
+
+mod common;
+
+use common::*;
+use lapin::options::{
+    BasicPublishOptions, ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
+    ExchangeUnbindOptions, QueueBindOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+
+fn passive() -> ExchangeDeclareOptions {
+    ExchangeDeclareOptions {
+        passive: true,
+        ..Default::default()
+    }
+}
+
+async fn declare_exchange(ch: &Channel, name: &str, kind: ExchangeKind) {
+    declare_exchange_with(ch, name, kind, ExchangeDeclareOptions::default()).await
+}
+
+async fn declare_exchange_with(
+    ch: &Channel,
+    name: &str,
+    kind: ExchangeKind,
+    opts: ExchangeDeclareOptions,
+) {
+    within(
+        "exchange.declare",
+        ch.exchange_declare(name.into(), kind, opts, FieldTable::default()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("exchange.declare {name}: {e:?}"))
+}
+
+async fn try_declare(
+    ch: &Channel,
+    name: &str,
+    kind: ExchangeKind,
+    opts: ExchangeDeclareOptions,
+) -> lapin::Result<()> {
+    within(
+        "exchange.declare",
+        ch.exchange_declare(name.into(), kind, opts, FieldTable::default()),
+    )
+    .await
+}
+
+async fn exchange_exists(conn: &Connection, name: &str) -> bool {
+    // A failed passive declare closes its channel, so use a throwaway one.
+    let ch = channel(conn).await;
+    match try_declare(&ch, name, ExchangeKind::Direct, passive()).await {
+        Ok(()) => true,
+        Err(e) if reply_code(&e) == Some(NOT_FOUND) => false,
+        Err(e) => panic!("passive exchange.declare {name}: {e:?}"),
+    }
+}
+
+async fn bind(ch: &Channel, queue: &str, exchange: &str, key: &str, args: FieldTable) {
+    within(
+        "queue.bind",
+        ch.queue_bind(
+            queue.into(),
+            exchange.into(),
+            key.into(),
+            QueueBindOptions::default(),
+            args,
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("queue.bind {queue} to {exchange} with {key:?}: {e:?}"))
+}
+
+/// Publish one message (awaiting its confirm, so routing is complete) and return
+/// the indexes of the queues that received it. Every queue is left empty.
+async fn routed_to(
+    ch: &Channel,
+    exchange: &str,
+    key: &str,
+    props: BasicProperties,
+    queues: &[String],
+) -> Vec<usize> {
+    assert!(ch.status().confirm(), "routed_to needs a confirm channel");
+    let c = publish_full(
+        ch,
+        exchange,
+        key,
+        BasicPublishOptions::default(),
+        b"routed",
+        props,
+    )
+    .await;
+    assert!(c.is_ack(), "publish to {exchange}/{key:?} not acked: {c:?}");
+    let mut hit = Vec::new();
+    for (i, q) in queues.iter().enumerate() {
+        let n = drain(ch, q).await.len();
+        assert!(n <= 1, "queue {i} got {n} copies of one message");
+        if n == 1 {
+            hit.push(i);
+        }
+    }
+    hit
+}
+
+fn header_props(t: FieldTable) -> BasicProperties {
+    BasicProperties::default().with_headers(t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declare_each_builtin_type() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    for (label, kind) in [
+        ("direct", ExchangeKind::Direct),
+        ("fanout", ExchangeKind::Fanout),
+        ("topic", ExchangeKind::Topic),
+        ("headers", ExchangeKind::Headers),
+    ] {
+        let name = unique(&format!("ex-{label}"));
+        declare_exchange(&ch, &name, kind.clone()).await;
+        // Idempotent: the same declare again succeeds, and so does a passive one.
+        declare_exchange(&ch, &name, kind.clone()).await;
+        declare_exchange_with(&ch, &name, kind, passive()).await;
+        // A durable one too.
+        let durable = unique("ex-durable");
+        declare_exchange_with(
+            &ch,
+            &durable,
+            ExchangeKind::Fanout,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+        )
+        .await;
+        within(
+            "exchange.delete",
+            ch.exchange_delete(durable.as_str().into(), ExchangeDeleteOptions::default()),
+        )
+        .await
+        .expect("exchange.delete");
+    }
+    assert!(conn.status().connected());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passive_declare_of_missing_exchange_is_not_found() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let res = try_declare(&ch, &unique("ex-missing"), ExchangeKind::Direct, passive()).await;
+    assert_code(res, NOT_FOUND, "passive declare of a missing exchange");
+    // A channel error, not a connection error.
+    wait_channel_closed(&ch).await;
+    assert!(conn.status().connected());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redeclare_with_other_type_is_precondition_failed() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let name = unique("ex-type");
+    declare_exchange(&ch, &name, ExchangeKind::Direct).await;
+    let res = try_declare(
+        &ch,
+        &name,
+        ExchangeKind::Fanout,
+        ExchangeDeclareOptions::default(),
+    )
+    .await;
+    assert_code(res, PRECONDITION_FAILED, "redeclare direct as fanout");
+    wait_channel_closed(&ch).await;
+    assert!(conn.status().connected());
+    // The original is untouched.
+    let ch2 = channel(&conn).await;
+    declare_exchange(&ch2, &name, ExchangeKind::Direct).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redeclare_with_other_durability_is_precondition_failed() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let name = unique("ex-durable");
+    declare_exchange(&ch, &name, ExchangeKind::Topic).await;
+    let res = try_declare(
+        &ch,
+        &name,
+        ExchangeKind::Topic,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_code(res, PRECONDITION_FAILED, "redeclare transient as durable");
+
+    let ch2 = channel(&conn).await;
+    let name2 = unique("ex-autodelete");
+    declare_exchange(&ch2, &name2, ExchangeKind::Topic).await;
+    let res = try_declare(
+        &ch2,
+        &name2,
+        ExchangeKind::Topic,
+        ExchangeDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_code(res, PRECONDITION_FAILED, "redeclare with auto_delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amq_prefix_is_reserved() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let res = try_declare(
+        &ch,
+        &unique("amq.custom"),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions::default(),
+    )
+    .await;
+    // "exchange name 'amq.custom...' contains reserved prefix 'amq.*'"
+    assert_code(res, ACCESS_REFUSED, "declare of a new amq.* exchange");
+    wait_channel_closed(&ch).await;
+
+    // The reservation applies to creation only: redeclaring an existing amq.*
+    // exchange with its own properties is fine.
+    let ch2 = channel(&conn).await;
+    declare_exchange_with(
+        &ch2,
+        "amq.direct",
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+    )
+    .await;
+
+    // Deleting a predeclared exchange is refused.
+    let res = within(
+        "exchange.delete",
+        ch2.exchange_delete("amq.fanout".into(), ExchangeDeleteOptions::default()),
+    )
+    .await;
+    // "deletion of system exchange 'amq.fanout' in vhost '/' not allowed"
+    assert_code(res, ACCESS_REFUSED, "delete amq.fanout");
+    assert!(exchange_exists(&conn, "amq.fanout").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_exchange_cannot_be_declared_deleted_or_bound() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+
+    let ch = channel(&conn).await;
+    let res = try_declare(
+        &ch,
+        "",
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    // "operation not permitted on the default exchange"
+    assert_code(res, ACCESS_REFUSED, "declare of the default exchange");
+
+    let ch = channel(&conn).await;
+    let res = within(
+        "exchange.delete",
+        ch.exchange_delete("".into(), ExchangeDeleteOptions::default()),
+    )
+    .await;
+    assert_code(res, ACCESS_REFUSED, "delete of the default exchange");
+
+    let ch = channel(&conn).await;
+    let q = unique("ex-default-bind");
+    declare_queue(&ch, &q).await;
+    let res = within(
+        "queue.bind",
+        ch.queue_bind(
+            q.as_str().into(),
+            "".into(),
+            "whatever".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await;
+    assert_code(res, ACCESS_REFUSED, "bind to the default exchange");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn predeclared_exchanges_exist() {
+    let broker = Broker::start();
+    let (_conn, ch) = open(&broker).await;
+    for (name, kind) in [
+        ("amq.direct", ExchangeKind::Direct),
+        ("amq.fanout", ExchangeKind::Fanout),
+        ("amq.topic", ExchangeKind::Topic),
+        ("amq.headers", ExchangeKind::Headers),
+        ("amq.match", ExchangeKind::Headers),
+    ] {
+        // Passive: the type is not checked.
+        declare_exchange_with(&ch, name, ExchangeKind::Direct, passive()).await;
+        // Non-passive with the right type and durable=true: equivalent, accepted.
+        declare_exchange_with(
+            &ch,
+            name,
+            kind,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+        )
+        .await;
+    }
+    // They route: amq.direct with a queue bound by name.
+    let q = unique("ex-amq-direct");
+    declare_queue(&ch, &q).await;
+    bind(&ch, &q, "amq.direct", &q, FieldTable::default()).await;
+    publish(&ch, "amq.direct", &q, b"via amq.direct").await;
+    assert_eq!(get_body(&ch, &q).await.as_deref(), Some(&b"via amq.direct"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_removes_the_exchange_and_its_bindings() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let x = unique("ex-del");
+    let q = unique("ex-del-q");
+    declare_exchange(&ch, &x, ExchangeKind::Fanout).await;
+    declare_queue(&ch, &q).await;
+    bind(&ch, &q, &x, "", FieldTable::default()).await;
+    within(
+        "exchange.delete",
+        ch.exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default()),
+    )
+    .await
+    .expect("exchange.delete");
+    assert!(!exchange_exists(&conn, &x).await);
+    // Recreating it starts without the old binding.
+    declare_exchange(&ch, &x, ExchangeKind::Fanout).await;
+    let cch = confirm_channel(&conn).await;
+    assert_eq!(
+        routed_to(&cch, &x, "", BasicProperties::default(), &[q]).await,
+        Vec::<usize>::new()
+    );
+    // Deleting an exchange that does not exist succeeds (RabbitMQ treats
+    // exchange.delete as idempotent).
+    within(
+        "exchange.delete",
+        ch.exchange_delete(
+            unique("ex-never").as_str().into(),
+            ExchangeDeleteOptions::default(),
+        ),
+    )
+    .await
+    .expect("exchange.delete of a missing exchange");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_if_unused_with_binding_is_precondition_failed() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let x = unique("ex-inuse");
+    let q = unique("ex-inuse-q");
+    declare_exchange(&ch, &x, ExchangeKind::Direct).await;
+    declare_queue(&ch, &q).await;
+    bind(&ch, &q, &x, "k", FieldTable::default()).await;
+    let res = within(
+        "exchange.delete",
+        ch.exchange_delete(
+            x.as_str().into(),
+            ExchangeDeleteOptions {
+                if_unused: true,
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    // "exchange '...' in vhost '/' in use"
+    assert_code(res, PRECONDITION_FAILED, "delete if-unused of a bound exchange");
+    assert!(exchange_exists(&conn, &x).await);
+
+    // Once unbound, if-unused deletes it.
+    let ch2 = channel(&conn).await;
+    within(
+        "queue.unbind",
+        ch2.queue_unbind(
+            q.as_str().into(),
+            x.as_str().into(),
+            "k".into(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .expect("queue.unbind");
+    within(
+        "exchange.delete",
+        ch2.exchange_delete(
+            x.as_str().into(),
+            ExchangeDeleteOptions {
+                if_unused: true,
+                ..Default::default()
+            },
+        ),
+    )
+    .await
+    .expect("exchange.delete if-unused");
+    assert!(!exchange_exists(&conn, &x).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_to_an_internal_exchange_is_access_refused() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let internal = unique("ex-internal");
+    let front = unique("ex-front");
+    let q = unique("ex-internal-q");
+    declare_exchange_with(
+        &ch,
+        &internal,
+        ExchangeKind::Fanout,
+        ExchangeDeclareOptions {
+            internal: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    declare_exchange(&ch, &front, ExchangeKind::Fanout).await;
+    declare_queue(&ch, &q).await;
+    bind(&ch, &q, &internal, "", FieldTable::default()).await;
+    within(
+        "exchange.bind",
+        ch.exchange_bind(
+            internal.as_str().into(),
+            front.as_str().into(),
+            "".into(),
+            ExchangeBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .expect("exchange.bind");
+
+    // Reachable through an exchange-to-exchange binding...
+    publish(&ch, &front, "", b"through front").await;
+    assert_eq!(get_body(&ch, &q).await.as_deref(), Some(&b"through front"[..]));
+
+    // ...but not directly.
+    let mut watch = ErrorWatch::new(&conn);
+    // A plain channel: on a confirm channel lapin would fail the confirm instead.
+    let pch = channel(&conn).await;
+    publish(&pch, &internal, "", b"direct").await;
+    // "cannot publish to internal exchange '...' in vhost '/'"
+    watch
+        .expect(ACCESS_REFUSED, "publish to an internal exchange")
+        .await;
+    wait_channel_closed(&pch).await;
+    assert!(conn.status().connected());
+    assert!(get_body(&ch, &q).await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchange_to_exchange_bind_and_unbind() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let src = unique("ex-e2e-src");
+    let dst = unique("ex-e2e-dst");
+    let q = unique("ex-e2e-q");
+    declare_exchange(&ch, &src, ExchangeKind::Direct).await;
+    declare_exchange(&ch, &dst, ExchangeKind::Fanout).await;
+    declare_queue(&ch, &q).await;
+    bind(&ch, &q, &dst, "", FieldTable::default()).await;
+    within(
+        "exchange.bind",
+        ch.exchange_bind(
+            dst.as_str().into(),
+            src.as_str().into(),
+            "k".into(),
+            ExchangeBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .expect("exchange.bind");
+    let qs = [q.clone()];
+    let none = Vec::<usize>::new();
+    assert_eq!(
+        routed_to(&ch, &src, "k", BasicProperties::default(), &qs).await,
+        vec![0]
+    );
+    // The source is direct: other keys do not cross the binding.
+    assert_eq!(
+        routed_to(&ch, &src, "other", BasicProperties::default(), &qs).await,
+        none
+    );
+    within(
+        "exchange.unbind",
+        ch.exchange_unbind(
+            dst.as_str().into(),
+            src.as_str().into(),
+            "k".into(),
+            ExchangeUnbindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .expect("exchange.unbind");
+    assert_eq!(
+        routed_to(&ch, &src, "k", BasicProperties::default(), &qs).await,
+        none
+    );
+    // The destination still routes on its own.
+    assert_eq!(
+        routed_to(&ch, &dst, "any", BasicProperties::default(), &qs).await,
+        vec![0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchange_bind_to_missing_exchange_is_not_found() {
+    let broker = Broker::start();
+    let (_conn, ch) = open(&broker).await;
+    let dst = unique("ex-e2e-dst");
+    declare_exchange(&ch, &dst, ExchangeKind::Fanout).await;
+    let res = within(
+        "exchange.bind",
+        ch.exchange_bind(
+            dst.as_str().into(),
+            unique("ex-missing").as_str().into(),
+            "".into(),
+            ExchangeBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await;
+    assert_code(res, NOT_FOUND, "exchange.bind from a missing source");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_delete_exchange_goes_with_its_last_binding() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let x = unique("ex-autodel");
+    let q1 = unique("ex-autodel-q1");
+    let q2 = unique("ex-autodel-q2");
+    declare_exchange_with(
+        &ch,
+        &x,
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    // Never bound: it stays.
+    assert!(exchange_exists(&conn, &x).await);
+    declare_queue(&ch, &q1).await;
+    declare_queue(&ch, &q2).await;
+    bind(&ch, &q1, &x, "a", FieldTable::default()).await;
+    bind(&ch, &q2, &x, "b", FieldTable::default()).await;
+    within(
+        "queue.unbind",
+        ch.queue_unbind(
+            q1.as_str().into(),
+            x.as_str().into(),
+            "a".into(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .expect("queue.unbind");
+    // One binding left: it stays.
+    assert!(exchange_exists(&conn, &x).await);
+    // The last binding goes with its queue, and the exchange with it.
+    within(
+        "queue.delete",
+        ch.queue_delete(q2.as_str().into(), QueueDeleteOptions::default()),
+    )
+    .await
+    .expect("queue.delete");
+    assert!(!exchange_exists(&conn, &x).await);
+}
+
+/// RabbitMQ 3.11+ (and 4.x): an unknown exchange type is a channel error, 406
+/// PRECONDITION_FAILED "unknown exchange type 'x-no-such-type'". RabbitMQ 3.10
+/// (Debian 12's package) instead closed the connection with 503 COMMAND_INVALID;
+/// this test follows the newer behaviour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_exchange_type_is_precondition_failed() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let res = try_declare(
+        &ch,
+        &unique("ex-badtype"),
+        ExchangeKind::Custom("x-no-such-type".into()),
+        ExchangeDeclareOptions::default(),
+    )
+    .await;
+    assert_code(res, PRECONDITION_FAILED, "declare with an unknown type");
+    wait_channel_closed(&ch).await;
+    assert!(conn.status().connected(), "must not be a connection error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_routing() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let x = unique("ex-direct");
+    declare_exchange(&ch, &x, ExchangeKind::Direct).await;
+    let qs: Vec<String> = (0..3).map(|i| unique(&format!("ex-direct-q{i}"))).collect();
+    for q in &qs {
+        declare_queue(&ch, q).await;
+    }
+    bind(&ch, &qs[0], &x, "red", FieldTable::default()).await;
+    bind(&ch, &qs[1], &x, "red", FieldTable::default()).await;
+    bind(&ch, &qs[1], &x, "green", FieldTable::default()).await;
+    bind(&ch, &qs[2], &x, "", FieldTable::default()).await;
+    let p = BasicProperties::default;
+    assert_eq!(routed_to(&ch, &x, "red", p(), &qs).await, vec![0, 1]);
+    assert_eq!(routed_to(&ch, &x, "green", p(), &qs).await, vec![1]);
+    assert_eq!(routed_to(&ch, &x, "", p(), &qs).await, vec![2]);
+    // Exact, case-sensitive match only.
+    assert_eq!(routed_to(&ch, &x, "Red", p(), &qs).await, Vec::<usize>::new());
+    assert_eq!(routed_to(&ch, &x, "red.x", p(), &qs).await, Vec::<usize>::new());
+    // The same binding twice is one binding: still one copy.
+    bind(&ch, &qs[0], &x, "red", FieldTable::default()).await;
+    assert_eq!(routed_to(&ch, &x, "red", p(), &qs).await, vec![0, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_routing() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let x = unique("ex-fanout");
+    declare_exchange(&ch, &x, ExchangeKind::Fanout).await;
+    let qs: Vec<String> = (0..3).map(|i| unique(&format!("ex-fanout-q{i}"))).collect();
+    for q in &qs {
+        declare_queue(&ch, q).await;
+    }
+    bind(&ch, &qs[0], &x, "", FieldTable::default()).await;
+    bind(&ch, &qs[1], &x, "ignored", FieldTable::default()).await;
+    // Two bindings of one queue (different keys): still one copy.
+    bind(&ch, &qs[1], &x, "also-ignored", FieldTable::default()).await;
+    let p = BasicProperties::default;
+    assert_eq!(routed_to(&ch, &x, "", p(), &qs).await, vec![0, 1]);
+    assert_eq!(routed_to(&ch, &x, "anything.at.all", p(), &qs).await, vec![0, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_routing() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let x = unique("ex-topic");
+    declare_exchange(&ch, &x, ExchangeKind::Topic).await;
+    let patterns = [
+        "a.b",   // 0
+        "a.*",   // 1
+        "a.#",   // 2
+        "#",     // 3
+        "*",     // 4
+        "a.*.c", // 5
+        "a.#.c", // 6
+        "#.c",   // 7
+        "*.b.#", // 8
+        "a.#.b", // 9
+    ];
+    let qs: Vec<String> = (0..patterns.len())
+        .map(|i| unique(&format!("ex-topic-q{i}")))
+        .collect();
+    for (q, pat) in qs.iter().zip(patterns) {
+        declare_queue(&ch, q).await;
+        bind(&ch, q, &x, pat, FieldTable::default()).await;
+    }
+    let cases: &[(&str, &[usize])] = &[
+        ("a.b", &[0, 1, 2, 3, 8, 9]),
+        ("a", &[2, 3, 4]),
+        ("a.c", &[1, 2, 3, 6, 7]),
+        ("a.b.c", &[2, 3, 5, 6, 7, 8]),
+        ("a.x.y.c", &[2, 3, 6, 7]),
+        ("a.x.b", &[2, 3, 9]),
+        ("a.x.y.b", &[2, 3, 9]),
+        ("b.c", &[3, 7]),
+        ("x.b.y.z", &[3, 8]),
+        ("c", &[3, 4, 7]),
+        ("a.b.c.d", &[2, 3, 8]),
+        // Empty words: "a..c" is the three words "a", "", "c".
+        ("a..c", &[2, 3, 5, 6, 7]),
+        // The empty routing key: only "#" matches it.
+        ("", &[3]),
+    ];
+    for (key, want) in cases {
+        let got = routed_to(&ch, &x, key, BasicProperties::default(), &qs).await;
+        let got_pats: Vec<&str> = got.iter().map(|&i| patterns[i]).collect();
+        let want_pats: Vec<&str> = want.iter().map(|&i| patterns[i]).collect();
+        assert_eq!(got_pats, want_pats, "routing key {key:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_routing() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let x = unique("ex-headers");
+    declare_exchange(&ch, &x, ExchangeKind::Headers).await;
+
+    let binding = |mode: Option<&str>, pairs: &[(&str, &str)]| {
+        let mut t = headers(pairs);
+        if let Some(m) = mode {
+            t.insert("x-match".into(), AMQPValue::LongString(m.into()));
+        }
+        t
+    };
+    let bindings = [
+        binding(Some("all"), &[("format", "pdf"), ("type", "report")]), // 0
+        binding(Some("any"), &[("format", "pdf"), ("type", "report")]), // 1
+        binding(None, &[("format", "pdf")]),                            // 2: default is all
+        binding(Some("all"), &[("x-tag", "v")]),                        // 3: x-* ignored
+        binding(Some("any"), &[("x-tag", "v")]),                        // 4: x-* ignored
+        binding(Some("all-with-x"), &[("x-tag", "v"), ("format", "pdf")]), // 5
+        binding(Some("any-with-x"), &[("x-tag", "v"), ("type", "log")]), // 6
+    ];
+    let qs: Vec<String> = (0..bindings.len())
+        .map(|i| unique(&format!("ex-headers-q{i}")))
+        .collect();
+    for (q, args) in qs.iter().zip(bindings) {
+        declare_queue(&ch, q).await;
+        bind(&ch, q, &x, "", args).await;
+    }
+    let cases: &[(&[(&str, &str)], &[usize])] = &[
+        (&[("format", "pdf"), ("type", "report")], &[0, 1, 2, 3]),
+        (
+            &[("format", "pdf"), ("type", "report"), ("extra", "1")],
+            &[0, 1, 2, 3],
+        ),
+        (&[("format", "pdf")], &[1, 2, 3]),
+        (&[("type", "report")], &[1, 3]),
+        (&[("format", "zip"), ("type", "log")], &[3, 6]),
+        (&[("x-tag", "v")], &[3, 6]),
+        (&[("x-tag", "v"), ("format", "pdf")], &[1, 2, 3, 5, 6]),
+        (&[("x-tag", "other"), ("format", "pdf")], &[1, 2, 3]),
+        (&[], &[3]),
+    ];
+    for (hdrs, want) in cases {
+        let got = routed_to(&ch, &x, "", header_props(headers(hdrs)), &qs).await;
+        assert_eq!(got, want.to_vec(), "message headers {hdrs:?}");
+    }
+    // A message without any headers property behaves like an empty table.
+    let got = routed_to(&ch, &x, "", BasicProperties::default(), &qs).await;
+    assert_eq!(got, vec![3], "message without headers");
+    // The routing key plays no part.
+    let got = routed_to(
+        &ch,
+        &x,
+        "some.key",
+        header_props(headers(&[("format", "pdf")])),
+        &qs,
+    )
+    .await;
+    assert_eq!(got, vec![1, 2, 3], "routing key ignored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_routing_compares_values_and_void_matches_presence() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let x = unique("ex-headers-types");
+    declare_exchange(&ch, &x, ExchangeKind::Headers).await;
+    let mut int_binding = FieldTable::default();
+    int_binding.insert("n".into(), AMQPValue::LongInt(42));
+    let mut void_binding = FieldTable::default();
+    void_binding.insert("present".into(), AMQPValue::Void);
+    let qs = [unique("ex-hdr-int"), unique("ex-hdr-void")];
+    declare_queue(&ch, &qs[0]).await;
+    declare_queue(&ch, &qs[1]).await;
+    bind(&ch, &qs[0], &x, "", int_binding).await;
+    bind(&ch, &qs[1], &x, "", void_binding).await;
+
+    let mut m = FieldTable::default();
+    m.insert("n".into(), AMQPValue::LongInt(42));
+    assert_eq!(routed_to(&ch, &x, "", header_props(m), &qs).await, vec![0]);
+    let mut m = FieldTable::default();
+    m.insert("n".into(), AMQPValue::LongInt(43));
+    assert_eq!(
+        routed_to(&ch, &x, "", header_props(m), &qs).await,
+        Vec::<usize>::new()
+    );
+    let mut m = FieldTable::default();
+    m.insert("n".into(), AMQPValue::LongString("42".into()));
+    assert_eq!(
+        routed_to(&ch, &x, "", header_props(m), &qs).await,
+        Vec::<usize>::new(),
+        "a string is not the integer 42"
+    );
+    let mut m = FieldTable::default();
+    m.insert("present".into(), AMQPValue::LongString("anything".into()));
+    assert_eq!(routed_to(&ch, &x, "", header_props(m), &qs).await, vec![1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_binding_with_invalid_x_match_is_precondition_failed() {
+    let broker = Broker::start();
+    let (conn, ch) = open(&broker).await;
+    let x = unique("ex-headers-bad");
+    let q = unique("ex-headers-bad-q");
+    declare_exchange(&ch, &x, ExchangeKind::Headers).await;
+    declare_queue(&ch, &q).await;
+    let mut t = headers(&[("format", "pdf")]);
+    t.insert("x-match".into(), AMQPValue::LongString("some".into()));
+    let res = within(
+        "queue.bind",
+        ch.queue_bind(
+            q.as_str().into(),
+            x.as_str().into(),
+            "".into(),
+            QueueBindOptions::default(),
+            t,
+        ),
+    )
+    .await;
+    // "Invalid x-match field value <<\"some\">>; expected all, any, all-with-x, or any-with-x"
+    assert_code(res, PRECONDITION_FAILED, "bind with x-match=some");
+    wait_channel_closed(&ch).await;
+    assert!(conn.status().connected());
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Run every test of the workspace, the way CI does (.ci/run calls this script).
+#
+# 1. Build everything once in the release profile: the broker binary and all test
+#    binaries, so that `cargo test --release` below reuses them.
+# 2. Create .venv (if missing) with the pinned Python clients the end-to-end tests
+#    run (compat-tests/python/requirements.txt).
+# 3. Run all tests with STABLEMQ_BIN and STABLEMQ_PYTHON pointing at those, and
+#    print a summary. Exits non-zero if anything failed.
+#
+# Needs only cargo/rustc and python3 (3.11) with pip; everything else is fetched
+# from crates.io and PyPI.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+START=$SECONDS
+
+log() { printf '==> %s\n' "$*"; }
+
+# --- 1. Build ---------------------------------------------------------------
+log "building the workspace (release, all targets)"
+cargo build --release --workspace --all-targets
+
+BIN="$ROOT/target/release/stablemq"
+if [[ ! -x "$BIN" ]]; then
+    echo "error: $BIN was not built" >&2
+    exit 1
+fi
+
+# --- 2. Python virtualenv ----------------------------------------------------
+REQUIREMENTS="$ROOT/compat-tests/python/requirements.txt"
+VENV="$ROOT/.venv"
+PYTHON_HOST="$(command -v python3.11 || command -v python3 || true)"
+if [[ ! -x "$VENV/bin/python" ]]; then
+    if [[ -z "$PYTHON_HOST" ]]; then
+        echo "error: python3.11 (or python3) is needed for the end-to-end tests" >&2
+        exit 1
+    fi
+    log "creating $VENV with $PYTHON_HOST"
+    if ! "$PYTHON_HOST" -m venv "$VENV"; then
+        # Some distributions ship Python without ensurepip; virtualenv does not need it.
+        rm -rf "$VENV"
+        "$PYTHON_HOST" -m pip install --quiet --user virtualenv
+        "$PYTHON_HOST" -m virtualenv --quiet "$VENV"
+    fi
+fi
+# Install only when the requirements changed since the last install.
+STAMP="$VENV/.requirements.sha256"
+WANT="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
+    log "installing $REQUIREMENTS into $VENV"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --quiet -r "$REQUIREMENTS"
+    echo "$WANT" >"$STAMP"
+fi
+
+# --- 3. Test -----------------------------------------------------------------
+export STABLEMQ_BIN="$BIN"
+export STABLEMQ_PYTHON="$VENV/bin/python"
+# Every test starts its own broker; an external one would make the restart tests fail.
+unset STABLEMQ_TEST_EXTERNAL_URI
+
+LOG="$(mktemp -t stablemq-test.XXXXXX)"
+trap 'rm -f "$LOG"' EXIT
+
+log "running all tests (STABLEMQ_BIN=$STABLEMQ_BIN, STABLEMQ_PYTHON=$STABLEMQ_PYTHON)"
+status=0
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$LOG" || status=$?
+
+# --- Summary -------------------------------------------------------------------
+# Sum cargo's "test result:" lines over all test binaries and doc tests.
+read -r passed failed ignored suites < <(
+    awk '/^test result:/ {
+            for (i = 1; i <= NF; i++) {
+                if ($(i) ~ /^passed;?$/)  p += $(i-1)
+                if ($(i) ~ /^failed;?$/)  f += $(i-1)
+                if ($(i) ~ /^ignored;?$/) g += $(i-1)
+            }
+            s++
+        }
+        END { printf "%d %d %d %d\n", p, f, g, s }' "$LOG"
+)
+echo
+log "summary ($((SECONDS - START)) s, $suites test suites)"
+grep -E '^(test .* FAILED|error: .*test)' "$LOG" | sort -u || true
+if [[ $status -ne 0 && $failed -eq 0 ]]; then
+    # A build error or a crashed test binary: count it as a failure.
+    failed=1
+    echo "cargo test exited with status $status"
+fi
+echo "total: $passed passed, $failed failed, $ignored skipped"
+if [[ $status -ne 0 || $failed -ne 0 ]]; then
+    exit 1
+fi

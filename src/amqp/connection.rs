@@ -1,0 +1,643 @@
+//! One client connection as a pure state machine.
+//!
+//! Inputs are decoded frames, messages from the master, and clock ticks; outputs are
+//! [`Action`]s. The machine owns the handshake (header, start, SASL, tune, open),
+//! heartbeats, the channel table and content assembly (publish + header + body).
+//! Channel semantics live in the master: this side only checks that frames arrive
+//! on open channels in a valid order, as RabbitMQ's reader does.
+
+use crate::auth;
+use crate::config::Config;
+use crate::error::{AmqpError, ReplyCode};
+use crate::master::io::{ConnId, Input, ToConn};
+use bytes::{Bytes, BytesMut};
+use stablemq_protocol::methods::{basic, channel as mch, connection as mconn};
+use stablemq_protocol::{
+    AMQPClass, AMQPValue, BasicProperties, FieldTable, Frame, FrameError, HeaderCheck, LongString,
+    PROTOCOL_HEADER, ShortString, FRAME_MIN_SIZE,
+};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a client has to finish the handshake (RabbitMQ's handshake_timeout).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long we wait for close-ok after sending connection.close.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// frame_max before tune-ok. Newest RabbitMQ uses 8192 so that large start-ok
+/// responses (JWT tokens) fit.
+pub const PRE_TUNE_FRAME_MAX: u32 = 8192;
+/// Largest message body accepted (RabbitMQ's default max_message_size, 128 MiB).
+pub const MAX_MESSAGE_SIZE: u64 = 128 * 1024 * 1024;
+
+/// What the I/O layer must do.
+#[derive(Debug)]
+pub enum Action {
+    /// Write one frame.
+    Write(Frame),
+    /// Write raw bytes (the protocol header on a bad handshake).
+    WriteRaw(Bytes),
+    /// Pass something on to the master.
+    ToMaster(Input),
+    /// Write what the master sent.
+    Out(ToConn),
+    /// Flush and close the socket.
+    Close,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    AwaitHeader,
+    AwaitStartOk,
+    AwaitTuneOk,
+    AwaitOpen,
+    AwaitOpenOk,
+    Open,
+    /// We sent connection.close and wait for close-ok.
+    Closing,
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Open,
+    /// We sent channel.close; everything but close/close-ok is dropped.
+    ClosingByServer,
+    /// The client sent channel.close; the master's close-ok frees the number.
+    ClosingByClient,
+}
+
+#[derive(Debug)]
+struct PendingContent {
+    publish: basic::Publish,
+    /// (properties, body size) once the header frame arrived.
+    header: Option<(BasicProperties, u64)>,
+    parts: Vec<Bytes>,
+    received: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    state: SlotState,
+    content: Option<PendingContent>,
+}
+
+/// The connection state machine.
+pub struct Connection {
+    id: ConnId,
+    peer: IpAddr,
+    config: Arc<Config>,
+    phase: Phase,
+    /// Negotiated frame_max (before tune, the AMQP minimum applies).
+    frame_max: u32,
+    channel_max: u16,
+    /// Negotiated heartbeat in seconds (0 = off).
+    heartbeat: u16,
+    user: Option<String>,
+    channels: HashMap<u16, Slot>,
+    started: Instant,
+    last_recv: Instant,
+    last_send: Instant,
+    closing_since: Option<Instant>,
+    /// Whether the master knows this connection (so it must hear Disconnected).
+    told_master: bool,
+    /// Client properties from start-ok, kept for the management API.
+    pub client_properties: FieldTable,
+}
+
+impl Connection {
+    /// A connection accepted at `now` from `peer`.
+    pub fn new(id: ConnId, peer: IpAddr, config: Arc<Config>, now: Instant) -> Connection {
+        Connection {
+            id,
+            peer,
+            config,
+            phase: Phase::AwaitHeader,
+            frame_max: PRE_TUNE_FRAME_MAX,
+            channel_max: 0,
+            heartbeat: 0,
+            user: None,
+            channels: HashMap::new(),
+            started: now,
+            last_recv: now,
+            last_send: now,
+            closing_since: None,
+            told_master: false,
+            client_properties: FieldTable::default(),
+        }
+    }
+
+    /// frame_max to enforce on incoming frames now.
+    pub fn frame_max(&self) -> u32 {
+        self.frame_max
+    }
+
+    /// Whether the protocol header is still expected.
+    pub fn awaiting_header(&self) -> bool {
+        self.phase == Phase::AwaitHeader
+    }
+
+    /// Whether the socket should be closed (nothing more will be read).
+    pub fn is_closed(&self) -> bool {
+        self.phase == Phase::Closed
+    }
+
+    /// Record that bytes were written (heartbeats are only needed on a quiet link).
+    pub fn note_sent(&mut self, now: Instant) {
+        self.last_send = now;
+    }
+
+    /// The 8-byte protocol header check.
+    pub fn on_header(&mut self, check: HeaderCheck, now: Instant, out: &mut Vec<Action>) {
+        self.last_recv = now;
+        match check {
+            HeaderCheck::Incomplete => {}
+            HeaderCheck::Bad => {
+                // AMQP 0-9-1 §4.2.2: answer with the header we support, then close.
+                out.push(Action::WriteRaw(Bytes::from_static(&PROTOCOL_HEADER)));
+                self.closed(out);
+            }
+            HeaderCheck::Ok => {
+                self.phase = Phase::AwaitStartOk;
+                out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::Start(self.start_method()))));
+            }
+        }
+    }
+
+    fn start_method(&self) -> mconn::Start {
+        let mut caps = FieldTable::default();
+        for c in [
+            "publisher_confirms",
+            "exchange_exchange_bindings",
+            "basic.nack",
+            "consumer_cancel_notify",
+            "per_consumer_qos",
+            "authentication_failure_close",
+            "connection.blocked",
+        ] {
+            caps.insert(ShortString::from(c), AMQPValue::Boolean(true));
+        }
+        let mut props = FieldTable::default();
+        let s = |v: &str| AMQPValue::LongString(LongString::from(v));
+        props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
+        props.insert("product".into(), s("StableMQ"));
+        props.insert("version".into(), s(env!("CARGO_PKG_VERSION")));
+        props.insert("platform".into(), s(&format!("Rust / {}", std::env::consts::OS)));
+        props.insert("cluster_name".into(), s(&self.config.cluster_name));
+        props.insert("copyright".into(), s("StableMQ contributors"));
+        props.insert("information".into(), s("Licensed under the Apache License 2.0"));
+        mconn::Start {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: props,
+            mechanisms: LongString::from(auth::MECHANISMS),
+            locales: LongString::from("en_US"),
+        }
+    }
+
+    fn method(&self, channel: u16, method: AMQPClass) -> Action {
+        Action::Write(Frame::Method { channel, method })
+    }
+
+    /// A frame that could not be decoded: close with the code RabbitMQ sends.
+    pub fn on_decode_error(&mut self, e: &FrameError, out: &mut Vec<Action>) {
+        let (class_id, method_id) = e.class_method();
+        let code = e.reply_code();
+        self.close_connection_raw(code, e.reply_text(), class_id, method_id, out);
+    }
+
+    /// A tick of the clock: heartbeats and timeouts.
+    pub fn on_tick(&mut self, now: Instant, out: &mut Vec<Action>) {
+        match self.phase {
+            Phase::Closed => {}
+            Phase::Closing => {
+                if self.closing_since.is_some_and(|t| now.duration_since(t) >= CLOSE_TIMEOUT) {
+                    self.closed(out);
+                }
+            }
+            Phase::Open | Phase::AwaitOpenOk => {
+                if self.heartbeat == 0 {
+                    return;
+                }
+                let hb = Duration::from_secs(u64::from(self.heartbeat));
+                if now.duration_since(self.last_recv) >= hb * 2 {
+                    // Two missed intervals: the peer is gone. RabbitMQ closes the socket.
+                    tracing::info!(conn = self.id, "missed heartbeats from client, timeout: {}s", self.heartbeat);
+                    self.closed(out);
+                    return;
+                }
+                if now.duration_since(self.last_send) >= hb / 2 {
+                    out.push(Action::Write(Frame::Heartbeat { channel: 0 }));
+                    self.last_send = now;
+                }
+            }
+            _ => {
+                if now.duration_since(self.started) >= HANDSHAKE_TIMEOUT {
+                    tracing::info!(conn = self.id, "handshake timeout");
+                    self.closed(out);
+                }
+            }
+        }
+    }
+
+    fn closed(&mut self, out: &mut Vec<Action>) {
+        if self.told_master {
+            self.told_master = false;
+            out.push(Action::ToMaster(Input::Disconnected { conn: self.id }));
+        }
+        self.phase = Phase::Closed;
+        out.push(Action::Close);
+    }
+
+    /// The socket reached EOF or failed.
+    pub fn on_eof(&mut self, out: &mut Vec<Action>) {
+        if self.phase != Phase::Closed {
+            self.closed(out);
+        }
+    }
+
+    /// Close the connection with an error (connection.close, then wait for close-ok).
+    pub fn close_connection(&mut self, e: &AmqpError, out: &mut Vec<Action>) {
+        self.close_connection_raw(e.code as u16, e.reply_text(), e.class_id, e.method_id, out);
+    }
+
+    fn close_connection_raw(&mut self, code: u16, text: String, class_id: u16, method_id: u16, out: &mut Vec<Action>) {
+        if matches!(self.phase, Phase::Closing | Phase::Closed) {
+            return;
+        }
+        tracing::debug!(conn = self.id, code, %text, "closing connection");
+        out.push(self.method(
+            0,
+            AMQPClass::Connection(mconn::AMQPMethod::Close(mconn::Close {
+                reply_code: code,
+                reply_text: ShortString::from(text),
+                class_id,
+                method_id,
+            })),
+        ));
+        if self.told_master {
+            self.told_master = false;
+            out.push(Action::ToMaster(Input::Disconnected { conn: self.id }));
+        }
+        self.phase = Phase::Closing;
+        self.closing_since = Some(self.last_recv.max(self.last_send));
+    }
+
+    /// Server shutdown: close with 320 CONNECTION_FORCED.
+    pub fn shutdown(&mut self, now: Instant, out: &mut Vec<Action>) {
+        let e = AmqpError::new(
+            ReplyCode::ConnectionForced,
+            "broker forced connection closure with reason 'shutdown'",
+        );
+        self.close_connection(&e, out);
+        self.closing_since = Some(now);
+    }
+
+    /// A message from the master.
+    pub fn on_master(&mut self, msg: ToConn, out: &mut Vec<Action>) {
+        if matches!(self.phase, Phase::Closing | Phase::Closed) {
+            return;
+        }
+        match msg {
+            ToConn::Opened => {
+                self.phase = Phase::Open;
+                out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::OpenOk(mconn::OpenOk {}))));
+            }
+            ToConn::CloseConnection(e) => {
+                // The master already forgot this connection.
+                self.told_master = false;
+                self.close_connection(&e, out);
+            }
+            ToConn::CloseChannel(ch, e) => {
+                if let Some(slot) = self.channels.get_mut(&ch) {
+                    slot.state = SlotState::ClosingByServer;
+                    slot.content = None;
+                }
+                out.push(self.method(
+                    ch,
+                    AMQPClass::Channel(mch::AMQPMethod::Close(mch::Close {
+                        reply_code: e.code as u16,
+                        reply_text: ShortString::from(e.reply_text()),
+                        class_id: e.class_id,
+                        method_id: e.method_id,
+                    })),
+                ));
+            }
+            ToConn::Method(ch, AMQPClass::Channel(mch::AMQPMethod::CloseOk(ok))) => {
+                self.channels.remove(&ch);
+                out.push(self.method(ch, AMQPClass::Channel(mch::AMQPMethod::CloseOk(ok))));
+            }
+            other => out.push(Action::Out(other)),
+        }
+    }
+
+    /// One decoded frame from the client.
+    pub fn on_frame(&mut self, frame: Frame, now: Instant, out: &mut Vec<Action>) {
+        self.last_recv = now;
+        match self.phase {
+            Phase::Closed | Phase::AwaitHeader => {}
+            Phase::Closing => {
+                // Only close-ok (or a crossing close) matters now.
+                if let Frame::Method { channel: 0, method: AMQPClass::Connection(m) } = frame {
+                    match m {
+                        mconn::AMQPMethod::CloseOk(_) => self.closed(out),
+                        mconn::AMQPMethod::Close(_) => {
+                            out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {}))));
+                            self.closed(out);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen | Phase::AwaitOpenOk => {
+                self.handshake_frame(frame, out)
+            }
+            Phase::Open => self.open_frame(frame, out),
+        }
+    }
+
+    fn handshake_frame(&mut self, frame: Frame, out: &mut Vec<Action>) {
+        let Frame::Method { channel: 0, method } = frame else {
+            if let Frame::Heartbeat { .. } = frame {
+                return;
+            }
+            let e = AmqpError::new(ReplyCode::UnexpectedFrame, "expected a connection method during the handshake");
+            return self.close_connection(&e, out);
+        };
+        let (cid, mid) = (method.get_amqp_class_id(), method.get_amqp_method_id());
+        match (self.phase, method) {
+            (Phase::AwaitStartOk, AMQPClass::Connection(mconn::AMQPMethod::StartOk(s))) => {
+                self.client_properties = s.client_properties;
+                let mech = s.mechanism.as_str();
+                let result = auth::parse_response(mech, s.response.as_bytes())
+                    .and_then(|(u, p)| auth::authenticate(&self.config, &u, &p, self.peer).map(|u| u.name.clone()));
+                match result {
+                    Ok(user) => {
+                        self.user = Some(user);
+                        self.phase = Phase::AwaitTuneOk;
+                        out.push(self.method(
+                            0,
+                            AMQPClass::Connection(mconn::AMQPMethod::Tune(mconn::Tune {
+                                channel_max: self.config.channel_max,
+                                frame_max: self.config.frame_max,
+                                heartbeat: self.config.heartbeat_secs,
+                            })),
+                        ));
+                    }
+                    Err(e) => {
+                        tracing::info!(conn = self.id, peer = %self.peer, "login refused: {}", e.reply_text());
+                        // authentication_failure_close: tell the client why, then close.
+                        self.close_connection(&e.on(cid, mid), out)
+                    }
+                }
+            }
+            (Phase::AwaitTuneOk, AMQPClass::Connection(mconn::AMQPMethod::TuneOk(t))) => {
+                let server_frame_max = self.config.frame_max;
+                let server_channel_max = self.config.channel_max;
+                let refuse = |text: String| AmqpError::new(ReplyCode::NotAllowed, text).on(cid, mid);
+                if t.frame_max != 0 && t.frame_max < FRAME_MIN_SIZE {
+                    return self.close_connection(&refuse(format!("frame_max={} < {} min size", t.frame_max, FRAME_MIN_SIZE)), out);
+                }
+                if server_frame_max != 0 && t.frame_max > server_frame_max {
+                    return self.close_connection(&refuse(format!("frame_max={} > {} max size", t.frame_max, server_frame_max)), out);
+                }
+                if server_channel_max != 0 && t.channel_max > server_channel_max {
+                    return self.close_connection(&refuse(format!("channel_max={} > {} max", t.channel_max, server_channel_max)), out);
+                }
+                self.frame_max = if t.frame_max == 0 { server_frame_max } else { t.frame_max };
+                self.channel_max = if t.channel_max == 0 { server_channel_max } else { t.channel_max };
+                self.heartbeat = t.heartbeat;
+                self.phase = Phase::AwaitOpen;
+            }
+            (Phase::AwaitOpen, AMQPClass::Connection(mconn::AMQPMethod::Open(o))) => {
+                self.phase = Phase::AwaitOpenOk;
+                self.told_master = true;
+                out.push(Action::ToMaster(Input::Open {
+                    conn: self.id,
+                    user: self.user.clone().unwrap_or_default(),
+                    vhost: o.virtual_host.to_string(),
+                }));
+            }
+            (_, AMQPClass::Connection(mconn::AMQPMethod::Close(_))) => {
+                out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {}))));
+                self.closed(out);
+            }
+            (_, _) => {
+                let e = AmqpError::command_invalid("unexpected method during the handshake").on(cid, mid);
+                self.close_connection(&e, out);
+            }
+        }
+    }
+
+    fn open_frame(&mut self, frame: Frame, out: &mut Vec<Action>) {
+        let ch = frame.channel();
+        if ch == 0 {
+            return self.channel_zero(frame, out);
+        }
+        if let Frame::Heartbeat { .. } = frame {
+            let e = AmqpError::new(ReplyCode::FrameError, format!("heartbeat frame on channel {ch}"));
+            return self.close_connection(&e, out);
+        }
+        if ch > self.channel_max && self.channel_max != 0 {
+            let e = AmqpError::new(ReplyCode::ChannelError, format!("channel {ch} exceeds channel_max {}", self.channel_max));
+            return self.close_connection(&e, out);
+        }
+        let Some(slot) = self.channels.get_mut(&ch) else {
+            return match frame {
+                Frame::Method { method: AMQPClass::Channel(mch::AMQPMethod::Open(_)), .. } => {
+                    self.channels.insert(ch, Slot { state: SlotState::Open, content: None });
+                    out.push(Action::ToMaster(Input::ChannelOpen { conn: self.id, ch }));
+                }
+                other => {
+                    let (cid, mid) = method_ids(&other);
+                    let e = AmqpError::new(ReplyCode::ChannelError, "expected 'channel.open'").on(cid, mid);
+                    self.close_connection(&e, out)
+                }
+            };
+        };
+        match slot.state {
+            SlotState::ClosingByClient => {}
+            SlotState::ClosingByServer => {
+                if let Frame::Method { method: AMQPClass::Channel(m), .. } = frame {
+                    match m {
+                        mch::AMQPMethod::CloseOk(_) => {
+                            self.channels.remove(&ch);
+                        }
+                        mch::AMQPMethod::Close(_) => {
+                            self.channels.remove(&ch);
+                            out.push(self.method(ch, AMQPClass::Channel(mch::AMQPMethod::CloseOk(mch::CloseOk {}))));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            SlotState::Open => {
+                if slot.content.is_some() {
+                    return self.content_frame(ch, frame, out);
+                }
+                match frame {
+                    Frame::Method { method, .. } => self.channel_method(ch, method, out),
+                    _ => {
+                        let e = AmqpError::new(
+                            ReplyCode::UnexpectedFrame,
+                            format!("expected method frame, got non method frame instead on channel {ch}"),
+                        );
+                        self.close_connection(&e, out)
+                    }
+                }
+            }
+        }
+    }
+
+    fn channel_zero(&mut self, frame: Frame, out: &mut Vec<Action>) {
+        match frame {
+            Frame::Heartbeat { .. } => {}
+            Frame::Method { method: AMQPClass::Connection(mconn::AMQPMethod::Close(_)), .. } => {
+                if self.told_master {
+                    self.told_master = false;
+                    out.push(Action::ToMaster(Input::Disconnected { conn: self.id }));
+                }
+                out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {}))));
+                self.closed(out);
+            }
+            // Clients may tell us they are blocked/unblocked or refresh a secret; ignore.
+            Frame::Method {
+                method:
+                    AMQPClass::Connection(
+                        mconn::AMQPMethod::Blocked(_) | mconn::AMQPMethod::Unblocked(_) | mconn::AMQPMethod::CloseOk(_),
+                    ),
+                ..
+            } => {}
+            Frame::Method { method, .. } => {
+                let e = AmqpError::command_invalid("unexpected method on channel 0")
+                    .on(method.get_amqp_class_id(), method.get_amqp_method_id());
+                self.close_connection(&e, out)
+            }
+            _ => {
+                let e = AmqpError::new(ReplyCode::UnexpectedFrame, "content frame on channel 0");
+                self.close_connection(&e, out)
+            }
+        }
+    }
+
+    fn channel_method(&mut self, ch: u16, method: AMQPClass, out: &mut Vec<Action>) {
+        match method {
+            AMQPClass::Channel(mch::AMQPMethod::Open(_)) => {
+                let e = AmqpError::new(ReplyCode::ChannelError, "second 'channel.open' seen").on(20, 10);
+                self.close_connection(&e, out)
+            }
+            AMQPClass::Channel(mch::AMQPMethod::Close(_)) => {
+                if let Some(slot) = self.channels.get_mut(&ch) {
+                    slot.state = SlotState::ClosingByClient;
+                }
+                out.push(Action::ToMaster(Input::ChannelClose { conn: self.id, ch }));
+            }
+            AMQPClass::Channel(mch::AMQPMethod::CloseOk(_)) => {}
+            AMQPClass::Basic(basic::AMQPMethod::Publish(p)) => {
+                if let Some(slot) = self.channels.get_mut(&ch) {
+                    slot.content = Some(PendingContent { publish: p, header: None, parts: Vec::new(), received: 0 });
+                }
+            }
+            AMQPClass::Connection(_) => {
+                let e = AmqpError::command_invalid(format!("connection method on channel {ch}"))
+                    .on(method.get_amqp_class_id(), method.get_amqp_method_id());
+                self.close_connection(&e, out)
+            }
+            method => out.push(Action::ToMaster(Input::Method { conn: self.id, ch, method })),
+        }
+    }
+
+    fn content_frame(&mut self, ch: u16, frame: Frame, out: &mut Vec<Action>) {
+        let Some(slot) = self.channels.get_mut(&ch) else {
+            return;
+        };
+        let Some(pending) = slot.content.as_mut() else {
+            return;
+        };
+        match (frame, pending.header.is_some()) {
+            (Frame::Header { class_id, body_size, properties, .. }, false) => {
+                if class_id != 60 {
+                    let e = AmqpError::new(ReplyCode::FrameError, format!("content header for class {class_id}, expected 60"));
+                    return self.close_connection(&e, out);
+                }
+                if body_size > MAX_MESSAGE_SIZE {
+                    slot.content = None;
+                    let e = AmqpError::precondition(format!(
+                        "message size {body_size} is larger than configured max size {MAX_MESSAGE_SIZE}"
+                    ))
+                    .on(60, 40);
+                    out.push(Action::ToMaster(Input::ChannelError { conn: self.id, ch, error: e }));
+                    return;
+                }
+                pending.header = Some((properties, body_size));
+            }
+            (Frame::Body { payload, .. }, true) => {
+                pending.received += payload.len() as u64;
+                if !payload.is_empty() {
+                    pending.parts.push(payload);
+                }
+            }
+            (_, has_header) => {
+                let text = if has_header {
+                    "expected content body, got non content body frame instead"
+                } else {
+                    "expected content header for class 60, got non content header frame instead"
+                };
+                let e = AmqpError::new(ReplyCode::UnexpectedFrame, text);
+                return self.close_connection(&e, out);
+            }
+        }
+        let Some((_, size)) = pending.header else {
+            return;
+        };
+        if pending.received > size {
+            let e = AmqpError::new(
+                ReplyCode::FrameError,
+                format!("content body exceeds declared size {size}"),
+            );
+            return self.close_connection(&e, out);
+        }
+        if pending.received == size {
+            let Some(done) = slot.content.take() else {
+                return;
+            };
+            let Some((properties, _)) = done.header else {
+                return;
+            };
+            let body = join(done.parts, size);
+            out.push(Action::ToMaster(Input::Publish {
+                conn: self.id,
+                ch,
+                publish: done.publish,
+                properties,
+                body,
+            }));
+        }
+    }
+}
+
+/// One body frame stays a zero-copy slice; several are joined once.
+fn join(mut parts: Vec<Bytes>, size: u64) -> Bytes {
+    match parts.len() {
+        0 => Bytes::new(),
+        1 => parts.pop().unwrap_or_default(),
+        _ => {
+            let mut b = BytesMut::with_capacity(usize::try_from(size).unwrap_or(0));
+            for p in parts {
+                b.extend_from_slice(&p);
+            }
+            b.freeze()
+        }
+    }
+}
+
+fn method_ids(f: &Frame) -> (u16, u16) {
+    match f {
+        Frame::Method { method, .. } => (method.get_amqp_class_id(), method.get_amqp_method_id()),
+        _ => (0, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests;

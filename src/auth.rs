@@ -1,0 +1,164 @@
+//! Login: SASL PLAIN and AMQPLAIN, checked against the configured users.
+//!
+//! Kept apart from the connection state machine so the rules RabbitMQ applies
+//! (loopback-only users, `authentication_failure_close`) are tested on their own.
+
+use crate::config::{Config, UserConfig};
+use crate::error::{AmqpError, ReplyCode};
+use std::net::IpAddr;
+
+/// Mechanisms offered in connection.start, in RabbitMQ's order.
+pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
+
+/// Pull user name and password out of a SASL response.
+pub fn parse_response(mechanism: &str, response: &[u8]) -> Result<(String, String), AmqpError> {
+    match mechanism {
+        "PLAIN" => {
+            // authzid \0 authcid \0 password
+            let mut parts = response.split(|b| *b == 0);
+            let _authz = parts.next();
+            let user = parts.next();
+            let pass = parts.next();
+            match (user, pass, parts.next()) {
+                (Some(u), Some(p), None) => Ok((
+                    String::from_utf8_lossy(u).into_owned(),
+                    String::from_utf8_lossy(p).into_owned(),
+                )),
+                _ => Err(AmqpError::access_refused(
+                    "PLAIN login refused: malformed response",
+                )),
+            }
+        }
+        "AMQPLAIN" => parse_amqplain(response).ok_or_else(|| {
+            AmqpError::access_refused("AMQPLAIN login refused: malformed response")
+        }),
+        other => Err(AmqpError::new(
+            ReplyCode::AccessRefused,
+            format!("unsupported authentication mechanism '{other}'"),
+        )),
+    }
+}
+
+/// AMQPLAIN is a field table without its length prefix, holding LOGIN and PASSWORD.
+fn parse_amqplain(mut b: &[u8]) -> Option<(String, String)> {
+    let mut login = None;
+    let mut password = None;
+    while !b.is_empty() {
+        let klen = *b.first()? as usize;
+        let key = b.get(1..1 + klen)?;
+        b = b.get(1 + klen..)?;
+        let kind = *b.first()?;
+        b = b.get(1..)?;
+        let value = match kind {
+            b'S' => {
+                let len = u32::from_be_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+                let v = b.get(4..4 + len)?;
+                b = b.get(4 + len..)?;
+                v
+            }
+            b's' => {
+                let len = *b.first()? as usize;
+                let v = b.get(1..1 + len)?;
+                b = b.get(1 + len..)?;
+                v
+            }
+            _ => return None,
+        };
+        let value = String::from_utf8_lossy(value).into_owned();
+        match key {
+            b"LOGIN" => login = Some(value),
+            b"PASSWORD" => password = Some(value),
+            _ => {}
+        }
+    }
+    Some((login?, password?))
+}
+
+/// Check credentials and the peer address; returns the user on success.
+pub fn authenticate<'c>(
+    config: &'c Config,
+    user: &str,
+    password: &str,
+    peer: IpAddr,
+) -> Result<&'c UserConfig, AmqpError> {
+    let refused = || {
+        AmqpError::access_refused(format!(
+            "Login was refused using authentication mechanism PLAIN. For details see the broker logfile. (user '{user}')"
+        ))
+        .at_connection()
+    };
+    let u = config
+        .users
+        .iter()
+        .find(|u| u.name == user)
+        .ok_or_else(refused)?;
+    if !constant_time_eq(u.password.as_bytes(), password.as_bytes()) {
+        return Err(refused());
+    }
+    if config.loopback_users.iter().any(|l| l == user) && !is_loopback(peer) {
+        return Err(AmqpError::access_refused(format!(
+            "user '{user}' can only connect via localhost"
+        ))
+        .at_connection());
+    }
+    Ok(u)
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+    }
+}
+
+/// Compare secrets without an early exit, so timing does not leak the prefix length.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_amqplain_parse() {
+        assert_eq!(
+            parse_response("PLAIN", b"\0guest\0pw").unwrap(),
+            ("guest".into(), "pw".into())
+        );
+        assert!(parse_response("PLAIN", b"guest").is_err());
+        let mut t = vec![5];
+        t.extend_from_slice(b"LOGIN");
+        t.push(b'S');
+        t.extend_from_slice(&5u32.to_be_bytes());
+        t.extend_from_slice(b"guest");
+        t.push(8);
+        t.extend_from_slice(b"PASSWORD");
+        t.push(b'S');
+        t.extend_from_slice(&2u32.to_be_bytes());
+        t.extend_from_slice(b"pw");
+        assert_eq!(
+            parse_response("AMQPLAIN", &t).unwrap(),
+            ("guest".into(), "pw".into())
+        );
+        assert!(parse_response("AMQPLAIN", &t[..t.len() - 1]).is_err());
+        assert!(parse_response("EXTERNAL", b"").is_err());
+    }
+
+    #[test]
+    fn guest_only_from_loopback_and_wrong_password_refused() {
+        let c = Config::default();
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let remote: IpAddr = "192.0.2.7".parse().unwrap();
+        assert!(authenticate(&c, "guest", "guest", lo).is_ok());
+        assert!(authenticate(&c, "guest", "guest", "::1".parse().unwrap()).is_ok());
+        let e = authenticate(&c, "guest", "guest", remote).unwrap_err();
+        assert_eq!(e.code, ReplyCode::AccessRefused);
+        assert!(e.connection_level);
+        assert!(authenticate(&c, "guest", "nope", lo).is_err());
+        assert!(authenticate(&c, "nobody", "guest", lo).is_err());
+    }
+}

@@ -1,0 +1,256 @@
+//! Events: the only way the broker state changes (I4).
+//!
+//! The master turns each accepted operation into one `Event`. Durable ones are
+//! appended to the log; all are applied in log order by [`crate::broker::Broker::apply`].
+//! Everything apply needs is inside the event (server-chosen names, message ids,
+//! routing decisions), so apply reads no clock and no randomness.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use stablemq_protocol::{BasicProperties, FieldTable};
+
+/// The exchange types StableMQ implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExchangeKind {
+    /// Routing key equals binding key.
+    Direct,
+    /// Every bound destination.
+    Fanout,
+    /// Dotted-word patterns with `*` and `#`.
+    Topic,
+    /// Header tables with `x-match`.
+    Headers,
+}
+
+impl ExchangeKind {
+    /// Parse the exchange type name a client sends.
+    pub fn parse(s: &str) -> Option<ExchangeKind> {
+        match s {
+            "direct" => Some(ExchangeKind::Direct),
+            "fanout" => Some(ExchangeKind::Fanout),
+            "topic" => Some(ExchangeKind::Topic),
+            "headers" => Some(ExchangeKind::Headers),
+            _ => None,
+        }
+    }
+
+    /// The type name as clients spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeKind::Direct => "direct",
+            ExchangeKind::Fanout => "fanout",
+            ExchangeKind::Topic => "topic",
+            ExchangeKind::Headers => "headers",
+        }
+    }
+}
+
+/// What a binding points at.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Destination {
+    /// A queue by name.
+    Queue(String),
+    /// An exchange by name (exchange-to-exchange binding).
+    Exchange(String),
+}
+
+/// A binding from a source exchange to a destination.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Binding {
+    /// Source exchange name.
+    pub source: String,
+    /// Where matching messages go.
+    pub destination: Destination,
+    /// Binding key (pattern for topic exchanges).
+    pub routing_key: String,
+    /// Binding arguments (x-match and header values for headers exchanges).
+    pub arguments: FieldTable,
+}
+
+/// A queue's declared shape; compared on redeclare.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueSpec {
+    /// Survives restart.
+    pub durable: bool,
+    /// Deleted when the last consumer goes.
+    pub auto_delete: bool,
+    /// The owning connection, for exclusive queues.
+    pub exclusive_owner: Option<u64>,
+    /// Declared arguments (x-queue-type, ...).
+    pub arguments: FieldTable,
+}
+
+/// An exchange's declared shape; compared on redeclare.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExchangeSpec {
+    /// Routing algorithm.
+    pub kind: ExchangeKind,
+    /// Survives restart.
+    pub durable: bool,
+    /// Deleted when its last binding (as source) goes.
+    pub auto_delete: bool,
+    /// Clients cannot publish to it directly.
+    pub internal: bool,
+    /// Declared arguments.
+    pub arguments: FieldTable,
+}
+
+/// One state change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// A vhost exists (from config or, later, the management API).
+    VhostCreated {
+        /// Name.
+        vhost: String,
+    },
+    /// An exchange was declared.
+    ExchangeDeclared {
+        /// Vhost.
+        vhost: String,
+        /// Name.
+        name: String,
+        /// Shape.
+        spec: ExchangeSpec,
+    },
+    /// An exchange was deleted (with its bindings both ways).
+    ExchangeDeleted {
+        /// Vhost.
+        vhost: String,
+        /// Name.
+        name: String,
+    },
+    /// A queue was declared.
+    QueueDeclared {
+        /// Vhost.
+        vhost: String,
+        /// Name (server-named queues carry the name the master chose).
+        name: String,
+        /// Shape.
+        spec: QueueSpec,
+    },
+    /// A queue was deleted with its messages and bindings.
+    QueueDeleted {
+        /// Vhost.
+        vhost: String,
+        /// Name.
+        name: String,
+    },
+    /// A binding was added.
+    Bound {
+        /// Vhost.
+        vhost: String,
+        /// The binding.
+        binding: Binding,
+    },
+    /// A binding was removed.
+    Unbound {
+        /// Vhost.
+        vhost: String,
+        /// The binding.
+        binding: Binding,
+    },
+    /// A message was routed to `queues`.
+    Published {
+        /// Vhost.
+        vhost: String,
+        /// Exchange it was published to.
+        exchange: String,
+        /// Routing key.
+        routing_key: String,
+        /// Id chosen by the master; unique and increasing.
+        msg_id: u64,
+        /// Content properties.
+        properties: BasicProperties,
+        /// Body, shared by every queue copy.
+        body: Bytes,
+        /// Queues it was routed to, in routing order.
+        queues: Vec<String>,
+    },
+    /// Messages left a queue (acked, rejected, purged, or delivered without ack).
+    Removed {
+        /// Vhost.
+        vhost: String,
+        /// Queue.
+        queue: String,
+        /// Message ids.
+        msg_ids: Vec<u64>,
+    },
+}
+
+/// An event could not be read back from the log.
+#[derive(Debug, thiserror::Error)]
+pub enum EventCodecError {
+    /// The version byte is one this build does not know.
+    #[error("unknown event encoding version {0}")]
+    Version(u8),
+    /// The payload is empty.
+    #[error("empty event payload")]
+    Empty,
+    /// The payload does not decode.
+    #[error("corrupt event: {0}")]
+    Corrupt(#[from] postcard::Error),
+}
+
+/// Bumped whenever `Event`'s encoding changes, so old logs are refused, not misread.
+const EVENT_FORMAT_VERSION: u8 = 1;
+
+impl Event {
+    /// Encode for the log: one version byte, then postcard.
+    pub fn encode(&self) -> Bytes {
+        let out = vec![EVENT_FORMAT_VERSION];
+        // postcard cannot fail writing to a Vec for these types; a failure here is a bug.
+        match postcard::to_extend(self, out) {
+            Ok(v) => Bytes::from(v),
+            Err(e) => panic!("event encoding failed: {e}"),
+        }
+    }
+
+    /// Decode an entry read from the log.
+    pub fn decode(b: &[u8]) -> Result<Event, EventCodecError> {
+        let (&v, rest) = b.split_first().ok_or(EventCodecError::Empty)?;
+        if v != EVENT_FORMAT_VERSION {
+            return Err(EventCodecError::Version(v));
+        }
+        Ok(postcard::from_bytes(rest)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stablemq_protocol::{AMQPValue, LongString, ShortString};
+
+    #[test]
+    fn events_round_trip_through_the_codec() {
+        let mut args = FieldTable::default();
+        args.insert(ShortString::from("x-queue-type"), AMQPValue::LongString(LongString::from("quorum")));
+        args.insert(ShortString::from("n"), AMQPValue::LongLongInt(-5));
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_headers(args.clone())
+            .with_content_type(ShortString::from("text/plain"));
+        let evs = vec![
+            Event::QueueDeclared {
+                vhost: "/".into(),
+                name: "q".into(),
+                spec: QueueSpec { durable: true, auto_delete: false, exclusive_owner: None, arguments: args.clone() },
+            },
+            Event::Published {
+                vhost: "/".into(),
+                exchange: "amq.direct".into(),
+                routing_key: "k".into(),
+                msg_id: 42,
+                properties: props,
+                body: Bytes::from_static(b"hello"),
+                queues: vec!["q".into()],
+            },
+            Event::Removed { vhost: "/".into(), queue: "q".into(), msg_ids: vec![1, 2, 3] },
+        ];
+        for e in evs {
+            assert_eq!(Event::decode(&e.encode()).unwrap(), e);
+        }
+        assert!(Event::decode(&[]).is_err());
+        assert!(Event::decode(&[9, 1, 2]).is_err());
+        assert!(Event::decode(&[EVENT_FORMAT_VERSION, 200, 200, 200]).is_err());
+    }
+}

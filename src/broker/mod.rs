@@ -1,0 +1,274 @@
+//! The broker state machine: vhosts, exchanges, bindings and queues.
+//!
+//! It changes only through [`Broker::apply`] (I4): the master applies each event as
+//! it appends it, a slave or a restarted node applies the stable log, and both reach
+//! the same state. Apply reads no clock and no randomness. Delivery bookkeeping
+//! (which messages are out to consumers) is the master's business and lives in
+//! [`crate::master`]; apply only ever removes from it.
+
+pub mod event;
+pub mod exchange;
+pub mod message;
+pub mod queue;
+pub mod routing;
+
+use event::{Binding, Destination, Event, ExchangeSpec};
+use exchange::{Exchange, PREDECLARED};
+use message::{Message, QueuedMessage};
+use queue::Queue;
+use stablemq_protocol::FieldTable;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// One virtual host.
+#[derive(Debug, Default, Clone)]
+pub struct Vhost {
+    /// Exchanges by name ("" is the default exchange).
+    pub exchanges: HashMap<String, Exchange>,
+    /// Queues by name.
+    pub queues: HashMap<String, Queue>,
+}
+
+/// What applying an event did, for the master to follow up (wake consumers,
+/// cancel consumers of deleted queues). Slaves ignore it.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Queues that gained ready messages.
+    pub filled: Vec<(String, String)>,
+    /// Queues that were deleted, with their final state.
+    pub deleted_queues: Vec<(String, Queue)>,
+}
+
+/// The whole replicated broker state.
+#[derive(Debug, Default, Clone)]
+pub struct Broker {
+    /// Vhosts by name.
+    pub vhosts: BTreeMap<String, Vhost>,
+}
+
+impl Broker {
+    /// A broker with no vhosts; `VhostCreated` events add them.
+    pub fn new() -> Broker {
+        Broker::default()
+    }
+
+    /// Look up a vhost.
+    pub fn vhost(&self, name: &str) -> Option<&Vhost> {
+        self.vhosts.get(name)
+    }
+
+    /// Look up a queue.
+    pub fn queue(&self, vhost: &str, name: &str) -> Option<&Queue> {
+        self.vhosts.get(vhost)?.queues.get(name)
+    }
+
+    /// Look up a queue, mutably.
+    pub fn queue_mut(&mut self, vhost: &str, name: &str) -> Option<&mut Queue> {
+        self.vhosts.get_mut(vhost)?.queues.get_mut(name)
+    }
+
+    /// Look up an exchange.
+    pub fn exchange(&self, vhost: &str, name: &str) -> Option<&Exchange> {
+        self.vhosts.get(vhost)?.exchanges.get(name)
+    }
+
+    /// Apply one event. `wait_index` is the log index a published message must wait
+    /// for before delivery (its own index when logged). Events that refer to objects
+    /// that do not exist are no-ops: a replayed log skips non-durable objects.
+    pub fn apply(&mut self, ev: &Event, wait_index: u64) -> Applied {
+        let mut out = Applied::default();
+        match ev {
+            Event::VhostCreated { vhost } => {
+                let v = self.vhosts.entry(vhost.clone()).or_default();
+                for (name, kind) in PREDECLARED {
+                    v.exchanges.entry(name.to_string()).or_insert_with(|| Exchange {
+                        name: name.to_string(),
+                        spec: ExchangeSpec {
+                            kind,
+                            durable: true,
+                            auto_delete: false,
+                            internal: false,
+                            arguments: FieldTable::default(),
+                        },
+                        bindings: Vec::new(),
+                    });
+                }
+            }
+            Event::ExchangeDeclared { vhost, name, spec } => {
+                if let Some(v) = self.vhosts.get_mut(vhost) {
+                    v.exchanges.entry(name.clone()).or_insert_with(|| Exchange {
+                        name: name.clone(),
+                        spec: spec.clone(),
+                        bindings: Vec::new(),
+                    });
+                }
+            }
+            Event::ExchangeDeleted { vhost, name } => {
+                if let Some(v) = self.vhosts.get_mut(vhost)
+                    && v.exchanges.remove(name).is_some()
+                {
+                    let dest = Destination::Exchange(name.clone());
+                    remove_bindings_to(v, &dest);
+                }
+            }
+            Event::QueueDeclared { vhost, name, spec } => {
+                if let Some(v) = self.vhosts.get_mut(vhost) {
+                    v.queues
+                        .entry(name.clone())
+                        .or_insert_with(|| Queue::new(name.clone(), spec.clone()));
+                }
+            }
+            Event::QueueDeleted { vhost, name } => {
+                if let Some(v) = self.vhosts.get_mut(vhost)
+                    && let Some(q) = v.queues.remove(name)
+                {
+                    remove_bindings_to(v, &Destination::Queue(name.clone()));
+                    out.deleted_queues.push((vhost.clone(), q));
+                }
+            }
+            Event::Bound { vhost, binding } => {
+                if let Some(v) = self.vhosts.get_mut(vhost)
+                    && destination_exists(v, &binding.destination)
+                    && let Some(x) = v.exchanges.get_mut(&binding.source)
+                    && !x.has_binding(binding)
+                {
+                    x.bindings.push(binding.clone());
+                }
+            }
+            Event::Unbound { vhost, binding } => {
+                if let Some(v) = self.vhosts.get_mut(vhost) {
+                    unbind(v, binding);
+                }
+            }
+            Event::Published {
+                vhost,
+                exchange,
+                routing_key,
+                msg_id,
+                properties,
+                body,
+                queues,
+            } => {
+                if let Some(v) = self.vhosts.get_mut(vhost) {
+                    let msg = Arc::new(Message {
+                        id: *msg_id,
+                        exchange: exchange.clone(),
+                        routing_key: routing_key.clone(),
+                        properties: properties.clone(),
+                        body: body.clone(),
+                    });
+                    for qn in queues {
+                        if let Some(q) = v.queues.get_mut(qn) {
+                            q.push(QueuedMessage {
+                                msg: msg.clone(),
+                                redelivered: false,
+                                wait_index,
+                            });
+                            out.filled.push((vhost.clone(), qn.clone()));
+                        }
+                    }
+                }
+            }
+            Event::Removed {
+                vhost,
+                queue,
+                msg_ids,
+            } => {
+                if let Some(q) = self.queue_mut(vhost, queue) {
+                    for id in msg_ids {
+                        q.remove(*id);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Queues a message published to `exchange` with `routing_key` reaches, following
+    /// exchange-to-exchange bindings (each exchange visited once, so cycles end).
+    /// The result has no duplicates and keeps first-reached order.
+    pub fn route(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        routing_key: &str,
+        headers: Option<&FieldTable>,
+    ) -> Vec<String> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        if exchange.is_empty() {
+            return if v.queues.contains_key(routing_key) {
+                vec![routing_key.to_string()]
+            } else {
+                Vec::new()
+            };
+        }
+        let mut out = Vec::new();
+        let mut seen_q: HashSet<&str> = HashSet::new();
+        let mut seen_x: HashSet<&str> = HashSet::new();
+        let mut stack = vec![exchange];
+        while let Some(xn) = stack.pop() {
+            if !seen_x.insert(xn) {
+                continue;
+            }
+            let Some(x) = v.exchanges.get(xn) else {
+                continue;
+            };
+            for d in x.matches(routing_key, headers) {
+                match d {
+                    Destination::Queue(q) => {
+                        if v.queues.contains_key(q) && seen_q.insert(q) {
+                            out.push(q.clone());
+                        }
+                    }
+                    Destination::Exchange(e) => stack.push(e),
+                }
+            }
+        }
+        out
+    }
+}
+
+fn destination_exists(v: &Vhost, d: &Destination) -> bool {
+    match d {
+        Destination::Queue(q) => v.queues.contains_key(q),
+        Destination::Exchange(x) => v.exchanges.contains_key(x),
+    }
+}
+
+/// Remove one binding; an auto-delete source that loses its last binding goes too.
+fn unbind(v: &mut Vhost, b: &Binding) {
+    let mut now_unused = None;
+    if let Some(x) = v.exchanges.get_mut(&b.source) {
+        let before = x.bindings.len();
+        x.bindings.retain(|y| y != b);
+        if before != x.bindings.len() && x.bindings.is_empty() && x.spec.auto_delete {
+            now_unused = Some(x.name.clone());
+        }
+    }
+    if let Some(name) = now_unused {
+        v.exchanges.remove(&name);
+        remove_bindings_to(v, &Destination::Exchange(name));
+    }
+}
+
+/// Remove every binding pointing at `dest`, auto-deleting sources left with none.
+fn remove_bindings_to(v: &mut Vhost, dest: &Destination) {
+    let mut emptied = Vec::new();
+    for x in v.exchanges.values_mut() {
+        let before = x.bindings.len();
+        x.bindings.retain(|b| &b.destination != dest);
+        if before != x.bindings.len() && x.bindings.is_empty() && x.spec.auto_delete {
+            emptied.push(x.name.clone());
+        }
+    }
+    for name in emptied {
+        if v.exchanges.remove(&name).is_some() {
+            remove_bindings_to(v, &Destination::Exchange(name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,171 @@
+//! Broker configuration: the TOML file and its defaults.
+//!
+//! With no file at all the broker runs as RabbitMQ does out of the box: vhost `/`,
+//! user `guest`/`guest` allowed from loopback only.
+
+use serde::Deserialize;
+use std::path::Path;
+
+/// A user allowed to log in.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct UserConfig {
+    /// Login name.
+    pub name: String,
+    /// Clear-text password from the config file (hashes come with the users issue).
+    pub password: String,
+    /// RabbitMQ-style tags (administrator, monitoring, ...); kept for the management API.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Virtual hosts created at boot; `/` always exists.
+    #[serde(default = "default_vhosts")]
+    pub vhosts: Vec<String>,
+    /// Users. When the file names none, `guest`/`guest` exists, as in RabbitMQ.
+    #[serde(default = "default_users")]
+    pub users: Vec<UserConfig>,
+    /// Users that may connect only from loopback (RabbitMQ's `loopback_users`).
+    #[serde(default = "default_loopback_users")]
+    pub loopback_users: Vec<String>,
+    /// Highest channel number a client may open.
+    #[serde(default = "default_channel_max")]
+    pub channel_max: u16,
+    /// Largest frame the broker accepts and sends.
+    #[serde(default = "default_frame_max")]
+    pub frame_max: u32,
+    /// Heartbeat interval in seconds the broker proposes (0 disables).
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_secs: u16,
+    /// Name reported as `cluster_name` in connection.start.
+    #[serde(default = "default_cluster_name")]
+    pub cluster_name: String,
+}
+
+fn default_vhosts() -> Vec<String> {
+    vec!["/".to_string()]
+}
+fn default_users() -> Vec<UserConfig> {
+    vec![UserConfig {
+        name: "guest".into(),
+        password: "guest".into(),
+        tags: vec!["administrator".into()],
+    }]
+}
+fn default_loopback_users() -> Vec<String> {
+    vec!["guest".into()]
+}
+fn default_channel_max() -> u16 {
+    2047
+}
+fn default_frame_max() -> u32 {
+    131_072
+}
+fn default_heartbeat() -> u16 {
+    60
+}
+fn default_cluster_name() -> String {
+    "stablemq@localhost".into()
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            vhosts: default_vhosts(),
+            users: default_users(),
+            loopback_users: default_loopback_users(),
+            channel_max: default_channel_max(),
+            frame_max: default_frame_max(),
+            heartbeat_secs: default_heartbeat(),
+            cluster_name: default_cluster_name(),
+        }
+    }
+}
+
+/// Why a config file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("invalid config {path}: {source}")]
+    Parse {
+        /// The path given.
+        path: String,
+        /// The parser's message.
+        source: toml::de::Error,
+    },
+    /// A value is out of range.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Parse TOML text, then check ranges.
+    pub fn from_toml(text: &str, path: &str) -> Result<Config, ConfigError> {
+        let mut c: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_string(),
+            source,
+        })?;
+        if !c.vhosts.iter().any(|v| v == "/") {
+            c.vhosts.insert(0, "/".into());
+        }
+        if c.frame_max != 0 && c.frame_max < stablemq_protocol::FRAME_MIN_SIZE {
+            return Err(ConfigError::Invalid(format!(
+                "frame_max {} is below the AMQP minimum {}",
+                c.frame_max,
+                stablemq_protocol::FRAME_MIN_SIZE
+            )));
+        }
+        Ok(c)
+    }
+
+    /// Load a file, or the defaults when `path` is None.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            None => Ok(Config::default()),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+                Config::from_toml(&text, &p.display().to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_rabbitmq_defaults() {
+        let c = Config::from_toml("", "x").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.users[0].name, "guest");
+        assert_eq!(c.channel_max, 2047);
+    }
+
+    #[test]
+    fn users_and_vhosts_parse_and_root_vhost_is_kept() {
+        let c = Config::from_toml(
+            "vhosts = [\"other\"]\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n",
+            "x",
+        )
+        .unwrap();
+        assert_eq!(c.vhosts, vec!["/".to_string(), "other".to_string()]);
+        assert_eq!(c.users.len(), 1);
+        assert!(Config::from_toml("bogus = 1", "x").is_err());
+        assert!(Config::from_toml("frame_max = 100", "x").is_err());
+    }
+}

@@ -1,0 +1,159 @@
+//! What goes into and out of the master core.
+//!
+//! The master is sans-IO: the server feeds it [`Input`]s and carries out its
+//! [`Output`]s (frames to connections, appends to the log). Keeping tokio types out
+//! of these enums is what lets tests drive the master directly.
+
+use crate::broker::message::Message;
+use crate::error::AmqpError;
+use bytes::Bytes;
+use stablemq_protocol::{AMQPClass, BasicProperties, methods::basic};
+use std::sync::Arc;
+
+/// A connection's id, unique for the life of the process.
+pub type ConnId = u64;
+
+/// Something that happened, for the master to act on.
+#[derive(Debug)]
+pub enum Input {
+    /// A client finished SASL and asked for a vhost (connection.open).
+    Open {
+        /// Connection.
+        conn: ConnId,
+        /// Authenticated user name.
+        user: String,
+        /// Requested vhost.
+        vhost: String,
+    },
+    /// channel.open from the client.
+    ChannelOpen {
+        /// Connection.
+        conn: ConnId,
+        /// Channel number.
+        ch: u16,
+    },
+    /// channel.close from the client; the master answers close-ok.
+    ChannelClose {
+        /// Connection.
+        conn: ConnId,
+        /// Channel number.
+        ch: u16,
+    },
+    /// Any other channel-level method without content.
+    Method {
+        /// Connection.
+        conn: ConnId,
+        /// Channel number.
+        ch: u16,
+        /// The method.
+        method: AMQPClass,
+    },
+    /// basic.publish with its assembled content.
+    Publish {
+        /// Connection.
+        conn: ConnId,
+        /// Channel number.
+        ch: u16,
+        /// The publish method.
+        publish: basic::Publish,
+        /// Content header properties.
+        properties: BasicProperties,
+        /// Assembled body.
+        body: Bytes,
+    },
+    /// The connection layer refused something on a channel (e.g. an oversized
+    /// message); the master closes that channel.
+    ChannelError {
+        /// Connection.
+        conn: ConnId,
+        /// Channel number.
+        ch: u16,
+        /// Why.
+        error: crate::error::AmqpError,
+    },
+    /// The connection is gone (socket closed, or closed by either side).
+    Disconnected {
+        /// Connection.
+        conn: ConnId,
+    },
+    /// The log is durable on a quorum up to this index.
+    Stable {
+        /// Highest stable index.
+        index: u64,
+    },
+}
+
+/// Something the server must do.
+#[derive(Debug)]
+pub enum Output {
+    /// Send to one connection's task.
+    ToConn(ConnId, ToConn),
+    /// Append an encoded event to the log (its index is the master's `last_appended`).
+    Append(Bytes),
+}
+
+/// A message for a connection task.
+#[derive(Debug)]
+pub enum ToConn {
+    /// connection.open accepted: send open-ok.
+    Opened,
+    /// Send a method frame without content.
+    Method(u16, AMQPClass),
+    /// Publisher confirm (ack or nack) of one tag; the connection may merge runs of
+    /// acks into one `multiple` ack.
+    Confirm {
+        /// Channel.
+        ch: u16,
+        /// Publish sequence number.
+        tag: u64,
+        /// true = basic.ack, false = basic.nack.
+        ack: bool,
+    },
+    /// basic.deliver with content.
+    Deliver {
+        /// Channel.
+        ch: u16,
+        /// Consumer tag.
+        consumer_tag: Arc<str>,
+        /// Delivery tag on this channel.
+        delivery_tag: u64,
+        /// Redelivered flag.
+        redelivered: bool,
+        /// The message.
+        msg: Arc<Message>,
+    },
+    /// basic.get-ok with content.
+    GetOk {
+        /// Channel.
+        ch: u16,
+        /// Delivery tag.
+        delivery_tag: u64,
+        /// Redelivered flag.
+        redelivered: bool,
+        /// Messages left in the queue.
+        message_count: u32,
+        /// The message.
+        msg: Arc<Message>,
+    },
+    /// basic.return with content.
+    Return {
+        /// Channel.
+        ch: u16,
+        /// Reply code (312 NO_ROUTE).
+        reply_code: u16,
+        /// Reply text.
+        reply_text: String,
+        /// Exchange.
+        exchange: String,
+        /// Routing key.
+        routing_key: String,
+        /// Properties.
+        properties: BasicProperties,
+        /// Body.
+        body: Bytes,
+    },
+    /// The master closed this channel (its state is already gone): send channel.close.
+    CloseChannel(u16, AmqpError),
+    /// The master closed the connection: send connection.close.
+    CloseConnection(AmqpError),
+}

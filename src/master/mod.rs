@@ -1,0 +1,481 @@
+//! The master: the one place that orders operations into events.
+//!
+//! Connections hand it [`Input`]s. It validates each operation against the broker
+//! state, turns it into an [`Event`], applies the event at once (so later operations
+//! see it) and appends durable events to the log. What a client may observe waits
+//! for the log (I1): replies and confirms queue in `waiting` until the stable index
+//! reaches the log index they depend on, and a queue delivers a message only once
+//! the message's own `wait_index` is stable. Nothing here does I/O: the result of
+//! every step is a list of [`Output`]s.
+
+pub mod io;
+pub mod session;
+
+mod basic;
+mod declare;
+
+use crate::broker::event::Event;
+use crate::broker::{Applied, Broker};
+use crate::config::Config;
+use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use io::{ConnId, Input, Output, ToConn};
+use session::{Channel, QueueConsumers, Session};
+use stablemq_protocol::AMQPClass;
+use stablemq_protocol::methods::{basic as mbasic, channel as mchannel};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// (vhost, queue name)
+type QueueKey = (String, String);
+
+/// An effect that waits for the stable index.
+#[derive(Debug)]
+enum Completion {
+    /// A method reply on a channel (declare-ok, commit-ok, ...).
+    Reply(AMQPClass),
+    /// A publisher confirm.
+    Confirm(u64),
+    /// A method that arrived while earlier replies of its channel were waiting;
+    /// it runs once they are sent, so replies keep their order.
+    Rerun(Input),
+}
+
+#[derive(Debug)]
+struct Waiting {
+    /// Log index that must be stable first.
+    index: u64,
+    conn: ConnId,
+    ch: u16,
+    /// Which incarnation of the channel this belongs to (a closed and reopened
+    /// channel number must not receive the old one's replies).
+    chan_uid: u64,
+    what: Completion,
+}
+
+/// The master core. See the module docs.
+pub struct Master {
+    /// The replicated broker state.
+    pub broker: Broker,
+    sessions: HashMap<ConnId, Session>,
+    /// Channel incarnation ids, by (conn, ch).
+    chan_uids: HashMap<(ConnId, u16), u64>,
+    next_chan_uid: u64,
+    consumers: HashMap<QueueKey, QueueConsumers>,
+    /// Index of the last event appended to the log.
+    last_appended: u64,
+    /// Highest index known stable.
+    stable: u64,
+    waiting: VecDeque<Waiting>,
+    /// Queues whose head message waits for the stable index.
+    stalled: BTreeSet<QueueKey>,
+    next_msg_id: u64,
+    name_counter: u64,
+    out: Vec<Output>,
+}
+
+impl Master {
+    /// A master over an already recovered broker state whose log ends (stably) at
+    /// `last_index`. Vhosts from the config are created if missing.
+    pub fn new(config: Arc<Config>, mut broker: Broker, last_index: u64) -> Master {
+        for v in &config.vhosts {
+            broker.apply(&Event::VhostCreated { vhost: v.clone() }, 0);
+        }
+        let next_msg_id = broker
+            .vhosts
+            .values()
+            .flat_map(|v| v.queues.values())
+            .filter_map(|q| q.ready.last_key_value().map(|(k, _)| *k))
+            .max()
+            .unwrap_or(0)
+            + 1;
+        Master {
+            broker,
+            sessions: HashMap::new(),
+            chan_uids: HashMap::new(),
+            next_chan_uid: 1,
+            consumers: HashMap::new(),
+            last_appended: last_index,
+            stable: last_index,
+            waiting: VecDeque::new(),
+            stalled: BTreeSet::new(),
+            next_msg_id,
+            name_counter: 0,
+            out: Vec::new(),
+        }
+    }
+
+    /// Rebuild broker state from the stable log (I4: the same events give the same state).
+    pub fn recover(events: impl IntoIterator<Item = Event>) -> Broker {
+        let mut b = Broker::new();
+        for e in events {
+            b.apply(&e, 0);
+        }
+        b
+    }
+
+    /// Index of the last appended event.
+    pub fn last_appended(&self) -> u64 {
+        self.last_appended
+    }
+
+    /// Highest stable index seen.
+    pub fn stable_index(&self) -> u64 {
+        self.stable
+    }
+
+    /// Outputs produced since the last call.
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Connections currently open.
+    pub fn connection_ids(&self) -> Vec<ConnId> {
+        self.sessions.keys().copied().collect()
+    }
+
+    /// Number of open channels, for metrics.
+    pub fn channel_count(&self) -> usize {
+        self.sessions.values().map(|s| s.channels.len()).sum()
+    }
+
+    /// Consumers of a queue, for metrics and declare-ok.
+    pub fn consumer_count(&self, vhost: &str, queue: &str) -> usize {
+        self.consumers
+            .get(&(vhost.to_string(), queue.to_string()))
+            .map_or(0, |c| c.list.len())
+    }
+
+    /// Handle one input.
+    pub fn handle(&mut self, input: Input) {
+        match input {
+            Input::Open { conn, user, vhost } => self.open(conn, user, vhost),
+            Input::Disconnected { conn } => self.disconnect(conn),
+            Input::Stable { index } => self.on_stable(index),
+            Input::ChannelOpen { conn, ch } => self.channel_open(conn, ch),
+            Input::ChannelError { conn, ch, error } => self.fail(conn, ch, error),
+            other => {
+                let (conn, ch) = match &other {
+                    Input::ChannelClose { conn, ch }
+                    | Input::Method { conn, ch, .. }
+                    | Input::Publish { conn, ch, .. } => (*conn, *ch),
+                    _ => return,
+                };
+                let Some(chan) = self.channel_mut(conn, ch) else {
+                    // The channel was closed by us and frames were still in flight: drop them.
+                    return;
+                };
+                if chan.pending_replies > 0 {
+                    chan.pending_replies += 1;
+                    let index = self.last_appended;
+                    self.push_waiting(index, conn, ch, Completion::Rerun(other));
+                    return;
+                }
+                self.channel_input(conn, ch, other);
+            }
+        }
+    }
+
+    fn channel_input(&mut self, conn: ConnId, ch: u16, input: Input) {
+        let result = match input {
+            Input::ChannelClose { .. } => {
+                self.close_channel_state(conn, ch);
+                self.send(conn, ToConn::Method(ch, AMQPClass::Channel(mchannel::AMQPMethod::CloseOk(mchannel::CloseOk {}))));
+                Ok(())
+            }
+            Input::Method { method, .. } => self.method(conn, ch, method),
+            Input::Publish {
+                publish,
+                properties,
+                body,
+                ..
+            } => self.publish(conn, ch, publish, properties, body),
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            self.fail(conn, ch, e);
+        }
+    }
+
+    /// Turn a refusal into a channel or connection close.
+    fn fail(&mut self, conn: ConnId, ch: u16, e: AmqpError) {
+        if e.connection_level {
+            self.send(conn, ToConn::CloseConnection(e));
+            self.disconnect(conn);
+        } else if self.channel_mut(conn, ch).is_some() {
+            self.close_channel_state(conn, ch);
+            self.send(conn, ToConn::CloseChannel(ch, e));
+        }
+    }
+
+    fn open(&mut self, conn: ConnId, user: String, vhost: String) {
+        if self.broker.vhost(&vhost).is_none() {
+            let e = AmqpError::new(ReplyCode::NotAllowed, format!("vhost {vhost} not found"))
+                .on(10, 40);
+            self.send(conn, ToConn::CloseConnection(e));
+            return;
+        }
+        self.sessions.insert(
+            conn,
+            Session {
+                user,
+                vhost,
+                channels: HashMap::new(),
+                exclusive_queues: Vec::new(),
+            },
+        );
+        metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
+        metrics::counter!(crate::metrics::CONNECTIONS_OPENED).increment(1);
+        self.send(conn, ToConn::Opened);
+    }
+
+    fn channel_open(&mut self, conn: ConnId, ch: u16) {
+        let Some(s) = self.sessions.get_mut(&conn) else {
+            return;
+        };
+        s.channels.insert(ch, Channel::default());
+        let uid = self.next_chan_uid;
+        self.next_chan_uid += 1;
+        self.chan_uids.insert((conn, ch), uid);
+        metrics::gauge!(crate::metrics::CHANNELS).increment(1.0);
+        self.send(
+            conn,
+            ToConn::Method(ch, AMQPClass::Channel(mchannel::AMQPMethod::OpenOk(mchannel::OpenOk {}))),
+        );
+    }
+
+    /// Forget a channel: cancel its consumers and requeue its unacked deliveries.
+    fn close_channel_state(&mut self, conn: ConnId, ch: u16) {
+        let Some(s) = self.sessions.get_mut(&conn) else {
+            return;
+        };
+        let Some(chan) = s.channels.remove(&ch) else {
+            return;
+        };
+        let vhost = s.vhost.clone();
+        self.chan_uids.remove(&(conn, ch));
+        metrics::gauge!(crate::metrics::CHANNELS).decrement(1.0);
+        let mut touched = BTreeSet::new();
+        for (tag, c) in chan.consumers {
+            self.unregister_consumer(&vhost, &c.queue, conn, ch, &tag);
+            touched.insert(c.queue);
+        }
+        // Requeue in delivery order so messages keep their original positions.
+        for (_, u) in chan.unacked {
+            if let Some(q) = self.broker.queue_mut(&vhost, &u.queue)
+                && q.requeue(u.msg_id)
+            {
+                touched.insert(u.queue);
+            }
+        }
+        for q in touched {
+            self.try_deliver(&vhost, &q);
+        }
+    }
+
+    fn disconnect(&mut self, conn: ConnId) {
+        let Some(s) = self.sessions.get(&conn) else {
+            return;
+        };
+        let chans: Vec<u16> = s.channels.keys().copied().collect();
+        for ch in chans {
+            self.close_channel_state(conn, ch);
+        }
+        let Some(s) = self.sessions.remove(&conn) else {
+            return;
+        };
+        metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
+        metrics::counter!(crate::metrics::CONNECTIONS_CLOSED).increment(1);
+        for q in s.exclusive_queues {
+            if self.broker.queue(&s.vhost, &q).is_some() {
+                self.delete_queue(&s.vhost, &q);
+            }
+        }
+    }
+
+    fn channel_mut(&mut self, conn: ConnId, ch: u16) -> Option<&mut Channel> {
+        self.sessions.get_mut(&conn)?.channels.get_mut(&ch)
+    }
+
+    fn vhost_of(&self, conn: ConnId) -> AmqpResult<String> {
+        self.sessions
+            .get(&conn)
+            .map(|s| s.vhost.clone())
+            .ok_or_else(|| AmqpError::command_invalid("connection not open"))
+    }
+
+    fn send(&mut self, conn: ConnId, m: ToConn) {
+        self.out.push(Output::ToConn(conn, m));
+    }
+
+    /// Apply an event now and, if `logged`, append it to the log. Returns what the
+    /// apply did. Unlogged events still wait, for delivery, behind logged ones.
+    fn emit(&mut self, ev: Event, logged: bool) -> Applied {
+        if logged {
+            self.last_appended += 1;
+            self.out.push(Output::Append(ev.encode()));
+        }
+        let applied = self.broker.apply(&ev, self.last_appended);
+        self.after_apply(applied)
+    }
+
+    /// Master-side follow-up of an apply: cancel consumers of deleted queues.
+    fn after_apply(&mut self, applied: Applied) -> Applied {
+        for (vhost, q) in &applied.deleted_queues {
+            let key = (vhost.clone(), q.name.clone());
+            if let Some(qc) = self.consumers.remove(&key) {
+                for ck in qc.list {
+                    if let Some(chan) = self.channel_mut(ck.conn, ck.ch) {
+                        chan.consumers.remove(&ck.tag);
+                        let cancel = AMQPClass::Basic(mbasic::AMQPMethod::Cancel(mbasic::Cancel {
+                            consumer_tag: ck.tag.as_ref().into(),
+                            nowait: true,
+                        }));
+                        self.send(ck.conn, ToConn::Method(ck.ch, cancel));
+                    }
+                }
+            }
+            self.stalled.remove(&key);
+        }
+        applied
+    }
+
+    /// Send a reply once everything appended so far is stable.
+    fn reply(&mut self, conn: ConnId, ch: u16, method: AMQPClass) {
+        if self.stable >= self.last_appended {
+            self.send(conn, ToConn::Method(ch, method));
+        } else if let Some(chan) = self.channel_mut(conn, ch) {
+            chan.pending_replies += 1;
+            let index = self.last_appended;
+            self.push_waiting(index, conn, ch, Completion::Reply(method));
+        }
+    }
+
+    /// Send a publisher confirm once everything appended so far is stable (I5: confirms
+    /// of one channel are queued, and so sent, in tag order).
+    fn confirm(&mut self, conn: ConnId, ch: u16, tag: u64) {
+        if self.stable >= self.last_appended && self.waiting.is_empty() {
+            self.send_confirm(conn, ch, tag);
+        } else {
+            let index = self.last_appended;
+            self.push_waiting(index, conn, ch, Completion::Confirm(tag));
+        }
+    }
+
+    fn send_confirm(&mut self, conn: ConnId, ch: u16, tag: u64) {
+        if let Some(chan) = self.channel_mut(conn, ch) {
+            // I5: a channel confirms tag N only after every tag below N.
+            debug_assert!(tag > chan.last_confirmed, "I5: confirm {tag} after {}", chan.last_confirmed);
+            chan.last_confirmed = tag;
+            metrics::counter!(crate::metrics::CONFIRMED).increment(1);
+            self.send(conn, ToConn::Confirm { ch, tag, ack: true });
+        }
+    }
+
+    fn push_waiting(&mut self, index: u64, conn: ConnId, ch: u16, what: Completion) {
+        let chan_uid = self.chan_uids.get(&(conn, ch)).copied().unwrap_or(0);
+        debug_assert!(self.waiting.back().is_none_or(|w| w.index <= index));
+        self.waiting.push_back(Waiting {
+            index,
+            conn,
+            ch,
+            chan_uid,
+            what,
+        });
+    }
+
+    fn on_stable(&mut self, index: u64) {
+        if index <= self.stable {
+            return;
+        }
+        // I1: the store can only report what was appended.
+        assert!(
+            index <= self.last_appended,
+            "I1: stable index {index} beyond last appended {}",
+            self.last_appended
+        );
+        self.stable = index;
+        metrics::gauge!(crate::metrics::STABLE_INDEX).set(index as f64);
+        while self.waiting.front().is_some_and(|w| w.index <= self.stable) {
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            if self.chan_uids.get(&(w.conn, w.ch)) != Some(&w.chan_uid) {
+                continue; // that channel is gone
+            }
+            match w.what {
+                Completion::Confirm(tag) => self.send_confirm(w.conn, w.ch, tag),
+                Completion::Reply(m) => {
+                    if let Some(chan) = self.channel_mut(w.conn, w.ch) {
+                        chan.pending_replies -= 1;
+                    }
+                    self.send(w.conn, ToConn::Method(w.ch, m));
+                }
+                Completion::Rerun(input) => {
+                    if let Some(chan) = self.channel_mut(w.conn, w.ch) {
+                        chan.pending_replies -= 1;
+                    }
+                    self.handle(input);
+                }
+            }
+        }
+        let stalled = std::mem::take(&mut self.stalled);
+        for (v, q) in stalled {
+            self.try_deliver(&v, &q);
+        }
+    }
+
+    /// A fresh server-chosen name: `prefix` + 22 URL-safe characters, as RabbitMQ's
+    /// `amq.gen-` and `amq.ctag-` names look. Randomness is fine here: the name goes
+    /// into the event, so apply stays deterministic (I4).
+    fn server_name(&mut self, prefix: &str) -> String {
+        use rand::Rng;
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        self.name_counter += 1;
+        let mut rng = rand::rng();
+        let mut s = String::with_capacity(prefix.len() + 22);
+        s.push_str(prefix);
+        for _ in 0..22 {
+            s.push(ALPHABET[rng.random_range(0..ALPHABET.len())] as char);
+        }
+        s
+    }
+
+    fn method(&mut self, conn: ConnId, ch: u16, method: AMQPClass) -> AmqpResult<()> {
+        let (cid, mid) = (method.get_amqp_class_id(), method.get_amqp_method_id());
+        let r = match method {
+            AMQPClass::Channel(mchannel::AMQPMethod::Flow(f)) => self.channel_flow(conn, ch, f.active),
+            AMQPClass::Channel(mchannel::AMQPMethod::FlowOk(_)) => Ok(()),
+            AMQPClass::Exchange(m) => self.exchange_method(conn, ch, m),
+            AMQPClass::Queue(m) => self.queue_method(conn, ch, m),
+            AMQPClass::Basic(m) => self.basic_method(conn, ch, m),
+            AMQPClass::Confirm(m) => self.confirm_method(conn, ch, m),
+            AMQPClass::Tx(m) => self.tx_method(conn, ch, m),
+            other => Err(AmqpError::command_invalid(format!(
+                "unexpected method {}.{} on channel {ch}",
+                other.get_amqp_class_id(),
+                other.get_amqp_method_id()
+            ))),
+        };
+        r.map_err(|e| if e.class_id == 0 { e.on(cid, mid) } else { e })
+    }
+
+    fn channel_flow(&mut self, conn: ConnId, ch: u16, active: bool) -> AmqpResult<()> {
+        let vhost = self.vhost_of(conn)?;
+        let chan = self.channel_mut(conn, ch).ok_or_else(|| AmqpError::command_invalid("no channel"))?;
+        chan.flow_active = active;
+        let queues: Vec<String> = chan.consumers.values().map(|c| c.queue.clone()).collect();
+        self.send(
+            conn,
+            ToConn::Method(ch, AMQPClass::Channel(mchannel::AMQPMethod::FlowOk(mchannel::FlowOk { active }))),
+        );
+        if active {
+            for q in queues {
+                self.try_deliver(&vhost, &q);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

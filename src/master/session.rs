@@ -1,0 +1,167 @@
+//! Per-connection and per-channel state the master keeps: consumers, unacked
+//! deliveries, prefetch, confirm and tx modes. None of it is replicated: a
+//! failover closes every connection, and unacked messages return to their queues.
+
+use super::io::ConnId;
+use bytes::Bytes;
+use stablemq_protocol::{BasicProperties, methods::basic};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// A logged-in connection.
+#[derive(Debug)]
+pub struct Session {
+    /// Authenticated user.
+    pub user: String,
+    /// The vhost it opened.
+    pub vhost: String,
+    /// Open channels by number.
+    pub channels: HashMap<u16, Channel>,
+    /// Exclusive queues this connection owns (deleted when it goes).
+    pub exclusive_queues: Vec<String>,
+}
+
+/// A delivery awaiting ack.
+#[derive(Debug, Clone)]
+pub struct Unacked {
+    /// Queue the message came from.
+    pub queue: String,
+    /// Message id in that queue.
+    pub msg_id: u64,
+    /// Consumer that got it (None for basic.get).
+    pub consumer_tag: Option<Arc<str>>,
+}
+
+/// A consumer on a channel.
+#[derive(Debug)]
+pub struct Consumer {
+    /// Queue it consumes from.
+    pub queue: String,
+    /// Deliveries need no ack.
+    pub no_ack: bool,
+    /// Per-consumer prefetch limit (0 = none), fixed at basic.consume time.
+    pub prefetch: u16,
+    /// Unacked deliveries of this consumer.
+    pub unacked: u32,
+}
+
+/// A publish held back until tx.commit.
+#[derive(Debug)]
+pub struct HeldPublish {
+    /// The method.
+    pub publish: basic::Publish,
+    /// Properties.
+    pub properties: BasicProperties,
+    /// Body.
+    pub body: Bytes,
+}
+
+/// An ack, nack or reject held back until tx.commit.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldAck {
+    /// Delivery tag.
+    pub tag: u64,
+    /// Covers every tag up to `tag`.
+    pub multiple: bool,
+    /// None = ack; Some(requeue) = nack/reject.
+    pub reject: Option<bool>,
+}
+
+/// Work buffered in a transaction.
+#[derive(Debug, Default)]
+pub struct Tx {
+    /// Publishes in order.
+    pub publishes: Vec<HeldPublish>,
+    /// Acks in order.
+    pub acks: Vec<HeldAck>,
+}
+
+/// An open channel.
+#[derive(Debug)]
+pub struct Channel {
+    /// Next delivery tag to hand out (starts at 1).
+    pub next_delivery_tag: u64,
+    /// Deliveries awaiting ack, by delivery tag.
+    pub unacked: BTreeMap<u64, Unacked>,
+    /// Consumers by tag.
+    pub consumers: HashMap<Arc<str>, Consumer>,
+    /// Prefetch given to consumers created from now on (basic.qos global=false).
+    pub consumer_prefetch: u16,
+    /// Limit on unacked deliveries across the channel (basic.qos global=true; 0 = none).
+    pub channel_prefetch: u16,
+    /// channel.flow: false stops deliveries.
+    pub flow_active: bool,
+    /// Confirm mode: the next publish sequence number (None = not in confirm mode).
+    pub confirm_next: Option<u64>,
+    /// Highest confirm tag sent, to check I5.
+    pub last_confirmed: u64,
+    /// Transaction buffer (None = not in tx mode).
+    pub tx: Option<Tx>,
+    /// Replies of this channel still waiting for the log; while non-zero, later
+    /// methods on the channel are deferred so replies keep their order.
+    pub pending_replies: u32,
+}
+
+impl Default for Channel {
+    fn default() -> Self {
+        Channel {
+            next_delivery_tag: 1,
+            unacked: BTreeMap::new(),
+            consumers: HashMap::new(),
+            consumer_prefetch: 0,
+            channel_prefetch: 0,
+            flow_active: true,
+            confirm_next: None,
+            last_confirmed: 0,
+            tx: None,
+            pending_replies: 0,
+        }
+    }
+}
+
+impl Channel {
+    /// Unacked deliveries that count against the channel limit.
+    pub fn unacked_count(&self) -> usize {
+        self.unacked.len()
+    }
+
+    /// Delivery tags selected by an ack/nack: one tag, or all up to it (`multiple`);
+    /// `multiple` with tag 0 means every outstanding tag.
+    pub fn select_tags(&self, tag: u64, multiple: bool) -> Option<Vec<u64>> {
+        if multiple {
+            let upto = if tag == 0 { u64::MAX } else { tag };
+            if tag != 0 && !self.unacked.contains_key(&tag) {
+                return None;
+            }
+            Some(self.unacked.range(..=upto).map(|(t, _)| *t).collect())
+        } else if self.unacked.contains_key(&tag) {
+            Some(vec![tag])
+        } else {
+            None
+        }
+    }
+}
+
+/// Identifies one consumer across the broker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConsumerKey {
+    /// Connection.
+    pub conn: ConnId,
+    /// Channel.
+    pub ch: u16,
+    /// Consumer tag.
+    pub tag: Arc<str>,
+}
+
+/// The consumers of one queue, in round-robin order.
+#[derive(Debug, Default)]
+pub struct QueueConsumers {
+    /// Consumers in subscription order.
+    pub list: Vec<ConsumerKey>,
+    /// Index of the consumer to try first next time.
+    pub next: usize,
+    /// One consumer holds the queue exclusively.
+    pub exclusive: bool,
+    /// Whether the queue ever had a consumer (auto-delete waits for the first one).
+    pub ever_had_consumer: bool,
+}

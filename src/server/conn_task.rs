@@ -1,0 +1,146 @@
+//! One task per client socket: read, decode, run the connection machine, write.
+
+use super::master_task::MasterMsg;
+use crate::amqp::connection::{Action, Connection};
+use crate::amqp::encode::Encoder;
+use crate::config::Config;
+use crate::master::io::{ConnId, Input, ToConn};
+use bytes::BytesMut;
+use stablemq_protocol::{check_protocol_header, decode_frame, encode_frame};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+
+/// Serve one connection until it closes.
+pub async fn run(
+    id: ConnId,
+    sock: TcpStream,
+    peer: SocketAddr,
+    config: Arc<Config>,
+    master: mpsc::Sender<MasterMsg>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<ToConn>();
+    if master.send(MasterMsg::Register(id, out_tx)).await.is_err() {
+        return;
+    }
+    let (mut rd, mut wr) = sock.into_split();
+    let mut conn = Connection::new(id, peer.ip(), config, Instant::now());
+    let mut rbuf = BytesMut::with_capacity(64 * 1024);
+    let mut wbuf = BytesMut::with_capacity(64 * 1024);
+    let mut actions = Vec::with_capacity(64);
+    let mut inbox = Vec::with_capacity(256);
+    let mut enc = Encoder::default();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut reading = true;
+    let mut shutting_down = false;
+    loop {
+        tokio::select! {
+            r = rd.read_buf(&mut rbuf), if reading => {
+                let now = Instant::now();
+                match r {
+                    Ok(0) | Err(_) => {
+                        reading = false;
+                        conn.on_eof(&mut actions);
+                    }
+                    Ok(_) => decode_all(&mut conn, &mut rbuf, now, &mut actions),
+                }
+            }
+            n = out_rx.recv_many(&mut inbox, 256) => {
+                if n == 0 {
+                    // The master dropped us (it closed the connection): keep going until closed.
+                    if conn.is_closed() { break; }
+                }
+                for m in inbox.drain(..) {
+                    conn.on_master(m, &mut actions);
+                }
+            }
+            _ = tick.tick() => conn.on_tick(Instant::now(), &mut actions),
+            r = shutdown.changed(), if !shutting_down => {
+                shutting_down = true;
+                if r.is_ok() {
+                    conn.shutdown(Instant::now(), &mut actions);
+                }
+            }
+        }
+        let mut close = false;
+        let frame_max = conn.frame_max();
+        for a in actions.drain(..) {
+            match a {
+                Action::Write(f) => encode_frame(&f, &mut wbuf),
+                Action::WriteRaw(b) => wbuf.extend_from_slice(&b),
+                Action::Out(m) => enc.push(m, frame_max, &mut wbuf),
+                Action::ToMaster(i) => {
+                    enc.flush(&mut wbuf);
+                    if master.send(MasterMsg::Input(i)).await.is_err() {
+                        close = true;
+                    }
+                }
+                Action::Close => close = true,
+            }
+        }
+        enc.flush(&mut wbuf);
+        if !wbuf.is_empty() {
+            if wr.write_all(&wbuf).await.is_err() {
+                let mut tail = Vec::new();
+                conn.on_eof(&mut tail);
+                for a in tail {
+                    if let Action::ToMaster(i) = a {
+                        let _ = master.send(MasterMsg::Input(i)).await;
+                    }
+                }
+                break;
+            }
+            wbuf.clear();
+            conn.note_sent(Instant::now());
+        }
+        if close || conn.is_closed() {
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+    // Make sure the master forgets us even if we left without a clean close.
+    let _ = master.send(MasterMsg::Input(Input::Disconnected { conn: id })).await;
+}
+
+/// Decode every complete frame in `rbuf`.
+fn decode_all(conn: &mut Connection, rbuf: &mut BytesMut, now: Instant, actions: &mut Vec<Action>) {
+    if conn.awaiting_header() {
+        if rbuf.len() < 8 {
+            // A short wrong header can already be refused.
+            if let stablemq_protocol::HeaderCheck::Bad = check_protocol_header(rbuf) {
+                conn.on_header(stablemq_protocol::HeaderCheck::Bad, now, actions);
+                rbuf.clear();
+            }
+            return;
+        }
+        let check = check_protocol_header(&rbuf[..8]);
+        let ok = matches!(check, stablemq_protocol::HeaderCheck::Ok);
+        conn.on_header(check, now, actions);
+        if !ok {
+            rbuf.clear();
+            return;
+        }
+        let _ = rbuf.split_to(8);
+    }
+    loop {
+        if conn.is_closed() {
+            rbuf.clear();
+            return;
+        }
+        match decode_frame(rbuf, conn.frame_max()) {
+            Ok(Some(f)) => conn.on_frame(f, now, actions),
+            Ok(None) => return,
+            Err(e) => {
+                conn.on_decode_error(&e, actions);
+                // The stream is out of step; drop what we have and only look for close-ok.
+                rbuf.clear();
+                return;
+            }
+        }
+    }
+}
+

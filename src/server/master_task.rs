@@ -1,0 +1,121 @@
+//! The task that owns the master core and the log.
+
+use crate::config::Config;
+use crate::master::Master;
+use crate::master::io::{ConnId, Input, Output, ToConn};
+use crate::metrics as m;
+use stablemq_cluster::LocalLog;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Messages into the master task.
+pub enum MasterMsg {
+    /// An input for the core.
+    Input(Input),
+    /// A new connection's outbox.
+    Register(ConnId, mpsc::UnboundedSender<ToConn>),
+    /// Stop and hand back the log for flushing.
+    Shutdown(oneshot::Sender<LocalLog>),
+}
+
+/// Run until shutdown.
+pub async fn run(
+    mut master: Master,
+    mut log: LocalLog,
+    mut rx: mpsc::Receiver<MasterMsg>,
+    mut stable_rx: watch::Receiver<u64>,
+    config: Arc<Config>,
+) {
+    let mut outboxes: HashMap<ConnId, mpsc::UnboundedSender<ToConn>> = HashMap::new();
+    let mut batch = Vec::with_capacity(512);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let node = format!("stablemq@{}", hostname());
+    loop {
+        tokio::select! {
+            n = rx.recv_many(&mut batch, 512) => {
+                if n == 0 {
+                    return;
+                }
+                for msg in batch.drain(..) {
+                    match msg {
+                        MasterMsg::Input(i) => {
+                            let gone = match &i {
+                                Input::Disconnected { conn } => Some(*conn),
+                                _ => None,
+                            };
+                            master.handle(i);
+                            dispatch(&mut master, &mut log, &mut outboxes);
+                            if let Some(c) = gone {
+                                outboxes.remove(&c);
+                            }
+                        }
+                        MasterMsg::Register(id, tx) => {
+                            outboxes.insert(id, tx);
+                        }
+                        MasterMsg::Shutdown(done) => {
+                            let _ = done.send(log);
+                            return;
+                        }
+                    }
+                }
+            }
+            Ok(()) = stable_rx.changed() => {
+                let index = *stable_rx.borrow_and_update();
+                master.handle(Input::Stable { index });
+                dispatch(&mut master, &mut log, &mut outboxes);
+            }
+            _ = tick.tick() => publish_gauges(&master, &config, &node),
+        }
+    }
+}
+
+/// Carry out the core's outputs.
+fn dispatch(master: &mut Master, log: &mut LocalLog, outboxes: &mut HashMap<ConnId, mpsc::UnboundedSender<ToConn>>) {
+    for o in master.take_outputs() {
+        match o {
+            Output::Append(payload) => {
+                let pos = log.append(payload);
+                debug_assert!(pos.index <= master.last_appended());
+            }
+            Output::ToConn(conn, msg) => {
+                let closing = matches!(msg, ToConn::CloseConnection(_));
+                if let Some(tx) = outboxes.get(&conn) {
+                    let _ = tx.send(msg);
+                }
+                if closing {
+                    outboxes.remove(&conn);
+                }
+            }
+        }
+    }
+    debug_assert_eq!(log.last_appended(), master.last_appended(), "master and log disagree on the last index");
+}
+
+fn publish_gauges(master: &Master, config: &Config, node: &str) {
+    metrics::gauge!(m::IDENTITY, "rabbitmq_node" => node.to_string(), "rabbitmq_cluster" => config.cluster_name.clone())
+        .set(1.0);
+    metrics::gauge!(m::RSS).set(crate::metrics::resident_memory_bytes() as f64);
+    metrics::gauge!(m::CHANNELS).set(master.channel_count() as f64);
+    let mut queues = 0usize;
+    for (vname, v) in &master.broker.vhosts {
+        for (qname, q) in &v.queues {
+            queues += 1;
+            let labels = [("vhost", vname.clone()), ("queue", qname.clone())];
+            metrics::gauge!(m::QUEUE_READY, &labels).set(q.ready.len() as f64);
+            metrics::gauge!(m::QUEUE_UNACKED, &labels).set(q.unacked.len() as f64);
+            metrics::gauge!(m::QUEUE_MESSAGES, &labels).set(q.len() as f64);
+            metrics::gauge!(m::QUEUE_CONSUMERS, &labels).set(master.consumer_count(vname, qname) as f64);
+        }
+    }
+    metrics::gauge!(m::QUEUES).set(queues as f64);
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
