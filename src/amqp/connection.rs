@@ -640,4 +640,5 @@ fn method_ids(f: &Frame) -> (u16, u16) {
 }
 
 #[cfg(test)]
+#[path = "connection_tests.rs"]
 mod tests;
