@@ -29,9 +29,8 @@ pub fn parse_response(mechanism: &str, response: &[u8]) -> Result<(String, Strin
                 )),
             }
         }
-        "AMQPLAIN" => parse_amqplain(response).ok_or_else(|| {
-            AmqpError::access_refused("AMQPLAIN login refused: malformed response")
-        }),
+        "AMQPLAIN" => parse_amqplain(response)
+            .ok_or_else(|| AmqpError::access_refused("AMQPLAIN login refused: malformed response")),
         other => Err(AmqpError::new(
             ReplyCode::AccessRefused,
             format!("unsupported authentication mechanism '{other}'"),
@@ -107,7 +106,9 @@ pub fn authenticate<'c>(
 fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 

@@ -57,7 +57,10 @@ pub fn main() -> i32 {
 fn run_serve(args: ServeArgs) -> i32 {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
     let config = match Config::load(args.config.as_deref()) {
         Ok(c) => Arc::new(c),
         Err(e) => {
@@ -67,11 +70,15 @@ fn run_serve(args: ServeArgs) -> i32 {
     };
     let opts = ServeOptions {
         amqp_addr: SocketAddr::new(args.bind, args.amqp_port),
-        prometheus_addr: (args.prometheus_port != 0).then(|| SocketAddr::new(args.bind, args.prometheus_port)),
+        prometheus_addr: (args.prometheus_port != 0)
+            .then(|| SocketAddr::new(args.bind, args.prometheus_port)),
         data_dir: args.data_dir,
         config,
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("stablemq: tokio runtime: {e}");

@@ -19,7 +19,8 @@ pub const DELIVERED: &str = "rabbitmq_global_messages_delivered_total";
 /// Messages delivered to consumers in auto-ack mode.
 pub const DELIVERED_AUTO_ACK: &str = "rabbitmq_global_messages_delivered_consume_auto_ack_total";
 /// Messages delivered to consumers in manual-ack mode.
-pub const DELIVERED_MANUAL_ACK: &str = "rabbitmq_global_messages_delivered_consume_manual_ack_total";
+pub const DELIVERED_MANUAL_ACK: &str =
+    "rabbitmq_global_messages_delivered_consume_manual_ack_total";
 /// Messages fetched with basic.get (both modes).
 pub const DELIVERED_GET: &str = "rabbitmq_global_messages_delivered_get_manual_ack_total";
 /// Messages redelivered.
@@ -72,10 +73,19 @@ fn describe() {
     describe_counter!(CONFIRMED, "Publisher confirms sent");
     describe_counter!(DELIVERED, "Messages delivered to consumers");
     describe_counter!(ACKNOWLEDGED, "Messages acknowledged by consumers");
-    describe_counter!(UNROUTABLE_RETURNED, "Unroutable mandatory messages returned");
+    describe_counter!(
+        UNROUTABLE_RETURNED,
+        "Unroutable mandatory messages returned"
+    );
     describe_gauge!(QUEUE_READY, "Messages ready for delivery, per queue");
-    describe_gauge!(QUEUE_UNACKED, "Messages delivered and not yet acked, per queue");
-    describe_gauge!(STABLE_INDEX, "Highest log index stable on a quorum of stores");
+    describe_gauge!(
+        QUEUE_UNACKED,
+        "Messages delivered and not yet acked, per queue"
+    );
+    describe_gauge!(
+        STABLE_INDEX,
+        "Highest log index stable on a quorum of stores"
+    );
 }
 
 /// Resident set size of this process in bytes, from /proc (0 where unavailable).

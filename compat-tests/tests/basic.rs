@@ -150,7 +150,11 @@ async fn user_id_must_match_the_authenticated_user() {
     wait_channel_closed(&ch).await;
     assert!(conn.status().connected());
     let ch2 = channel(&conn).await;
-    assert_eq!(queue_counts(&ch2, &q).await.0, 0, "the forged message is dropped");
+    assert_eq!(
+        queue_counts(&ch2, &q).await.0,
+        0,
+        "the forged message is dropped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,7 +194,10 @@ async fn large_and_empty_bodies() {
     for &n in &sizes {
         let m = get(&ch, &q).await.expect("a message");
         assert_eq!(m.delivery.data.len(), n, "basic.get body size");
-        assert!(m.delivery.data == body(n), "basic.get body of {n} bytes changed");
+        assert!(
+            m.delivery.data == body(n),
+            "basic.get body of {n} bytes changed"
+        );
     }
     // And through basic.deliver.
     for &n in &sizes {
@@ -253,7 +260,11 @@ async fn mandatory_unroutable_is_returned_with_no_route() {
     )
     .await;
     let returned = wait_returned(&ch).await;
-    assert_eq!(returned.len(), 1, "only the mandatory unroutable message: {returned:?}");
+    assert_eq!(
+        returned.len(),
+        1,
+        "only the mandatory unroutable message: {returned:?}"
+    );
     let r = &returned[0];
     assert_eq!(r.reply_code, NO_ROUTE);
     assert_eq!(r.reply_text.as_str(), "NO_ROUTE");
@@ -308,7 +319,9 @@ async fn immediate_publish_closes_the_connection_with_not_implemented() {
         BasicProperties::default(),
     )
     .await;
-    watch.expect(NOT_IMPLEMENTED, "publish with immediate=true").await;
+    watch
+        .expect(NOT_IMPLEMENTED, "publish with immediate=true")
+        .await;
     wait_connection_closed(&conn).await;
     // The message was not enqueued.
     let (_c2, ch2) = open(&broker).await;
@@ -524,7 +537,10 @@ async fn broker_cancels_consumers_of_a_deleted_queue() {
             .is_none(),
         "consumer of a deleted queue still yields"
     );
-    assert!(ch.status().connected(), "basic.cancel is not a channel error");
+    assert!(
+        ch.status().connected(),
+        "basic.cancel is not a channel error"
+    );
     declare_queue(&ch, &unique("b-cancel-after")).await;
 }
 
@@ -598,7 +614,10 @@ async fn nack_requeue_redelivers_with_redelivered_flag() {
     );
     let second = next_delivery(&mut consumer).await;
     assert_eq!(second.data, b"again");
-    assert!(second.redelivered, "requeued message must be redelivered=true");
+    assert!(
+        second.redelivered,
+        "requeued message must be redelivered=true"
+    );
     assert!(second.delivery_tag > first.delivery_tag);
     second.ack(BasicAckOptions::default()).await.expect("ack");
 }
@@ -650,7 +669,10 @@ async fn nack_multiple() {
     .expect("nack");
     let a = get(&ch, &q).await.expect("requeued m0");
     let b = get(&ch, &q).await.expect("requeued m1");
-    assert_eq!((a.delivery.data.as_slice(), b.delivery.data.as_slice()), (&b"m0"[..], &b"m1"[..]));
+    assert_eq!(
+        (a.delivery.data.as_slice(), b.delivery.data.as_slice()),
+        (&b"m0"[..], &b"m1"[..])
+    );
     assert!(a.delivery.redelivered && b.delivery.redelivered);
     assert!(get(&ch, &q).await.is_none(), "m2 and m3 were dropped");
     assert!(ch.status().connected());
@@ -750,7 +772,10 @@ async fn unacked_messages_return_when_the_channel_closes() {
         .expect("channel.close");
     let mut back = Vec::new();
     while let Some(m) = get(&pch, &q).await {
-        assert!(m.delivery.redelivered, "requeued on close must be redelivered");
+        assert!(
+            m.delivery.redelivered,
+            "requeued on close must be redelivered"
+        );
         back.push(String::from_utf8_lossy(&m.delivery.data).into_owned());
     }
     assert_eq!(back, ["m0", "m1", "m2"], "requeued in their original order");
@@ -816,6 +841,9 @@ async fn qos_prefetch_per_consumer() {
 }
 
 /// basic.qos global=true: the limit is shared by all consumers on the channel.
+/// (RabbitMQ 4.3 deprecates this and by default treats global=true as per-consumer
+/// unless `deprecated_features.permit.global_qos = true`; this test encodes the
+/// behaviour with the feature permitted, as in every release before 4.3.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qos_prefetch_per_channel() {
     let broker = Broker::start();
@@ -900,7 +928,9 @@ async fn double_ack_is_precondition_failed() {
     let mut watch = ErrorWatch::new(&conn);
     ack(&ch, tag, false).await;
     ack(&ch, tag, false).await;
-    watch.expect(PRECONDITION_FAILED, "second ack of one tag").await;
+    watch
+        .expect(PRECONDITION_FAILED, "second ack of one tag")
+        .await;
     wait_channel_closed(&ch).await;
     // The first ack took effect; the untouched message is still there.
     assert_eq!(drain(&pch, &q).await, vec![b"m1".to_vec()]);
@@ -921,7 +951,11 @@ async fn single_consumer_sees_publish_order() {
     }
     for i in 0..N {
         let d = next_delivery(&mut consumer).await;
-        assert_eq!(String::from_utf8_lossy(&d.data), format!("{i}"), "message {i}");
+        assert_eq!(
+            String::from_utf8_lossy(&d.data),
+            format!("{i}"),
+            "message {i}"
+        );
         assert_eq!(d.delivery_tag, i as u64 + 1);
     }
     ack(&ch, N as u64, true).await;

@@ -191,7 +191,10 @@ async fn channel_error_does_not_affect_other_channels() {
     assert!(conn.status().connected());
     assert!(good.status().connected());
     publish(&good, "", &q, b"two").await;
-    assert_eq!(drain(&good, &q).await, vec![b"one".to_vec(), b"two".to_vec()]);
+    assert_eq!(
+        drain(&good, &q).await,
+        vec![b"one".to_vec(), b"two".to_vec()]
+    );
     // And new channels open on the same connection.
     let third = channel(&conn).await;
     declare_queue(&third, &unique("chan-iso")).await;
@@ -222,9 +225,13 @@ async fn closed_channel_cannot_be_used() {
         .await
         .expect("channel.close");
     assert!(
-        ch2.queue_declare("".into(), QueueDeclareOptions::default(), FieldTable::default())
-            .await
-            .is_err(),
+        ch2.queue_declare(
+            "".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default()
+        )
+        .await
+        .is_err(),
         "queue.declare on a closed channel"
     );
     assert!(conn.status().connected());

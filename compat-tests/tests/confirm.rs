@@ -77,8 +77,7 @@ async fn read_confirms(raw: &mut RawConn, channels: &[u16], n: u64) -> Vec<Vec<R
     let mut replies: Vec<Vec<Reply>> = channels.iter().map(|_| Vec::new()).collect();
     // confirmed[i][t] is true once tag t on channels[i] has been confirmed.
     let mut confirmed = vec![vec![false; n as usize + 1]; channels.len()];
-    let all_done =
-        |c: &Vec<Vec<bool>>| c.iter().all(|tags| tags[1..].iter().all(|&done| done));
+    let all_done = |c: &Vec<Vec<bool>>| c.iter().all(|tags| tags[1..].iter().all(|&done| done));
     within("publisher confirms", async {
         while !all_done(&confirmed) {
             let f = raw
@@ -102,9 +101,7 @@ async fn read_confirms(raw: &mut RawConn, channels: &[u16], n: u64) -> Vec<Vec<R
                     tag: a.delivery_tag,
                     multiple: a.multiple,
                 },
-                AMQPClass::Basic(bm::AMQPMethod::Return(r)) => Reply::Return {
-                    code: r.reply_code,
-                },
+                AMQPClass::Basic(bm::AMQPMethod::Return(r)) => Reply::Return { code: r.reply_code },
                 other => panic!("unexpected method on channel {}: {other:?}", f.channel),
             };
             if let Reply::Ack { tag, multiple } | Reply::Nack { tag, multiple } = reply {
@@ -210,8 +207,13 @@ async fn unroutable_mandatory_is_returned_then_acked() {
     )
     .await;
     // lapin attaches a basic.return that arrives before the ack to that ack.
-    assert!(c.is_ack(), "an unroutable message is acked, not nacked: {c:?}");
-    let r = c.take_message().expect("the basic.return came before the ack");
+    assert!(
+        c.is_ack(),
+        "an unroutable message is acked, not nacked: {c:?}"
+    );
+    let r = c
+        .take_message()
+        .expect("the basic.return came before the ack");
     assert_eq!(r.reply_code, NO_ROUTE);
     assert_eq!(r.delivery.routing_key.as_str(), key);
     assert_eq!(r.delivery.data, b"bounce");
@@ -283,7 +285,10 @@ async fn return_precedes_ack_on_the_wire() {
         .expect("a basic.return");
     assert_eq!(replies[ret], Reply::Return { code: NO_ROUTE });
     assert_eq!(
-        replies.iter().filter(|r| matches!(r, Reply::Return { .. })).count(),
+        replies
+            .iter()
+            .filter(|r| matches!(r, Reply::Return { .. }))
+            .count(),
         1
     );
     // The ack covering tag 2 comes after the return.

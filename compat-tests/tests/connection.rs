@@ -13,7 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Config for tests that need a second vhost and a non-guest user. RabbitMQ needs
 /// the same by hand: `rabbitmqctl add_vhost other; add_user alice secret;
-/// set_permissions -p other alice ".*" ".*" ".*"`.
+/// set_permissions -p other alice ".*" ".*" ".*"; set_permissions -p / alice ".*"
+/// ".*" ".*"`.
 const ALICE_CONFIG: &str = r#"
 vhosts = ["/", "other"]
 
@@ -89,7 +90,9 @@ async fn configured_user_uses_configured_vhost_in_isolation() {
     assert_eq!(get_body(&ach, &q).await.as_deref(), Some(&b"in other"[..]));
 
     // The same queue name does not exist in "/": vhosts are separate namespaces.
-    let (_guest, gch) = open(&broker).await;
+    // (alice, not guest: whether guest survives a users list is config policy.)
+    let alice_root = connect_uri(&broker.uri_with("alice", "secret", "/")).await;
+    let gch = channel(&alice_root).await;
     let res = gch
         .queue_declare(
             q.as_str().into(),
@@ -250,12 +253,9 @@ async fn silent_client_gets_heartbeats_then_is_disconnected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_amqp_protocol_header_gets_the_supported_header_back() {
     let broker = Broker::start();
-    let mut s = within(
-        "tcp connect",
-        tokio::net::TcpStream::connect(broker.addr()),
-    )
-    .await
-    .expect("tcp connect");
+    let mut s = within("tcp connect", tokio::net::TcpStream::connect(broker.addr()))
+        .await
+        .expect("tcp connect");
     // Exactly 8 bytes, the size of a protocol header, so the broker has read all
     // we sent when it closes (unread bytes would turn its close into a reset).
     s.write_all(b"GET / HT").await.expect("write");
@@ -314,7 +314,11 @@ async fn client_close_is_acknowledged() {
             FieldTable::default(),
         )
         .await;
-    assert_code(res, NOT_FOUND, "exclusive queue after its connection closed");
+    assert_code(
+        res,
+        NOT_FOUND,
+        "exclusive queue after its connection closed",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

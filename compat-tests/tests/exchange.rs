@@ -105,6 +105,9 @@ async fn routed_to(
     hit
 }
 
+/// Message headers as (key, long-string value) pairs.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
 fn header_props(t: FieldTable) -> BasicProperties {
     BasicProperties::default().with_headers(t)
 }
@@ -123,13 +126,13 @@ async fn declare_each_builtin_type() {
         declare_exchange(&ch, &name, kind.clone()).await;
         // Idempotent: the same declare again succeeds, and so does a passive one.
         declare_exchange(&ch, &name, kind.clone()).await;
-        declare_exchange_with(&ch, &name, kind, passive()).await;
-        // A durable one too.
-        let durable = unique("ex-durable");
+        declare_exchange_with(&ch, &name, kind.clone(), passive()).await;
+        // A durable one of the same type too, deleted again.
+        let durable = unique(&format!("ex-durable-{label}"));
         declare_exchange_with(
             &ch,
             &durable,
-            ExchangeKind::Fanout,
+            kind,
             ExchangeDeclareOptions {
                 durable: true,
                 ..Default::default()
@@ -326,7 +329,10 @@ async fn predeclared_exchanges_exist() {
     declare_queue(&ch, &q).await;
     bind(&ch, &q, "amq.direct", &q, FieldTable::default()).await;
     publish(&ch, "amq.direct", &q, b"via amq.direct").await;
-    assert_eq!(get_body(&ch, &q).await.as_deref(), Some(&b"via amq.direct"[..]));
+    assert_eq!(
+        get_body(&ch, &q).await.as_deref(),
+        Some(&b"via amq.direct"[..])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,7 +392,11 @@ async fn delete_if_unused_with_binding_is_precondition_failed() {
     )
     .await;
     // "exchange '...' in vhost '/' in use"
-    assert_code(res, PRECONDITION_FAILED, "delete if-unused of a bound exchange");
+    assert_code(
+        res,
+        PRECONDITION_FAILED,
+        "delete if-unused of a bound exchange",
+    );
     assert!(exchange_exists(&conn, &x).await);
 
     // Once unbound, if-unused deletes it.
@@ -453,7 +463,10 @@ async fn publishing_to_an_internal_exchange_is_access_refused() {
 
     // Reachable through an exchange-to-exchange binding...
     publish(&ch, &front, "", b"through front").await;
-    assert_eq!(get_body(&ch, &q).await.as_deref(), Some(&b"through front"[..]));
+    assert_eq!(
+        get_body(&ch, &q).await.as_deref(),
+        Some(&b"through front"[..])
+    );
 
     // ...but not directly.
     let mut watch = ErrorWatch::new(&conn);
@@ -593,10 +606,10 @@ async fn auto_delete_exchange_goes_with_its_last_binding() {
     assert!(!exchange_exists(&conn, &x).await);
 }
 
-/// RabbitMQ 3.11+ (and 4.x): an unknown exchange type is a channel error, 406
-/// PRECONDITION_FAILED "unknown exchange type 'x-no-such-type'". RabbitMQ 3.10
-/// (Debian 12's package) instead closed the connection with 503 COMMAND_INVALID;
-/// this test follows the newer behaviour.
+/// RabbitMQ 4.0+ (commit b6aacb7, "Declaring an exchange with an invalid type is
+/// a precondition failure"): a channel error, 406 PRECONDITION_FAILED "unknown
+/// exchange type 'x-no-such-type'". RabbitMQ 3.x (e.g. Debian 12's 3.10) instead
+/// closed the whole connection with 503 COMMAND_INVALID; this test follows 4.x.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_exchange_type_is_precondition_failed() {
     let broker = Broker::start();
@@ -633,8 +646,14 @@ async fn direct_routing() {
     assert_eq!(routed_to(&ch, &x, "green", p(), &qs).await, vec![1]);
     assert_eq!(routed_to(&ch, &x, "", p(), &qs).await, vec![2]);
     // Exact, case-sensitive match only.
-    assert_eq!(routed_to(&ch, &x, "Red", p(), &qs).await, Vec::<usize>::new());
-    assert_eq!(routed_to(&ch, &x, "red.x", p(), &qs).await, Vec::<usize>::new());
+    assert_eq!(
+        routed_to(&ch, &x, "Red", p(), &qs).await,
+        Vec::<usize>::new()
+    );
+    assert_eq!(
+        routed_to(&ch, &x, "red.x", p(), &qs).await,
+        Vec::<usize>::new()
+    );
     // The same binding twice is one binding: still one copy.
     bind(&ch, &qs[0], &x, "red", FieldTable::default()).await;
     assert_eq!(routed_to(&ch, &x, "red", p(), &qs).await, vec![0, 1]);
@@ -657,7 +676,10 @@ async fn fanout_routing() {
     bind(&ch, &qs[1], &x, "also-ignored", FieldTable::default()).await;
     let p = BasicProperties::default;
     assert_eq!(routed_to(&ch, &x, "", p(), &qs).await, vec![0, 1]);
-    assert_eq!(routed_to(&ch, &x, "anything.at.all", p(), &qs).await, vec![0, 1]);
+    assert_eq!(
+        routed_to(&ch, &x, "anything.at.all", p(), &qs).await,
+        vec![0, 1]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -742,7 +764,7 @@ async fn headers_routing() {
         declare_queue(&ch, q).await;
         bind(&ch, q, &x, "", args).await;
     }
-    let cases: &[(&[(&str, &str)], &[usize])] = &[
+    let cases: &[(Headers, &[usize])] = &[
         (&[("format", "pdf"), ("type", "report")], &[0, 1, 2, 3]),
         (
             &[("format", "pdf"), ("type", "report"), ("extra", "1")],

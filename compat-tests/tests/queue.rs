@@ -50,11 +50,7 @@ async fn try_declare(
     opts: QueueDeclareOptions,
     args: FieldTable,
 ) -> lapin::Result<lapin::Queue> {
-    within(
-        "queue.declare",
-        ch.queue_declare(name.into(), opts, args),
-    )
-    .await
+    within("queue.declare", ch.queue_declare(name.into(), opts, args)).await
 }
 
 async fn queue_exists(conn: &Connection, name: &str) -> bool {
@@ -209,7 +205,11 @@ async fn redeclare_with_different_properties_is_precondition_failed() {
         args(&[("x-max-length", AMQPValue::LongInt(20))]),
     )
     .await;
-    assert_code(res, PRECONDITION_FAILED, "redeclare with another x-max-length");
+    assert_code(
+        res,
+        PRECONDITION_FAILED,
+        "redeclare with another x-max-length",
+    );
 
     // The originals are untouched and an identical redeclare still succeeds.
     let ch = channel(&conn).await;
@@ -234,11 +234,19 @@ async fn exclusive_queue_is_locked_to_its_connection() {
     // does not match that of the original declaration."
     let ch = channel(&other).await;
     let res = try_declare(&ch, &q, exclusive(), FieldTable::default()).await;
-    assert_code(res, RESOURCE_LOCKED, "exclusive redeclare from another connection");
+    assert_code(
+        res,
+        RESOURCE_LOCKED,
+        "exclusive redeclare from another connection",
+    );
 
     let ch = channel(&other).await;
     let res = try_declare(&ch, &q, passive(), FieldTable::default()).await;
-    assert_code(res, RESOURCE_LOCKED, "passive declare from another connection");
+    assert_code(
+        res,
+        RESOURCE_LOCKED,
+        "passive declare from another connection",
+    );
 
     let ch = channel(&other).await;
     let res = within(
@@ -465,7 +473,9 @@ async fn purge_returns_the_count_and_spares_unacked() {
     // The unacked message survives and comes back when rejected.
     within(
         "basic.reject",
-        held.delivery.acker.reject(lapin::options::BasicRejectOptions { requeue: true }),
+        held.delivery
+            .acker
+            .reject(lapin::options::BasicRejectOptions { requeue: true }),
     )
     .await
     .expect("basic.reject");
@@ -582,11 +592,18 @@ async fn quorum_queue_accepted_when_durable() {
     )
     .await;
     assert!(c.is_ack(), "{c:?}");
-    assert_eq!(get_body(&ch, &q).await.as_deref(), Some(&b"quorum message"[..]));
+    assert_eq!(
+        get_body(&ch, &q).await.as_deref(),
+        Some(&b"quorum message"[..])
+    );
     // Redeclaring it as classic is inequivalent.
     let res = try_declare(&ch, &q, durable(), queue_type("classic")).await;
     // "inequivalent arg 'x-queue-type' for queue '...': received 'classic' but current is 'quorum'"
-    assert_code(res, PRECONDITION_FAILED, "redeclare a quorum queue as classic");
+    assert_code(
+        res,
+        PRECONDITION_FAILED,
+        "redeclare a quorum queue as classic",
+    );
     let ch = channel(&conn).await;
     delete(&ch, &q, QueueDeleteOptions::default())
         .await
@@ -670,12 +687,9 @@ async fn declare_ok_reports_ready_messages_and_consumers() {
     // A consumer holding one unacked message: message_count counts ready
     // messages only, consumer_count counts the consumer.
     let cch = channel(&conn).await;
-    within(
-        "basic.qos",
-        cch.basic_qos(1, BasicQosOptions::default()),
-    )
-    .await
-    .expect("basic.qos");
+    within("basic.qos", cch.basic_qos(1, BasicQosOptions::default()))
+        .await
+        .expect("basic.qos");
     let mut consumer = consume(&cch, &q, "counter", false).await;
     let first = next_delivery(&mut consumer).await;
     assert_eq!(first.data, b"m0");

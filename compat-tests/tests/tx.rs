@@ -44,7 +44,10 @@ async fn publish_then_commit_delivers() {
     commit(&ch).await;
     // ...and everything is once commit-ok has arrived.
     assert_eq!(queue_counts(&obs, &q).await.0, 2);
-    assert_eq!(drain(&obs, &q).await, vec![b"one".to_vec(), b"two".to_vec()]);
+    assert_eq!(
+        drain(&obs, &q).await,
+        vec![b"one".to_vec(), b"two".to_vec()]
+    );
     // The channel stays transactional: the next publish waits for the next commit.
     publish(&ch, "", &q, b"three").await;
     assert_eq!(queue_counts(&obs, &q).await.0, 0);

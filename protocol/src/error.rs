@@ -137,6 +137,14 @@ pub enum FrameError {
         method_id: u16,
     },
 
+    /// basic.qos with a non-zero prefetch_size. amq-protocol drops the field, so the
+    /// frame layer is the only place that sees it.
+    ///
+    /// RabbitMQ: `rabbit_misc:protocol_error(not_implemented, "prefetch_size!=0 (~w)")`,
+    /// a connection close with 540.
+    #[error("basic.qos prefetch_size {prefetch_size} on channel {channel}")]
+    PrefetchSizeNotSupported { channel: u16, prefetch_size: u32 },
+
     /// A known method whose arguments do not decode: truncated, trailing octets, a
     /// malformed field table, a `shortstr` that is not UTF-8.
     ///
@@ -204,7 +212,8 @@ impl FrameError {
             | Self::BadMethodArguments { channel, .. }
             | Self::BadContentHeader { channel, .. }
             | Self::NonZeroWeight { channel, .. }
-            | Self::TooDeeplyNested { channel, .. } => channel,
+            | Self::TooDeeplyNested { channel, .. }
+            | Self::PrefetchSizeNotSupported { channel, .. } => channel,
         }
     }
 
@@ -220,7 +229,7 @@ impl FrameError {
             | Self::BadContentHeader { .. }
             | Self::TooDeeplyNested { .. } => FRAME_ERROR,
             Self::NonZeroWeight { .. } => UNEXPECTED_FRAME,
-            Self::UnknownMethod { .. } => NOT_IMPLEMENTED,
+            Self::UnknownMethod { .. } | Self::PrefetchSizeNotSupported { .. } => NOT_IMPLEMENTED,
         }
     }
 
@@ -264,6 +273,9 @@ impl FrameError {
             } => {
                 format!("NOT_IMPLEMENTED - unknown method class {class_id} method {method_id}")
             }
+            Self::PrefetchSizeNotSupported { prefetch_size, .. } => {
+                format!("NOT_IMPLEMENTED - prefetch_size!=0 ({prefetch_size})")
+            }
             Self::BadMethodArguments { args, .. } => {
                 format!("FRAME_ERROR - cannot decode {}", args.erlang_binary())
             }
@@ -305,6 +317,7 @@ impl FrameError {
                 method_id,
                 ..
             } if frame_type == crate::frame::FRAME_METHOD => (class_id, method_id),
+            Self::PrefetchSizeNotSupported { .. } => (60, 10),
             _ => (0, 0),
         }
     }

@@ -199,6 +199,15 @@ fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, FrameError> 
             method_id,
         });
     }
+    if (class_id, method_id) == (60, 10)
+        && let Some(size) = args.first_chunk::<4>().map(|b| u32::from_be_bytes(*b))
+        && size != 0
+    {
+        return Err(FrameError::PrefetchSizeNotSupported {
+            channel,
+            prefetch_size: size,
+        });
+    }
     if !nesting::method_args_ok(class_id, method_id, args) {
         return Err(FrameError::TooDeeplyNested {
             channel,

@@ -13,8 +13,8 @@ use crate::master::io::{ConnId, Input, ToConn};
 use bytes::{Bytes, BytesMut};
 use stablemq_protocol::methods::{basic, channel as mch, connection as mconn};
 use stablemq_protocol::{
-    AMQPClass, AMQPValue, BasicProperties, FieldTable, Frame, FrameError, HeaderCheck, LongString,
-    PROTOCOL_HEADER, ShortString, FRAME_MIN_SIZE,
+    AMQPClass, AMQPValue, BasicProperties, FRAME_MIN_SIZE, FieldTable, Frame, FrameError,
+    HeaderCheck, LongString, PROTOCOL_HEADER, ShortString,
 };
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -160,7 +160,10 @@ impl Connection {
             }
             HeaderCheck::Ok => {
                 self.phase = Phase::AwaitStartOk;
-                out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::Start(self.start_method()))));
+                out.push(self.method(
+                    0,
+                    AMQPClass::Connection(mconn::AMQPMethod::Start(self.start_method())),
+                ));
             }
         }
     }
@@ -183,10 +186,16 @@ impl Connection {
         props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
         props.insert("product".into(), s("StableMQ"));
         props.insert("version".into(), s(env!("CARGO_PKG_VERSION")));
-        props.insert("platform".into(), s(&format!("Rust / {}", std::env::consts::OS)));
+        props.insert(
+            "platform".into(),
+            s(&format!("Rust / {}", std::env::consts::OS)),
+        );
         props.insert("cluster_name".into(), s(&self.config.cluster_name));
         props.insert("copyright".into(), s("StableMQ contributors"));
-        props.insert("information".into(), s("Licensed under the Apache License 2.0"));
+        props.insert(
+            "information".into(),
+            s("Licensed under the Apache License 2.0"),
+        );
         mconn::Start {
             version_major: 0,
             version_minor: 9,
@@ -212,7 +221,10 @@ impl Connection {
         match self.phase {
             Phase::Closed => {}
             Phase::Closing => {
-                if self.closing_since.is_some_and(|t| now.duration_since(t) >= CLOSE_TIMEOUT) {
+                if self
+                    .closing_since
+                    .is_some_and(|t| now.duration_since(t) >= CLOSE_TIMEOUT)
+                {
                     self.closed(out);
                 }
             }
@@ -223,7 +235,11 @@ impl Connection {
                 let hb = Duration::from_secs(u64::from(self.heartbeat));
                 if now.duration_since(self.last_recv) >= hb * 2 {
                     // Two missed intervals: the peer is gone. RabbitMQ closes the socket.
-                    tracing::info!(conn = self.id, "missed heartbeats from client, timeout: {}s", self.heartbeat);
+                    tracing::info!(
+                        conn = self.id,
+                        "missed heartbeats from client, timeout: {}s",
+                        self.heartbeat
+                    );
                     self.closed(out);
                     return;
                 }
@@ -250,6 +266,17 @@ impl Connection {
         out.push(Action::Close);
     }
 
+    /// After our close-ok, wait for the client to close the socket, as RabbitMQ does,
+    /// so the client reads close-ok before it sees EOF. `on_tick` ends the wait.
+    fn linger(&mut self, out: &mut Vec<Action>) {
+        if self.told_master {
+            self.told_master = false;
+            out.push(Action::ToMaster(Input::Disconnected { conn: self.id }));
+        }
+        self.phase = Phase::Closing;
+        self.closing_since = Some(self.last_recv);
+    }
+
     /// The socket reached EOF or failed.
     pub fn on_eof(&mut self, out: &mut Vec<Action>) {
         if self.phase != Phase::Closed {
@@ -262,7 +289,14 @@ impl Connection {
         self.close_connection_raw(e.code as u16, e.reply_text(), e.class_id, e.method_id, out);
     }
 
-    fn close_connection_raw(&mut self, code: u16, text: String, class_id: u16, method_id: u16, out: &mut Vec<Action>) {
+    fn close_connection_raw(
+        &mut self,
+        code: u16,
+        text: String,
+        class_id: u16,
+        method_id: u16,
+        out: &mut Vec<Action>,
+    ) {
         if matches!(self.phase, Phase::Closing | Phase::Closed) {
             return;
         }
@@ -302,7 +336,10 @@ impl Connection {
         match msg {
             ToConn::Opened => {
                 self.phase = Phase::Open;
-                out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::OpenOk(mconn::OpenOk {}))));
+                out.push(self.method(
+                    0,
+                    AMQPClass::Connection(mconn::AMQPMethod::OpenOk(mconn::OpenOk {})),
+                ));
             }
             ToConn::CloseConnection(e) => {
                 // The master already forgot this connection.
@@ -339,11 +376,20 @@ impl Connection {
             Phase::Closed | Phase::AwaitHeader => {}
             Phase::Closing => {
                 // Only close-ok (or a crossing close) matters now.
-                if let Frame::Method { channel: 0, method: AMQPClass::Connection(m) } = frame {
+                if let Frame::Method {
+                    channel: 0,
+                    method: AMQPClass::Connection(m),
+                } = frame
+                {
                     match m {
                         mconn::AMQPMethod::CloseOk(_) => self.closed(out),
                         mconn::AMQPMethod::Close(_) => {
-                            out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {}))));
+                            out.push(self.method(
+                                0,
+                                AMQPClass::Connection(mconn::AMQPMethod::CloseOk(
+                                    mconn::CloseOk {},
+                                )),
+                            ));
                             self.closed(out);
                         }
                         _ => {}
@@ -362,7 +408,10 @@ impl Connection {
             if let Frame::Heartbeat { .. } = frame {
                 return;
             }
-            let e = AmqpError::new(ReplyCode::UnexpectedFrame, "expected a connection method during the handshake");
+            let e = AmqpError::new(
+                ReplyCode::UnexpectedFrame,
+                "expected a connection method during the handshake",
+            );
             return self.close_connection(&e, out);
         };
         let (cid, mid) = (method.get_amqp_class_id(), method.get_amqp_method_id());
@@ -370,8 +419,10 @@ impl Connection {
             (Phase::AwaitStartOk, AMQPClass::Connection(mconn::AMQPMethod::StartOk(s))) => {
                 self.client_properties = s.client_properties;
                 let mech = s.mechanism.as_str();
-                let result = auth::parse_response(mech, s.response.as_bytes())
-                    .and_then(|(u, p)| auth::authenticate(&self.config, &u, &p, self.peer).map(|u| u.name.clone()));
+                let result =
+                    auth::parse_response(mech, s.response.as_bytes()).and_then(|(u, p)| {
+                        auth::authenticate(&self.config, &u, &p, self.peer).map(|u| u.name.clone())
+                    });
                 match result {
                     Ok(user) => {
                         self.user = Some(user);
@@ -395,18 +446,45 @@ impl Connection {
             (Phase::AwaitTuneOk, AMQPClass::Connection(mconn::AMQPMethod::TuneOk(t))) => {
                 let server_frame_max = self.config.frame_max;
                 let server_channel_max = self.config.channel_max;
-                let refuse = |text: String| AmqpError::new(ReplyCode::NotAllowed, text).on(cid, mid);
+                let refuse =
+                    |text: String| AmqpError::new(ReplyCode::NotAllowed, text).on(cid, mid);
                 if t.frame_max != 0 && t.frame_max < FRAME_MIN_SIZE {
-                    return self.close_connection(&refuse(format!("frame_max={} < {} min size", t.frame_max, FRAME_MIN_SIZE)), out);
+                    return self.close_connection(
+                        &refuse(format!(
+                            "frame_max={} < {} min size",
+                            t.frame_max, FRAME_MIN_SIZE
+                        )),
+                        out,
+                    );
                 }
                 if server_frame_max != 0 && t.frame_max > server_frame_max {
-                    return self.close_connection(&refuse(format!("frame_max={} > {} max size", t.frame_max, server_frame_max)), out);
+                    return self.close_connection(
+                        &refuse(format!(
+                            "frame_max={} > {} max size",
+                            t.frame_max, server_frame_max
+                        )),
+                        out,
+                    );
                 }
                 if server_channel_max != 0 && t.channel_max > server_channel_max {
-                    return self.close_connection(&refuse(format!("channel_max={} > {} max", t.channel_max, server_channel_max)), out);
+                    return self.close_connection(
+                        &refuse(format!(
+                            "channel_max={} > {} max",
+                            t.channel_max, server_channel_max
+                        )),
+                        out,
+                    );
                 }
-                self.frame_max = if t.frame_max == 0 { server_frame_max } else { t.frame_max };
-                self.channel_max = if t.channel_max == 0 { server_channel_max } else { t.channel_max };
+                self.frame_max = if t.frame_max == 0 {
+                    server_frame_max
+                } else {
+                    t.frame_max
+                };
+                self.channel_max = if t.channel_max == 0 {
+                    server_channel_max
+                } else {
+                    t.channel_max
+                };
                 self.heartbeat = t.heartbeat;
                 self.phase = Phase::AwaitOpen;
             }
@@ -420,11 +498,15 @@ impl Connection {
                 }));
             }
             (_, AMQPClass::Connection(mconn::AMQPMethod::Close(_))) => {
-                out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {}))));
-                self.closed(out);
+                out.push(self.method(
+                    0,
+                    AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {})),
+                ));
+                self.linger(out);
             }
             (_, _) => {
-                let e = AmqpError::command_invalid("unexpected method during the handshake").on(cid, mid);
+                let e = AmqpError::command_invalid("unexpected method during the handshake")
+                    .on(cid, mid);
                 self.close_connection(&e, out);
             }
         }
@@ -436,22 +518,38 @@ impl Connection {
             return self.channel_zero(frame, out);
         }
         if let Frame::Heartbeat { .. } = frame {
-            let e = AmqpError::new(ReplyCode::FrameError, format!("heartbeat frame on channel {ch}"));
+            let e = AmqpError::new(
+                ReplyCode::FrameError,
+                format!("heartbeat frame on channel {ch}"),
+            );
             return self.close_connection(&e, out);
         }
         if ch > self.channel_max && self.channel_max != 0 {
-            let e = AmqpError::new(ReplyCode::ChannelError, format!("channel {ch} exceeds channel_max {}", self.channel_max));
+            let e = AmqpError::new(
+                ReplyCode::ChannelError,
+                format!("channel {ch} exceeds channel_max {}", self.channel_max),
+            );
             return self.close_connection(&e, out);
         }
         let Some(slot) = self.channels.get_mut(&ch) else {
             return match frame {
-                Frame::Method { method: AMQPClass::Channel(mch::AMQPMethod::Open(_)), .. } => {
-                    self.channels.insert(ch, Slot { state: SlotState::Open, content: None });
+                Frame::Method {
+                    method: AMQPClass::Channel(mch::AMQPMethod::Open(_)),
+                    ..
+                } => {
+                    self.channels.insert(
+                        ch,
+                        Slot {
+                            state: SlotState::Open,
+                            content: None,
+                        },
+                    );
                     out.push(Action::ToMaster(Input::ChannelOpen { conn: self.id, ch }));
                 }
                 other => {
                     let (cid, mid) = method_ids(&other);
-                    let e = AmqpError::new(ReplyCode::ChannelError, "expected 'channel.open'").on(cid, mid);
+                    let e = AmqpError::new(ReplyCode::ChannelError, "expected 'channel.open'")
+                        .on(cid, mid);
                     self.close_connection(&e, out)
                 }
             };
@@ -459,14 +557,21 @@ impl Connection {
         match slot.state {
             SlotState::ClosingByClient => {}
             SlotState::ClosingByServer => {
-                if let Frame::Method { method: AMQPClass::Channel(m), .. } = frame {
+                if let Frame::Method {
+                    method: AMQPClass::Channel(m),
+                    ..
+                } = frame
+                {
                     match m {
                         mch::AMQPMethod::CloseOk(_) => {
                             self.channels.remove(&ch);
                         }
                         mch::AMQPMethod::Close(_) => {
                             self.channels.remove(&ch);
-                            out.push(self.method(ch, AMQPClass::Channel(mch::AMQPMethod::CloseOk(mch::CloseOk {}))));
+                            out.push(self.method(
+                                ch,
+                                AMQPClass::Channel(mch::AMQPMethod::CloseOk(mch::CloseOk {})),
+                            ));
                         }
                         _ => {}
                     }
@@ -481,7 +586,9 @@ impl Connection {
                     _ => {
                         let e = AmqpError::new(
                             ReplyCode::UnexpectedFrame,
-                            format!("expected method frame, got non method frame instead on channel {ch}"),
+                            format!(
+                                "expected method frame, got non method frame instead on channel {ch}"
+                            ),
                         );
                         self.close_connection(&e, out)
                     }
@@ -493,19 +600,27 @@ impl Connection {
     fn channel_zero(&mut self, frame: Frame, out: &mut Vec<Action>) {
         match frame {
             Frame::Heartbeat { .. } => {}
-            Frame::Method { method: AMQPClass::Connection(mconn::AMQPMethod::Close(_)), .. } => {
+            Frame::Method {
+                method: AMQPClass::Connection(mconn::AMQPMethod::Close(_)),
+                ..
+            } => {
                 if self.told_master {
                     self.told_master = false;
                     out.push(Action::ToMaster(Input::Disconnected { conn: self.id }));
                 }
-                out.push(self.method(0, AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {}))));
-                self.closed(out);
+                out.push(self.method(
+                    0,
+                    AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {})),
+                ));
+                self.linger(out);
             }
             // Clients may tell us they are blocked/unblocked or refresh a secret; ignore.
             Frame::Method {
                 method:
                     AMQPClass::Connection(
-                        mconn::AMQPMethod::Blocked(_) | mconn::AMQPMethod::Unblocked(_) | mconn::AMQPMethod::CloseOk(_),
+                        mconn::AMQPMethod::Blocked(_)
+                        | mconn::AMQPMethod::Unblocked(_)
+                        | mconn::AMQPMethod::CloseOk(_),
                     ),
                 ..
             } => {}
@@ -524,7 +639,8 @@ impl Connection {
     fn channel_method(&mut self, ch: u16, method: AMQPClass, out: &mut Vec<Action>) {
         match method {
             AMQPClass::Channel(mch::AMQPMethod::Open(_)) => {
-                let e = AmqpError::new(ReplyCode::ChannelError, "second 'channel.open' seen").on(20, 10);
+                let e = AmqpError::new(ReplyCode::ChannelError, "second 'channel.open' seen")
+                    .on(20, 10);
                 self.close_connection(&e, out)
             }
             AMQPClass::Channel(mch::AMQPMethod::Close(_)) => {
@@ -536,7 +652,12 @@ impl Connection {
             AMQPClass::Channel(mch::AMQPMethod::CloseOk(_)) => {}
             AMQPClass::Basic(basic::AMQPMethod::Publish(p)) => {
                 if let Some(slot) = self.channels.get_mut(&ch) {
-                    slot.content = Some(PendingContent { publish: p, header: None, parts: Vec::new(), received: 0 });
+                    slot.content = Some(PendingContent {
+                        publish: p,
+                        header: None,
+                        parts: Vec::new(),
+                        received: 0,
+                    });
                 }
             }
             AMQPClass::Connection(_) => {
@@ -544,7 +665,11 @@ impl Connection {
                     .on(method.get_amqp_class_id(), method.get_amqp_method_id());
                 self.close_connection(&e, out)
             }
-            method => out.push(Action::ToMaster(Input::Method { conn: self.id, ch, method })),
+            method => out.push(Action::ToMaster(Input::Method {
+                conn: self.id,
+                ch,
+                method,
+            })),
         }
     }
 
@@ -556,9 +681,20 @@ impl Connection {
             return;
         };
         match (frame, pending.header.is_some()) {
-            (Frame::Header { class_id, body_size, properties, .. }, false) => {
+            (
+                Frame::Header {
+                    class_id,
+                    body_size,
+                    properties,
+                    ..
+                },
+                false,
+            ) => {
                 if class_id != 60 {
-                    let e = AmqpError::new(ReplyCode::FrameError, format!("content header for class {class_id}, expected 60"));
+                    let e = AmqpError::new(
+                        ReplyCode::FrameError,
+                        format!("content header for class {class_id}, expected 60"),
+                    );
                     return self.close_connection(&e, out);
                 }
                 if body_size > MAX_MESSAGE_SIZE {
@@ -567,7 +703,11 @@ impl Connection {
                         "message size {body_size} is larger than configured max size {MAX_MESSAGE_SIZE}"
                     ))
                     .on(60, 40);
-                    out.push(Action::ToMaster(Input::ChannelError { conn: self.id, ch, error: e }));
+                    out.push(Action::ToMaster(Input::ChannelError {
+                        conn: self.id,
+                        ch,
+                        error: e,
+                    }));
                     return;
                 }
                 pending.header = Some((properties, body_size));

@@ -8,7 +8,12 @@ fn now() -> Instant {
 }
 
 fn conn() -> Connection {
-    Connection::new(1, "127.0.0.1".parse().unwrap(), Arc::new(Config::default()), now())
+    Connection::new(
+        1,
+        "127.0.0.1".parse().unwrap(),
+        Arc::new(Config::default()),
+        now(),
+    )
 }
 
 fn m(channel: u16, method: AMQPClass) -> Frame {
@@ -29,7 +34,10 @@ fn start_ok(user: &str, pass: &str) -> Frame {
 
 fn close_code(actions: &[Action]) -> Option<u16> {
     actions.iter().find_map(|a| match a {
-        Action::Write(Frame::Method { method: AMQPClass::Connection(c::AMQPMethod::Close(cl)), .. }) => Some(cl.reply_code),
+        Action::Write(Frame::Method {
+            method: AMQPClass::Connection(c::AMQPMethod::Close(cl)),
+            ..
+        }) => Some(cl.reply_code),
         _ => None,
     })
 }
@@ -41,12 +49,31 @@ fn opened() -> Connection {
     k.on_header(HeaderCheck::Ok, now(), &mut out);
     k.on_frame(start_ok("guest", "guest"), now(), &mut out);
     k.on_frame(
-        m(0, AMQPClass::Connection(c::AMQPMethod::TuneOk(c::TuneOk { channel_max: 10, frame_max: 4096, heartbeat: 2 }))),
+        m(
+            0,
+            AMQPClass::Connection(c::AMQPMethod::TuneOk(c::TuneOk {
+                channel_max: 10,
+                frame_max: 4096,
+                heartbeat: 2,
+            })),
+        ),
         now(),
         &mut out,
     );
-    k.on_frame(m(0, AMQPClass::Connection(c::AMQPMethod::Open(c::Open { virtual_host: "/".into() }))), now(), &mut out);
-    assert!(out.iter().any(|a| matches!(a, Action::ToMaster(Input::Open { .. }))));
+    k.on_frame(
+        m(
+            0,
+            AMQPClass::Connection(c::AMQPMethod::Open(c::Open {
+                virtual_host: "/".into(),
+            })),
+        ),
+        now(),
+        &mut out,
+    );
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::ToMaster(Input::Open { .. })))
+    );
     out.clear();
     k.on_master(ToConn::Opened, &mut out);
     k
@@ -66,7 +93,11 @@ fn start_advertises_exactly_the_implemented_capabilities() {
     let mut k = conn();
     let mut out = Vec::new();
     k.on_header(HeaderCheck::Ok, now(), &mut out);
-    let Action::Write(Frame::Method { method: AMQPClass::Connection(c::AMQPMethod::Start(s)), .. }) = &out[0] else {
+    let Action::Write(Frame::Method {
+        method: AMQPClass::Connection(c::AMQPMethod::Start(s)),
+        ..
+    }) = &out[0]
+    else {
         panic!("expected connection.start");
     };
     let Some(AMQPValue::FieldTable(caps)) = s.server_properties.inner().get("capabilities") else {
@@ -96,7 +127,14 @@ fn tune_takes_client_values_and_refuses_larger_ones() {
     k2.on_header(HeaderCheck::Ok, now(), &mut out);
     k2.on_frame(start_ok("guest", "guest"), now(), &mut out);
     k2.on_frame(
-        m(0, AMQPClass::Connection(c::AMQPMethod::TuneOk(c::TuneOk { channel_max: 0, frame_max: 1 << 30, heartbeat: 0 }))),
+        m(
+            0,
+            AMQPClass::Connection(c::AMQPMethod::TuneOk(c::TuneOk {
+                channel_max: 0,
+                frame_max: 1 << 30,
+                heartbeat: 0,
+            })),
+        ),
         now(),
         &mut out,
     );
@@ -107,7 +145,17 @@ fn tune_takes_client_values_and_refuses_larger_ones() {
 fn frame_on_unopened_channel_is_504() {
     let mut k = opened();
     let mut out = Vec::new();
-    k.on_frame(m(5, AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos { prefetch_count: 1, global: false }))), now(), &mut out);
+    k.on_frame(
+        m(
+            5,
+            AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+                prefetch_count: 1,
+                global: false,
+            })),
+        ),
+        now(),
+        &mut out,
+    );
     assert_eq!(close_code(&out), Some(504));
 }
 
@@ -115,16 +163,49 @@ fn frame_on_unopened_channel_is_504() {
 fn content_is_assembled_from_header_and_bodies() {
     let mut k = opened();
     let mut out = Vec::new();
-    k.on_frame(m(1, AMQPClass::Channel(mch::AMQPMethod::Open(mch::Open {}))), now(), &mut out);
-    k.on_frame(m(1, AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default()))), now(), &mut out);
     k.on_frame(
-        Frame::Header { channel: 1, class_id: 60, body_size: 6, properties: BasicProperties::default() },
+        m(1, AMQPClass::Channel(mch::AMQPMethod::Open(mch::Open {}))),
         now(),
         &mut out,
     );
-    k.on_frame(Frame::Body { channel: 1, payload: Bytes::from_static(b"abc") }, now(), &mut out);
-    assert!(!out.iter().any(|a| matches!(a, Action::ToMaster(Input::Publish { .. }))));
-    k.on_frame(Frame::Body { channel: 1, payload: Bytes::from_static(b"def") }, now(), &mut out);
+    k.on_frame(
+        m(
+            1,
+            AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default())),
+        ),
+        now(),
+        &mut out,
+    );
+    k.on_frame(
+        Frame::Header {
+            channel: 1,
+            class_id: 60,
+            body_size: 6,
+            properties: BasicProperties::default(),
+        },
+        now(),
+        &mut out,
+    );
+    k.on_frame(
+        Frame::Body {
+            channel: 1,
+            payload: Bytes::from_static(b"abc"),
+        },
+        now(),
+        &mut out,
+    );
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::ToMaster(Input::Publish { .. })))
+    );
+    k.on_frame(
+        Frame::Body {
+            channel: 1,
+            payload: Bytes::from_static(b"def"),
+        },
+        now(),
+        &mut out,
+    );
     let body = out.iter().find_map(|a| match a {
         Action::ToMaster(Input::Publish { body, .. }) => Some(body.clone()),
         _ => None,
@@ -136,9 +217,27 @@ fn content_is_assembled_from_header_and_bodies() {
 fn method_instead_of_content_header_is_505() {
     let mut k = opened();
     let mut out = Vec::new();
-    k.on_frame(m(1, AMQPClass::Channel(mch::AMQPMethod::Open(mch::Open {}))), now(), &mut out);
-    k.on_frame(m(1, AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default()))), now(), &mut out);
-    k.on_frame(m(1, AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default()))), now(), &mut out);
+    k.on_frame(
+        m(1, AMQPClass::Channel(mch::AMQPMethod::Open(mch::Open {}))),
+        now(),
+        &mut out,
+    );
+    k.on_frame(
+        m(
+            1,
+            AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default())),
+        ),
+        now(),
+        &mut out,
+    );
+    k.on_frame(
+        m(
+            1,
+            AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default())),
+        ),
+        now(),
+        &mut out,
+    );
     assert_eq!(close_code(&out), Some(505));
 }
 
@@ -148,9 +247,15 @@ fn two_missed_heartbeats_close_and_quiet_links_get_heartbeats() {
     let t0 = Instant::now();
     let mut out = Vec::new();
     k.on_tick(t0 + Duration::from_millis(1500), &mut out);
-    assert!(out.iter().any(|a| matches!(a, Action::Write(Frame::Heartbeat { .. }))));
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::Write(Frame::Heartbeat { .. })))
+    );
     out.clear();
     k.on_tick(t0 + Duration::from_secs(5), &mut out);
     assert!(out.iter().any(|a| matches!(a, Action::Close)));
-    assert!(out.iter().any(|a| matches!(a, Action::ToMaster(Input::Disconnected { .. }))));
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::ToMaster(Input::Disconnected { .. })))
+    );
 }

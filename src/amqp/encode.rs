@@ -28,16 +28,34 @@ impl Encoder {
         }
         self.flush(out);
         match msg {
-            ToConn::Method(ch, method) => encode_frame(&Frame::Method { channel: ch, method }, out),
+            ToConn::Method(ch, method) => encode_frame(
+                &Frame::Method {
+                    channel: ch,
+                    method,
+                },
+                out,
+            ),
             ToConn::Confirm { ch, tag, ack: _ } => {
                 let m = AMQPClass::Basic(basic::AMQPMethod::Nack(basic::Nack {
                     delivery_tag: tag,
                     multiple: false,
                     requeue: false,
                 }));
-                encode_frame(&Frame::Method { channel: ch, method: m }, out);
+                encode_frame(
+                    &Frame::Method {
+                        channel: ch,
+                        method: m,
+                    },
+                    out,
+                );
             }
-            ToConn::Deliver { ch, consumer_tag, delivery_tag, redelivered, msg } => encode_deliver(
+            ToConn::Deliver {
+                ch,
+                consumer_tag,
+                delivery_tag,
+                redelivered,
+                msg,
+            } => encode_deliver(
                 ch,
                 &consumer_tag,
                 delivery_tag,
@@ -49,7 +67,13 @@ impl Encoder {
                 frame_max,
                 out,
             ),
-            ToConn::GetOk { ch, delivery_tag, redelivered, message_count, msg } => {
+            ToConn::GetOk {
+                ch,
+                delivery_tag,
+                redelivered,
+                message_count,
+                msg,
+            } => {
                 let m = AMQPClass::Basic(basic::AMQPMethod::GetOk(basic::GetOk {
                     delivery_tag,
                     redelivered,
@@ -59,7 +83,15 @@ impl Encoder {
                 }));
                 encode_content(ch, &m, &msg.properties, &msg.body, frame_max, out);
             }
-            ToConn::Return { ch, reply_code, reply_text, exchange, routing_key, properties, body } => {
+            ToConn::Return {
+                ch,
+                reply_code,
+                reply_text,
+                exchange,
+                routing_key,
+                properties,
+                body,
+            } => {
                 let m = AMQPClass::Basic(basic::AMQPMethod::Return(basic::Return {
                     reply_code,
                     reply_text: reply_text.into(),
@@ -76,8 +108,17 @@ impl Encoder {
     /// Write a held-back ack run.
     pub fn flush(&mut self, out: &mut BytesMut) {
         if let Some((ch, tag, n)) = self.pending_ack.take() {
-            let m = AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack { delivery_tag: tag, multiple: n > 1 }));
-            encode_frame(&Frame::Method { channel: ch, method: m }, out);
+            let m = AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
+                delivery_tag: tag,
+                multiple: n > 1,
+            }));
+            encode_frame(
+                &Frame::Method {
+                    channel: ch,
+                    method: m,
+                },
+                out,
+            );
         }
     }
 }

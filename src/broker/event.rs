@@ -223,7 +223,10 @@ mod tests {
     #[test]
     fn events_round_trip_through_the_codec() {
         let mut args = FieldTable::default();
-        args.insert(ShortString::from("x-queue-type"), AMQPValue::LongString(LongString::from("quorum")));
+        args.insert(
+            ShortString::from("x-queue-type"),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
         args.insert(ShortString::from("n"), AMQPValue::LongLongInt(-5));
         let props = BasicProperties::default()
             .with_delivery_mode(2)
@@ -233,7 +236,12 @@ mod tests {
             Event::QueueDeclared {
                 vhost: "/".into(),
                 name: "q".into(),
-                spec: QueueSpec { durable: true, auto_delete: false, exclusive_owner: None, arguments: args.clone() },
+                spec: QueueSpec {
+                    durable: true,
+                    auto_delete: false,
+                    exclusive_owner: None,
+                    arguments: args.clone(),
+                },
             },
             Event::Published {
                 vhost: "/".into(),
@@ -244,7 +252,11 @@ mod tests {
                 body: Bytes::from_static(b"hello"),
                 queues: vec!["q".into()],
             },
-            Event::Removed { vhost: "/".into(), queue: "q".into(), msg_ids: vec![1, 2, 3] },
+            Event::Removed {
+                vhost: "/".into(),
+                queue: "q".into(),
+                msg_ids: vec![1, 2, 3],
+            },
         ];
         for e in evs {
             assert_eq!(Event::decode(&e.encode()).unwrap(), e);

@@ -81,17 +81,19 @@ impl Broker {
             Event::VhostCreated { vhost } => {
                 let v = self.vhosts.entry(vhost.clone()).or_default();
                 for (name, kind) in PREDECLARED {
-                    v.exchanges.entry(name.to_string()).or_insert_with(|| Exchange {
-                        name: name.to_string(),
-                        spec: ExchangeSpec {
-                            kind,
-                            durable: true,
-                            auto_delete: false,
-                            internal: false,
-                            arguments: FieldTable::default(),
-                        },
-                        bindings: Vec::new(),
-                    });
+                    v.exchanges
+                        .entry(name.to_string())
+                        .or_insert_with(|| Exchange {
+                            name: name.to_string(),
+                            spec: ExchangeSpec {
+                                kind,
+                                durable: true,
+                                auto_delete: false,
+                                internal: false,
+                                arguments: FieldTable::default(),
+                            },
+                            bindings: Vec::new(),
+                        });
                 }
             }
             Event::ExchangeDeclared { vhost, name, spec } => {

@@ -8,10 +8,12 @@ use stablemq_protocol::{AMQPValue, FieldTable};
 /// Does a topic binding pattern match a routing key?
 ///
 /// Words are separated by `.`; `*` matches exactly one word and `#` matches zero or
-/// more words. Empty words are words (RabbitMQ treats "a..b" as three words).
+/// more words. Empty words inside a key are words (RabbitMQ treats "a..b" as three
+/// words), but the empty key has none.
 pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
-    let p: Vec<&str> = pattern.split('.').collect();
-    let k: Vec<&str> = routing_key.split('.').collect();
+    // The empty string has zero words (so `*` does not match it), as in RabbitMQ.
+    let p = words(pattern);
+    let k = words(routing_key);
     // Iterative matcher with one backtrack point per `#`: O(p * k) worst case.
     let (mut pi, mut ki) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
@@ -38,6 +40,14 @@ pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
             }
             _ => return false,
         }
+    }
+}
+
+fn words(s: &str) -> Vec<&str> {
+    if s.is_empty() {
+        Vec::new()
+    } else {
+        s.split('.').collect()
     }
 }
 
@@ -158,7 +168,9 @@ mod tests {
             ("#", "a.b.c", true),
             ("*", "a", true),
             ("*", "a.b", false),
-            ("*", "", true),
+            ("*", "", false),
+            ("", "", true),
+            ("", "a", false),
             ("a.*", "a.b", true),
             ("a.*", "a", false),
             ("a.#", "a", true),
@@ -199,11 +211,19 @@ mod tests {
     #[test]
     fn headers_all_any_and_x_variants() {
         let msg = table(&[("a", s("1")), ("b", AMQPValue::LongInt(2)), ("x-k", s("v"))]);
-        let all = table(&[("x-match", s("all")), ("a", s("1")), ("b", AMQPValue::ShortShortUInt(2))]);
+        let all = table(&[
+            ("x-match", s("all")),
+            ("a", s("1")),
+            ("b", AMQPValue::ShortShortUInt(2)),
+        ]);
         assert!(headers_match(&all, Some(&msg)));
         let all_miss = table(&[("a", s("1")), ("c", s("3"))]);
         assert!(!headers_match(&all_miss, Some(&msg)));
-        let any = table(&[("x-match", s("any")), ("a", s("nope")), ("b", AMQPValue::LongLongInt(2))]);
+        let any = table(&[
+            ("x-match", s("any")),
+            ("a", s("nope")),
+            ("b", AMQPValue::LongLongInt(2)),
+        ]);
         assert!(headers_match(&any, Some(&msg)));
         let any_none = table(&[("x-match", s("any")), ("a", s("nope"))]);
         assert!(!headers_match(&any_none, Some(&msg)));

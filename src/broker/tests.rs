@@ -58,7 +58,14 @@ fn publish(id: u64, queues: &[&str]) -> Event {
 fn predeclared_exchanges_exist_per_vhost() {
     let mut b = Broker::new();
     b.apply(&vhost(), 0);
-    for n in ["", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"] {
+    for n in [
+        "",
+        "amq.direct",
+        "amq.fanout",
+        "amq.topic",
+        "amq.headers",
+        "amq.match",
+    ] {
         assert!(b.exchange("/", n).is_some(), "{n}");
     }
     assert!(b.exchange("other", "").is_none());
@@ -81,7 +88,10 @@ fn routing_follows_exchange_to_exchange_bindings_without_duplicates_or_loops() {
     ] {
         b.apply(&e, 0);
     }
-    assert_eq!(b.route("/", "t", "a.b", None), vec!["q1".to_string(), "q2".to_string()]);
+    assert_eq!(
+        b.route("/", "t", "a.b", None),
+        vec!["q1".to_string(), "q2".to_string()]
+    );
     assert_eq!(b.route("/", "", "q2", None), vec!["q2".to_string()]);
     assert!(b.route("/", "", "nope", None).is_empty());
     assert!(b.route("/", "missing", "x", None).is_empty());
@@ -99,7 +109,13 @@ fn deleting_a_queue_drops_bindings_and_auto_deletes_emptied_exchanges() {
     ] {
         b.apply(&e, 0);
     }
-    let applied = b.apply(&Event::QueueDeleted { vhost: "/".into(), name: "q".into() }, 0);
+    let applied = b.apply(
+        &Event::QueueDeleted {
+            vhost: "/".into(),
+            name: "q".into(),
+        },
+        0,
+    );
     assert_eq!(applied.deleted_queues.len(), 1);
     assert_eq!(applied.deleted_queues[0].1.ready.len(), 1);
     assert!(b.exchange("/", "ad").is_none());
@@ -113,7 +129,11 @@ fn replay_of_the_same_log_gives_the_same_state_i4() {
         publish(1, &["q", "transient-missing"]),
         publish(2, &["q"]),
         publish(3, &["q"]),
-        Event::Removed { vhost: "/".into(), queue: "q".into(), msg_ids: vec![2] },
+        Event::Removed {
+            vhost: "/".into(),
+            queue: "q".into(),
+            msg_ids: vec![2],
+        },
     ];
     let run = || {
         let mut b = Broker::new();
@@ -130,7 +150,12 @@ fn replay_of_the_same_log_gives_the_same_state_i4() {
 #[test]
 fn requeue_restores_original_position() {
     let mut b = Broker::new();
-    for e in [vhost(), declare_q("q", false), publish(1, &["q"]), publish(2, &["q"])] {
+    for e in [
+        vhost(),
+        declare_q("q", false),
+        publish(1, &["q"]),
+        publish(2, &["q"]),
+    ] {
         b.apply(&e, 0);
     }
     let q = b.queue_mut("/", "q").unwrap();

@@ -13,7 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 impl Master {
-    pub(super) fn basic_method(&mut self, conn: ConnId, ch: u16, method: mb::AMQPMethod) -> AmqpResult<()> {
+    pub(super) fn basic_method(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        method: mb::AMQPMethod,
+    ) -> AmqpResult<()> {
         let vhost = self.vhost_of(conn)?;
         match method {
             mb::AMQPMethod::Qos(q) => {
@@ -24,7 +29,11 @@ impl Master {
                     chan.consumer_prefetch = q.prefetch_count;
                 }
                 let queues = self.channel_queues(conn, ch);
-                self.send_method(conn, ch, AMQPClass::Basic(mb::AMQPMethod::QosOk(mb::QosOk {})));
+                self.send_method(
+                    conn,
+                    ch,
+                    AMQPClass::Basic(mb::AMQPMethod::QosOk(mb::QosOk {})),
+                );
                 for q in queues {
                     self.try_deliver(&vhost, &q);
                 }
@@ -38,7 +47,9 @@ impl Master {
                     self.send_method(
                         conn,
                         ch,
-                        AMQPClass::Basic(mb::AMQPMethod::CancelOk(mb::CancelOk { consumer_tag: c.consumer_tag })),
+                        AMQPClass::Basic(mb::AMQPMethod::CancelOk(mb::CancelOk {
+                            consumer_tag: c.consumer_tag,
+                        })),
                     );
                 }
                 if let Some(cons) = removed {
@@ -47,22 +58,43 @@ impl Master {
                 Ok(())
             }
             mb::AMQPMethod::Get(g) => self.get(conn, ch, &vhost, g),
-            mb::AMQPMethod::Ack(a) => self.ack(conn, ch, &vhost, HeldAck { tag: a.delivery_tag, multiple: a.multiple, reject: None }),
+            mb::AMQPMethod::Ack(a) => self.ack(
+                conn,
+                ch,
+                &vhost,
+                HeldAck {
+                    tag: a.delivery_tag,
+                    multiple: a.multiple,
+                    reject: None,
+                },
+            ),
             mb::AMQPMethod::Nack(n) => self.ack(
                 conn,
                 ch,
                 &vhost,
-                HeldAck { tag: n.delivery_tag, multiple: n.multiple, reject: Some(n.requeue) },
+                HeldAck {
+                    tag: n.delivery_tag,
+                    multiple: n.multiple,
+                    reject: Some(n.requeue),
+                },
             ),
             mb::AMQPMethod::Reject(r) => self.ack(
                 conn,
                 ch,
                 &vhost,
-                HeldAck { tag: r.delivery_tag, multiple: false, reject: Some(r.requeue) },
+                HeldAck {
+                    tag: r.delivery_tag,
+                    multiple: false,
+                    reject: Some(r.requeue),
+                },
             ),
             mb::AMQPMethod::Recover(r) => {
                 self.recover_unacked(conn, ch, &vhost, r.requeue)?;
-                self.send_method(conn, ch, AMQPClass::Basic(mb::AMQPMethod::RecoverOk(mb::RecoverOk {})));
+                self.send_method(
+                    conn,
+                    ch,
+                    AMQPClass::Basic(mb::AMQPMethod::RecoverOk(mb::RecoverOk {})),
+                );
                 Ok(())
             }
             mb::AMQPMethod::RecoverAsync(r) => self.recover_unacked(conn, ch, &vhost, r.requeue),
@@ -74,8 +106,9 @@ impl Master {
     }
 
     fn chan(&mut self, conn: ConnId, ch: u16) -> AmqpResult<&mut super::Channel> {
-        self.channel_mut(conn, ch)
-            .ok_or_else(|| AmqpError::new(ReplyCode::ChannelError, format!("channel {ch} is not open")))
+        self.channel_mut(conn, ch).ok_or_else(|| {
+            AmqpError::new(ReplyCode::ChannelError, format!("channel {ch} is not open"))
+        })
     }
 
     /// Queues the channel's consumers read from (to retry delivery when capacity frees).
@@ -115,17 +148,28 @@ impl Master {
         let prefetch = chan.consumer_prefetch;
         chan.consumers.insert(
             tag.clone(),
-            Consumer { queue: queue.clone(), no_ack: c.no_ack, prefetch, unacked: 0 },
+            Consumer {
+                queue: queue.clone(),
+                no_ack: c.no_ack,
+                prefetch,
+                unacked: 0,
+            },
         );
         let qc = self.consumers.entry(key).or_default();
-        qc.list.push(ConsumerKey { conn, ch, tag: tag.clone() });
+        qc.list.push(ConsumerKey {
+            conn,
+            ch,
+            tag: tag.clone(),
+        });
         qc.exclusive = c.exclusive;
         qc.ever_had_consumer = true;
         if !c.nowait {
             self.send_method(
                 conn,
                 ch,
-                AMQPClass::Basic(mb::AMQPMethod::ConsumeOk(mb::ConsumeOk { consumer_tag: tag.as_ref().into() })),
+                AMQPClass::Basic(mb::AMQPMethod::ConsumeOk(mb::ConsumeOk {
+                    consumer_tag: tag.as_ref().into(),
+                })),
             );
         }
         self.try_deliver(vhost, &queue);
@@ -133,10 +177,18 @@ impl Master {
     }
 
     /// Drop a consumer from its queue's round robin (the channel entry is already gone).
-    pub(super) fn unregister_consumer(&mut self, vhost: &str, queue: &str, conn: ConnId, ch: u16, tag: &Arc<str>) {
+    pub(super) fn unregister_consumer(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        conn: ConnId,
+        ch: u16,
+        tag: &Arc<str>,
+    ) {
         let key = (vhost.to_string(), queue.to_string());
         if let Some(qc) = self.consumers.get_mut(&key) {
-            qc.list.retain(|k| !(k.conn == conn && k.ch == ch && &k.tag == tag));
+            qc.list
+                .retain(|k| !(k.conn == conn && k.ch == ch && &k.tag == tag));
             if qc.list.is_empty() {
                 qc.exclusive = false;
                 qc.next = 0;
@@ -176,7 +228,11 @@ impl Master {
                 );
                 return Ok(());
             }
-            self.send_method(conn, ch, AMQPClass::Basic(mb::AMQPMethod::GetEmpty(mb::GetEmpty {})));
+            self.send_method(
+                conn,
+                ch,
+                AMQPClass::Basic(mb::AMQPMethod::GetEmpty(mb::GetEmpty {})),
+            );
             return Ok(());
         }
         let Some(msg) = q.pop() else {
@@ -192,7 +248,14 @@ impl Master {
         let tag = chan.next_delivery_tag;
         chan.next_delivery_tag += 1;
         if !g.no_ack {
-            chan.unacked.insert(tag, Unacked { queue: queue.clone(), msg_id: id, consumer_tag: None });
+            chan.unacked.insert(
+                tag,
+                Unacked {
+                    queue: queue.clone(),
+                    msg_id: id,
+                    consumer_tag: None,
+                },
+            );
         }
         metrics::counter!(m::DELIVERED_GET).increment(1);
         if redelivered {
@@ -200,11 +263,21 @@ impl Master {
         }
         self.send(
             conn,
-            ToConn::GetOk { ch, delivery_tag: tag, redelivered, message_count, msg: content },
+            ToConn::GetOk {
+                ch,
+                delivery_tag: tag,
+                redelivered,
+                message_count,
+                msg: content,
+            },
         );
         if g.no_ack {
             self.emit(
-                Event::Removed { vhost: vhost.to_string(), queue, msg_ids: vec![id] },
+                Event::Removed {
+                    vhost: vhost.to_string(),
+                    queue,
+                    msg_ids: vec![id],
+                },
                 logged_removal,
             );
         }
@@ -217,7 +290,10 @@ impl Master {
         if chan.tx.is_some() {
             // Checked now, applied at commit, as RabbitMQ does.
             if chan.select_tags(a.tag, a.multiple).is_none() {
-                return Err(AmqpError::precondition(format!("unknown delivery tag {}", a.tag)));
+                return Err(AmqpError::precondition(format!(
+                    "unknown delivery tag {}",
+                    a.tag
+                )));
             }
             if let Some(tx) = chan.tx.as_mut() {
                 tx.acks.push(a);
@@ -230,7 +306,10 @@ impl Master {
     fn apply_ack(&mut self, conn: ConnId, ch: u16, vhost: &str, a: HeldAck) -> AmqpResult<()> {
         let chan = self.chan(conn, ch)?;
         let Some(tags) = chan.select_tags(a.tag, a.multiple) else {
-            return Err(AmqpError::precondition(format!("unknown delivery tag {}", a.tag)));
+            return Err(AmqpError::precondition(format!(
+                "unknown delivery tag {}",
+                a.tag
+            )));
         };
         // queue -> message ids, in delivery order
         let mut by_queue: BTreeMap<String, Vec<u64>> = BTreeMap::new();
@@ -261,11 +340,20 @@ impl Master {
                         continue; // the queue was deleted: nothing to remove
                     };
                     let logged = q.is_logged()
-                        && ids.iter().any(|id| q.unacked.get(id).is_some_and(|m| m.msg.is_persistent()));
+                        && ids
+                            .iter()
+                            .any(|id| q.unacked.get(id).is_some_and(|m| m.msg.is_persistent()));
                     if a.reject.is_none() {
                         metrics::counter!(m::ACKNOWLEDGED).increment(ids.len() as u64);
                     }
-                    self.emit(Event::Removed { vhost: vhost.to_string(), queue, msg_ids: ids }, logged);
+                    self.emit(
+                        Event::Removed {
+                            vhost: vhost.to_string(),
+                            queue,
+                            msg_ids: ids,
+                        },
+                        logged,
+                    );
                 }
             }
         }
@@ -275,7 +363,13 @@ impl Master {
         Ok(())
     }
 
-    fn recover_unacked(&mut self, conn: ConnId, ch: u16, vhost: &str, requeue: bool) -> AmqpResult<()> {
+    fn recover_unacked(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        vhost: &str,
+        requeue: bool,
+    ) -> AmqpResult<()> {
         if !requeue {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "requeue=false"));
         }
@@ -307,7 +401,11 @@ impl Master {
         body: Bytes,
     ) -> AmqpResult<()> {
         let vhost = self.vhost_of(conn)?;
-        let user = self.sessions.get(&conn).map(|s| s.user.clone()).unwrap_or_default();
+        let user = self
+            .sessions
+            .get(&conn)
+            .map(|s| s.user.clone())
+            .unwrap_or_default();
         if p.immediate {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true").on(60, 40));
         }
@@ -333,7 +431,11 @@ impl Master {
         metrics::counter!(m::RECEIVED).increment(1);
         let chan = self.chan(conn, ch)?;
         if let Some(tx) = chan.tx.as_mut() {
-            tx.publishes.push(HeldPublish { publish: p, properties, body });
+            tx.publishes.push(HeldPublish {
+                publish: p,
+                properties,
+                body,
+            });
             return Ok(());
         }
         let tag = chan.confirm_next.map(|t| {
@@ -361,7 +463,12 @@ impl Master {
     ) {
         let exchange = p.exchange.to_string();
         let routing_key = p.routing_key.to_string();
-        let queues = self.broker.route(vhost, &exchange, &routing_key, properties.headers().as_ref());
+        let queues = self.broker.route(
+            vhost,
+            &exchange,
+            &routing_key,
+            properties.headers().as_ref(),
+        );
         if queues.is_empty() {
             if p.mandatory {
                 metrics::counter!(m::UNROUTABLE_RETURNED).increment(1);
@@ -429,7 +536,11 @@ impl Master {
             for i in 0..n {
                 let idx = (qc.next + i) % n;
                 let ck = &qc.list[idx];
-                let Some(chan) = self.sessions.get(&ck.conn).and_then(|s| s.channels.get(&ck.ch)) else {
+                let Some(chan) = self
+                    .sessions
+                    .get(&ck.conn)
+                    .and_then(|s| s.channels.get(&ck.ch))
+                else {
                     continue;
                 };
                 let Some(c) = chan.consumers.get(&ck.tag) else {
@@ -442,7 +553,9 @@ impl Master {
                     if c.prefetch > 0 && c.unacked >= u32::from(c.prefetch) {
                         continue;
                     }
-                    if chan.channel_prefetch > 0 && chan.unacked_count() >= usize::from(chan.channel_prefetch) {
+                    if chan.channel_prefetch > 0
+                        && chan.unacked_count() >= usize::from(chan.channel_prefetch)
+                    {
                         continue;
                     }
                 }
@@ -457,7 +570,11 @@ impl Master {
                 break;
             };
             let ck = qc.list[idx].clone();
-            let Some(chan) = self.sessions.get_mut(&ck.conn).and_then(|s| s.channels.get_mut(&ck.ch)) else {
+            let Some(chan) = self
+                .sessions
+                .get_mut(&ck.conn)
+                .and_then(|s| s.channels.get_mut(&ck.ch))
+            else {
                 break;
             };
             let Some(c) = chan.consumers.get_mut(&ck.tag) else {
@@ -474,7 +591,11 @@ impl Master {
                 c.unacked += 1;
                 chan.unacked.insert(
                     tag,
-                    Unacked { queue: queue.to_string(), msg_id: id, consumer_tag: Some(ck.tag.clone()) },
+                    Unacked {
+                        queue: queue.to_string(),
+                        msg_id: id,
+                        consumer_tag: Some(ck.tag.clone()),
+                    },
                 );
                 q.unacked.insert(id, msg);
                 metrics::counter!(m::DELIVERED_MANUAL_ACK).increment(1);
@@ -485,49 +606,83 @@ impl Master {
             }
             self.out.push(super::Output::ToConn(
                 ck.conn,
-                ToConn::Deliver { ch: ck.ch, consumer_tag: ck.tag, delivery_tag: tag, redelivered, msg: content },
+                ToConn::Deliver {
+                    ch: ck.ch,
+                    consumer_tag: ck.tag,
+                    delivery_tag: tag,
+                    redelivered,
+                    msg: content,
+                },
             ));
         }
         if !auto_acked.is_empty() {
             let logged = auto_acked_persistent && q.is_logged();
             self.emit(
-                Event::Removed { vhost: vhost.to_string(), queue: queue.to_string(), msg_ids: auto_acked },
+                Event::Removed {
+                    vhost: vhost.to_string(),
+                    queue: queue.to_string(),
+                    msg_ids: auto_acked,
+                },
                 logged,
             );
         }
     }
 
-    pub(super) fn confirm_method(&mut self, conn: ConnId, ch: u16, method: mc::AMQPMethod) -> AmqpResult<()> {
+    pub(super) fn confirm_method(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        method: mc::AMQPMethod,
+    ) -> AmqpResult<()> {
         match method {
             mc::AMQPMethod::Select(s) => {
                 let chan = self.chan(conn, ch)?;
                 if chan.tx.is_some() {
-                    return Err(AmqpError::precondition("cannot switch from tx to confirm mode"));
+                    return Err(AmqpError::precondition(
+                        "cannot switch from tx to confirm mode",
+                    ));
                 }
                 if chan.confirm_next.is_none() {
                     chan.confirm_next = Some(1);
                 }
                 if !s.nowait {
-                    self.send_method(conn, ch, AMQPClass::Confirm(mc::AMQPMethod::SelectOk(mc::SelectOk {})));
+                    self.send_method(
+                        conn,
+                        ch,
+                        AMQPClass::Confirm(mc::AMQPMethod::SelectOk(mc::SelectOk {})),
+                    );
                 }
                 Ok(())
             }
-            mc::AMQPMethod::SelectOk(_) => Err(AmqpError::command_invalid("unexpected confirm.select-ok")),
+            mc::AMQPMethod::SelectOk(_) => {
+                Err(AmqpError::command_invalid("unexpected confirm.select-ok"))
+            }
         }
     }
 
-    pub(super) fn tx_method(&mut self, conn: ConnId, ch: u16, method: mt::AMQPMethod) -> AmqpResult<()> {
+    pub(super) fn tx_method(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        method: mt::AMQPMethod,
+    ) -> AmqpResult<()> {
         let vhost = self.vhost_of(conn)?;
         match method {
             mt::AMQPMethod::Select(_) => {
                 let chan = self.chan(conn, ch)?;
                 if chan.confirm_next.is_some() {
-                    return Err(AmqpError::precondition("cannot switch from confirm to tx mode"));
+                    return Err(AmqpError::precondition(
+                        "cannot switch from confirm to tx mode",
+                    ));
                 }
                 if chan.tx.is_none() {
                     chan.tx = Some(Tx::default());
                 }
-                self.send_method(conn, ch, AMQPClass::Tx(mt::AMQPMethod::SelectOk(mt::SelectOk {})));
+                self.send_method(
+                    conn,
+                    ch,
+                    AMQPClass::Tx(mt::AMQPMethod::SelectOk(mt::SelectOk {})),
+                );
                 Ok(())
             }
             mt::AMQPMethod::Commit(_) => {
@@ -550,7 +705,11 @@ impl Master {
                     chan.tx = Some(Tx::default());
                 }
                 result?;
-                self.reply(conn, ch, AMQPClass::Tx(mt::AMQPMethod::CommitOk(mt::CommitOk {})));
+                self.reply(
+                    conn,
+                    ch,
+                    AMQPClass::Tx(mt::AMQPMethod::CommitOk(mt::CommitOk {})),
+                );
                 Ok(())
             }
             mt::AMQPMethod::Rollback(_) => {
@@ -559,7 +718,11 @@ impl Master {
                     return Err(AmqpError::precondition("channel is not transactional"));
                 }
                 chan.tx = Some(Tx::default());
-                self.send_method(conn, ch, AMQPClass::Tx(mt::AMQPMethod::RollbackOk(mt::RollbackOk {})));
+                self.send_method(
+                    conn,
+                    ch,
+                    AMQPClass::Tx(mt::AMQPMethod::RollbackOk(mt::RollbackOk {})),
+                );
                 Ok(())
             }
             other => Err(AmqpError::command_invalid(format!(

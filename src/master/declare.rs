@@ -2,9 +2,7 @@
 
 use super::Master;
 use super::io::{ConnId, ToConn};
-use crate::broker::event::{
-    Binding, Destination, Event, ExchangeKind, ExchangeSpec, QueueSpec,
-};
+use crate::broker::event::{Binding, Destination, Event, ExchangeKind, ExchangeSpec, QueueSpec};
 use crate::broker::routing::HeadersMatch;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use stablemq_protocol::methods::{exchange as mx, queue as mq};
@@ -47,7 +45,15 @@ fn value_text(v: Option<&AMQPValue>) -> String {
     }
 }
 
-fn inequivalent(what: &str, arg: &str, kind: &str, name: &str, vhost: &str, got: String, cur: String) -> AmqpError {
+fn inequivalent(
+    what: &str,
+    arg: &str,
+    kind: &str,
+    name: &str,
+    vhost: &str,
+    got: String,
+    cur: String,
+) -> AmqpError {
     AmqpError::precondition(format!(
         "inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': received '{got}' but current is '{cur}'"
     ))
@@ -55,7 +61,9 @@ fn inequivalent(what: &str, arg: &str, kind: &str, name: &str, vhost: &str, got:
 }
 
 fn queue_type(args: &FieldTable) -> Option<String> {
-    args.inner().get("x-queue-type").map(|v| value_text(Some(v)))
+    args.inner()
+        .get("x-queue-type")
+        .map(|v| value_text(Some(v)))
 }
 
 impl Master {
@@ -81,7 +89,12 @@ impl Master {
         self.exclusive_check(conn, vhost, queue)
     }
 
-    pub(super) fn exchange_method(&mut self, conn: ConnId, ch: u16, m: mx::AMQPMethod) -> AmqpResult<()> {
+    pub(super) fn exchange_method(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        m: mx::AMQPMethod,
+    ) -> AmqpResult<()> {
         let vhost = self.vhost_of(conn)?;
         match m {
             mx::AMQPMethod::Declare(d) => self.exchange_declare(conn, ch, &vhost, d),
@@ -100,7 +113,9 @@ impl Master {
                 if let Some(x) = self.broker.exchange(&vhost, name) {
                     let used_as_dest = self.broker.vhost(&vhost).is_some_and(|v| {
                         v.exchanges.values().any(|e| {
-                            e.bindings.iter().any(|b| b.destination == Destination::Exchange(name.to_string()))
+                            e.bindings
+                                .iter()
+                                .any(|b| b.destination == Destination::Exchange(name.to_string()))
                         })
                     });
                     if d.if_unused && (!x.bindings.is_empty() || used_as_dest) {
@@ -109,10 +124,20 @@ impl Master {
                         )));
                     }
                     let logged = x.spec.durable;
-                    self.emit(Event::ExchangeDeleted { vhost: vhost.clone(), name: name.to_string() }, logged);
+                    self.emit(
+                        Event::ExchangeDeleted {
+                            vhost: vhost.clone(),
+                            name: name.to_string(),
+                        },
+                        logged,
+                    );
                 }
                 if !d.nowait {
-                    self.reply(conn, ch, AMQPClass::Exchange(mx::AMQPMethod::DeleteOk(mx::DeleteOk {})));
+                    self.reply(
+                        conn,
+                        ch,
+                        AMQPClass::Exchange(mx::AMQPMethod::DeleteOk(mx::DeleteOk {})),
+                    );
                 }
                 Ok(())
             }
@@ -125,7 +150,11 @@ impl Master {
                 };
                 self.bind(conn, &vhost, binding, true)?;
                 if !b.nowait {
-                    self.reply(conn, ch, AMQPClass::Exchange(mx::AMQPMethod::BindOk(mx::BindOk {})));
+                    self.reply(
+                        conn,
+                        ch,
+                        AMQPClass::Exchange(mx::AMQPMethod::BindOk(mx::BindOk {})),
+                    );
                 }
                 Ok(())
             }
@@ -138,7 +167,11 @@ impl Master {
                 };
                 self.bind(conn, &vhost, binding, false)?;
                 if !b.nowait {
-                    self.reply(conn, ch, AMQPClass::Exchange(mx::AMQPMethod::UnbindOk(mx::UnbindOk {})));
+                    self.reply(
+                        conn,
+                        ch,
+                        AMQPClass::Exchange(mx::AMQPMethod::UnbindOk(mx::UnbindOk {})),
+                    );
                 }
                 Ok(())
             }
@@ -149,7 +182,13 @@ impl Master {
         }
     }
 
-    fn exchange_declare(&mut self, conn: ConnId, ch: u16, vhost: &str, d: mx::Declare) -> AmqpResult<()> {
+    fn exchange_declare(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        vhost: &str,
+        d: mx::Declare,
+    ) -> AmqpResult<()> {
         let name = d.exchange.as_str().to_string();
         let ok = AMQPClass::Exchange(mx::AMQPMethod::DeclareOk(mx::DeclareOk {}));
         if d.passive {
@@ -162,7 +201,9 @@ impl Master {
             return Ok(());
         }
         if name.is_empty() {
-            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
         }
         let Some(kind) = ExchangeKind::parse(d.kind.as_str()) else {
             // Newest RabbitMQ closes the channel with 406 here (3.10 closed the connection with 503).
@@ -171,11 +212,6 @@ impl Master {
                 d.kind.as_str()
             )));
         };
-        if reserved(&name) {
-            return Err(AmqpError::access_refused(format!(
-                "exchange name '{name}' contains reserved prefix 'amq.*'"
-            )));
-        }
         let spec = ExchangeSpec {
             kind,
             durable: d.durable,
@@ -186,22 +222,48 @@ impl Master {
         if let Some(x) = self.broker.exchange(vhost, &name) {
             let cur = &x.spec;
             let mismatch = if cur.kind != spec.kind {
-                Some(("type", spec.kind.as_str().to_string(), cur.kind.as_str().to_string()))
+                Some((
+                    "type",
+                    spec.kind.as_str().to_string(),
+                    cur.kind.as_str().to_string(),
+                ))
             } else if cur.durable != spec.durable {
                 Some(("durable", spec.durable.to_string(), cur.durable.to_string()))
             } else if cur.auto_delete != spec.auto_delete {
-                Some(("auto_delete", spec.auto_delete.to_string(), cur.auto_delete.to_string()))
+                Some((
+                    "auto_delete",
+                    spec.auto_delete.to_string(),
+                    cur.auto_delete.to_string(),
+                ))
             } else if cur.internal != spec.internal {
-                Some(("internal", spec.internal.to_string(), cur.internal.to_string()))
+                Some((
+                    "internal",
+                    spec.internal.to_string(),
+                    cur.internal.to_string(),
+                ))
             } else {
                 None
             };
             if let Some((arg, got, was)) = mismatch {
-                return Err(inequivalent("exchange", arg, "exchange", &name, vhost, got, was));
+                return Err(inequivalent(
+                    "exchange", arg, "exchange", &name, vhost, got, was,
+                ));
             }
+        } else if reserved(&name) {
+            // Only new amq.* names are refused; redeclaring a predeclared one equivalently is fine.
+            return Err(AmqpError::access_refused(format!(
+                "exchange name '{name}' contains reserved prefix 'amq.*'"
+            )));
         } else {
             let logged = spec.durable;
-            self.emit(Event::ExchangeDeclared { vhost: vhost.to_string(), name, spec }, logged);
+            self.emit(
+                Event::ExchangeDeclared {
+                    vhost: vhost.to_string(),
+                    name,
+                    spec,
+                },
+                logged,
+            );
         }
         if !d.nowait {
             self.reply(conn, ch, ok);
@@ -211,7 +273,8 @@ impl Master {
 
     /// Add (`add`) or remove a binding after checking both ends exist.
     fn bind(&mut self, conn: ConnId, vhost: &str, binding: Binding, add: bool) -> AmqpResult<()> {
-        let default_refused = || AmqpError::access_refused("operation not permitted on the default exchange");
+        let default_refused =
+            || AmqpError::access_refused("operation not permitted on the default exchange");
         if binding.source.is_empty() {
             return Err(default_refused());
         }
@@ -235,7 +298,10 @@ impl Master {
             .broker
             .exchange(vhost, &binding.source)
             .ok_or_else(|| AmqpError::no_exchange(vhost, &binding.source))?;
-        if add && src.spec.kind == ExchangeKind::Headers && HeadersMatch::from_args(&binding.arguments).is_none() {
+        if add
+            && src.spec.kind == ExchangeKind::Headers
+            && HeadersMatch::from_args(&binding.arguments).is_none()
+        {
             return Err(AmqpError::precondition(format!(
                 "Invalid x-match field value {}; expected all, any, all-with-x, or any-with-x",
                 value_text(binding.arguments.inner().get("x-match"))
@@ -252,7 +318,12 @@ impl Master {
         Ok(())
     }
 
-    pub(super) fn queue_method(&mut self, conn: ConnId, ch: u16, m: mq::AMQPMethod) -> AmqpResult<()> {
+    pub(super) fn queue_method(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        m: mq::AMQPMethod,
+    ) -> AmqpResult<()> {
         let vhost = self.vhost_of(conn)?;
         match m {
             mq::AMQPMethod::Declare(d) => self.queue_declare(conn, ch, &vhost, d),
@@ -265,7 +336,11 @@ impl Master {
                 };
                 self.bind(conn, &vhost, binding, true)?;
                 if !b.nowait {
-                    self.reply(conn, ch, AMQPClass::Queue(mq::AMQPMethod::BindOk(mq::BindOk {})));
+                    self.reply(
+                        conn,
+                        ch,
+                        AMQPClass::Queue(mq::AMQPMethod::BindOk(mq::BindOk {})),
+                    );
                 }
                 Ok(())
             }
@@ -277,7 +352,11 @@ impl Master {
                     arguments: b.arguments,
                 };
                 self.bind(conn, &vhost, binding, false)?;
-                self.reply(conn, ch, AMQPClass::Queue(mq::AMQPMethod::UnbindOk(mq::UnbindOk {})));
+                self.reply(
+                    conn,
+                    ch,
+                    AMQPClass::Queue(mq::AMQPMethod::UnbindOk(mq::UnbindOk {})),
+                );
                 Ok(())
             }
             mq::AMQPMethod::Purge(p) => {
@@ -288,7 +367,9 @@ impl Master {
                     self.reply(
                         conn,
                         ch,
-                        AMQPClass::Queue(mq::AMQPMethod::PurgeOk(mq::PurgeOk { message_count: count })),
+                        AMQPClass::Queue(mq::AMQPMethod::PurgeOk(mq::PurgeOk {
+                            message_count: count,
+                        })),
                     );
                 }
                 Ok(())
@@ -315,7 +396,9 @@ impl Master {
                     self.reply(
                         conn,
                         ch,
-                        AMQPClass::Queue(mq::AMQPMethod::DeleteOk(mq::DeleteOk { message_count: count })),
+                        AMQPClass::Queue(mq::AMQPMethod::DeleteOk(mq::DeleteOk {
+                            message_count: count,
+                        })),
                     );
                 }
                 Ok(())
@@ -337,7 +420,11 @@ impl Master {
         let count = ids.len() as u32;
         if count > 0 {
             self.emit(
-                Event::Removed { vhost: vhost.to_string(), queue: name.to_string(), msg_ids: ids },
+                Event::Removed {
+                    vhost: vhost.to_string(),
+                    queue: name.to_string(),
+                    msg_ids: ids,
+                },
                 logged,
             );
         }
@@ -346,8 +433,17 @@ impl Master {
 
     /// Delete a queue (its consumers are cancelled by `after_apply`).
     pub(super) fn delete_queue(&mut self, vhost: &str, name: &str) {
-        let logged = self.broker.queue(vhost, name).is_some_and(|q| q.is_logged());
-        self.emit(Event::QueueDeleted { vhost: vhost.to_string(), name: name.to_string() }, logged);
+        let logged = self
+            .broker
+            .queue(vhost, name)
+            .is_some_and(|q| q.is_logged());
+        self.emit(
+            Event::QueueDeleted {
+                vhost: vhost.to_string(),
+                name: name.to_string(),
+            },
+            logged,
+        );
         for s in self.sessions.values_mut() {
             if s.vhost == vhost {
                 s.exclusive_queues.retain(|q| q != name);
@@ -355,7 +451,13 @@ impl Master {
         }
     }
 
-    fn queue_declare(&mut self, conn: ConnId, ch: u16, vhost: &str, d: mq::Declare) -> AmqpResult<()> {
+    fn queue_declare(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        vhost: &str,
+        d: mq::Declare,
+    ) -> AmqpResult<()> {
         let mut name = d.queue.as_str().to_string();
         if d.passive {
             if name.is_empty() {
@@ -380,7 +482,15 @@ impl Master {
                 self.exclusive_check(conn, vhost, &name)?;
                 let cur = &q.spec;
                 let bad = |arg: &str, got: bool, was: bool| {
-                    inequivalent("queue", arg, "queue", &name, vhost, got.to_string(), was.to_string())
+                    inequivalent(
+                        "queue",
+                        arg,
+                        "queue",
+                        &name,
+                        vhost,
+                        got.to_string(),
+                        was.to_string(),
+                    )
                 };
                 if cur.durable != spec.durable {
                     return Err(bad("durable", spec.durable, cur.durable));
@@ -389,7 +499,11 @@ impl Master {
                     return Err(bad("auto_delete", spec.auto_delete, cur.auto_delete));
                 }
                 if cur.exclusive_owner.is_some() != spec.exclusive_owner.is_some() {
-                    return Err(bad("exclusive", spec.exclusive_owner.is_some(), cur.exclusive_owner.is_some()));
+                    return Err(bad(
+                        "exclusive",
+                        spec.exclusive_owner.is_some(),
+                        cur.exclusive_owner.is_some(),
+                    ));
                 }
                 for arg in EQUIVALENCE_ARGS {
                     let got = spec.arguments.inner().get(arg);
@@ -399,7 +513,15 @@ impl Master {
                         continue;
                     }
                     if value_text(got) != value_text(was) {
-                        return Err(inequivalent("queue", arg, "queue", &name, vhost, value_text(got), value_text(was)));
+                        return Err(inequivalent(
+                            "queue",
+                            arg,
+                            "queue",
+                            &name,
+                            vhost,
+                            value_text(got),
+                            value_text(was),
+                        ));
                     }
                 }
             } else {
@@ -411,13 +533,20 @@ impl Master {
                     s.exclusive_queues.push(name.clone());
                 }
                 self.emit(
-                    Event::QueueDeclared { vhost: vhost.to_string(), name: name.clone(), spec },
+                    Event::QueueDeclared {
+                        vhost: vhost.to_string(),
+                        name: name.clone(),
+                        spec,
+                    },
                     logged,
                 );
             }
         }
         let (message_count, consumer_count) = match self.broker.queue(vhost, &name) {
-            Some(q) => (q.ready.len() as u32, self.consumer_count(vhost, &name) as u32),
+            Some(q) => (
+                q.ready.len() as u32,
+                self.consumer_count(vhost, &name) as u32,
+            ),
             None => (0, 0),
         };
         if !d.nowait {
@@ -441,11 +570,18 @@ impl Master {
             .consumers
             .get(&key)
             .is_some_and(|qc| qc.ever_had_consumer && qc.list.is_empty());
-        let auto = self.broker.queue(vhost, queue).is_some_and(|q| q.spec.auto_delete);
+        let auto = self
+            .broker
+            .queue(vhost, queue)
+            .is_some_and(|q| q.spec.auto_delete);
         if unused && auto {
             self.delete_queue(vhost, queue);
         }
-        if self.consumers.get(&key).is_some_and(|qc| qc.list.is_empty()) {
+        if self
+            .consumers
+            .get(&key)
+            .is_some_and(|qc| qc.list.is_empty())
+        {
             self.consumers.remove(&key);
         }
     }

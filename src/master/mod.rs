@@ -179,7 +179,13 @@ impl Master {
         let result = match input {
             Input::ChannelClose { .. } => {
                 self.close_channel_state(conn, ch);
-                self.send(conn, ToConn::Method(ch, AMQPClass::Channel(mchannel::AMQPMethod::CloseOk(mchannel::CloseOk {}))));
+                self.send(
+                    conn,
+                    ToConn::Method(
+                        ch,
+                        AMQPClass::Channel(mchannel::AMQPMethod::CloseOk(mchannel::CloseOk {})),
+                    ),
+                );
                 Ok(())
             }
             Input::Method { method, .. } => self.method(conn, ch, method),
@@ -239,7 +245,10 @@ impl Master {
         metrics::gauge!(crate::metrics::CHANNELS).increment(1.0);
         self.send(
             conn,
-            ToConn::Method(ch, AMQPClass::Channel(mchannel::AMQPMethod::OpenOk(mchannel::OpenOk {}))),
+            ToConn::Method(
+                ch,
+                AMQPClass::Channel(mchannel::AMQPMethod::OpenOk(mchannel::OpenOk {})),
+            ),
         );
     }
 
@@ -364,7 +373,11 @@ impl Master {
     fn send_confirm(&mut self, conn: ConnId, ch: u16, tag: u64) {
         if let Some(chan) = self.channel_mut(conn, ch) {
             // I5: a channel confirms tag N only after every tag below N.
-            debug_assert!(tag > chan.last_confirmed, "I5: confirm {tag} after {}", chan.last_confirmed);
+            debug_assert!(
+                tag > chan.last_confirmed,
+                "I5: confirm {tag} after {}",
+                chan.last_confirmed
+            );
             chan.last_confirmed = tag;
             metrics::counter!(crate::metrics::CONFIRMED).increment(1);
             self.send(conn, ToConn::Confirm { ch, tag, ack: true });
@@ -443,7 +456,9 @@ impl Master {
     fn method(&mut self, conn: ConnId, ch: u16, method: AMQPClass) -> AmqpResult<()> {
         let (cid, mid) = (method.get_amqp_class_id(), method.get_amqp_method_id());
         let r = match method {
-            AMQPClass::Channel(mchannel::AMQPMethod::Flow(f)) => self.channel_flow(conn, ch, f.active),
+            AMQPClass::Channel(mchannel::AMQPMethod::Flow(f)) => {
+                self.channel_flow(conn, ch, f.active)
+            }
             AMQPClass::Channel(mchannel::AMQPMethod::FlowOk(_)) => Ok(()),
             AMQPClass::Exchange(m) => self.exchange_method(conn, ch, m),
             AMQPClass::Queue(m) => self.queue_method(conn, ch, m),
@@ -460,13 +475,22 @@ impl Master {
     }
 
     fn channel_flow(&mut self, conn: ConnId, ch: u16, active: bool) -> AmqpResult<()> {
+        if !active {
+            // RabbitMQ refuses to pause deliveries this way (use basic.qos instead).
+            return Err(AmqpError::new(ReplyCode::NotImplemented, "active=false"));
+        }
         let vhost = self.vhost_of(conn)?;
-        let chan = self.channel_mut(conn, ch).ok_or_else(|| AmqpError::command_invalid("no channel"))?;
+        let chan = self
+            .channel_mut(conn, ch)
+            .ok_or_else(|| AmqpError::command_invalid("no channel"))?;
         chan.flow_active = active;
         let queues: Vec<String> = chan.consumers.values().map(|c| c.queue.clone()).collect();
         self.send(
             conn,
-            ToConn::Method(ch, AMQPClass::Channel(mchannel::AMQPMethod::FlowOk(mchannel::FlowOk { active }))),
+            ToConn::Method(
+                ch,
+                AMQPClass::Channel(mchannel::AMQPMethod::FlowOk(mchannel::FlowOk { active })),
+            ),
         );
         if active {
             for q in queues {

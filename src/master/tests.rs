@@ -1,9 +1,9 @@
 //! Drives the master directly, as the simulator will: inputs in, outputs checked.
 
-use super::io::{Input, Output, ToConn};
 use super::Master;
-use crate::config::Config;
+use super::io::{Input, Output, ToConn};
 use crate::broker::Broker;
+use crate::config::Config;
 use bytes::Bytes;
 use stablemq_protocol::methods::{basic, confirm, queue, tx};
 use stablemq_protocol::{AMQPClass, BasicProperties};
@@ -14,7 +14,11 @@ fn master() -> Master {
 }
 
 fn open(m: &mut Master, conn: u64, ch: u16) {
-    m.handle(Input::Open { conn, user: "guest".into(), vhost: "/".into() });
+    m.handle(Input::Open {
+        conn,
+        user: "guest".into(),
+        vhost: "/".into(),
+    });
     m.handle(Input::ChannelOpen { conn, ch });
     m.take_outputs();
 }
@@ -32,12 +36,27 @@ fn declare(name: &str, durable: bool) -> AMQPClass {
     }))
 }
 
-fn publish(m: &mut Master, conn: u64, ch: u16, queue: &str, persistent: bool, body: &str) -> Vec<Output> {
-    let props = if persistent { BasicProperties::default().with_delivery_mode(2) } else { BasicProperties::default() };
+fn publish(
+    m: &mut Master,
+    conn: u64,
+    ch: u16,
+    queue: &str,
+    persistent: bool,
+    body: &str,
+) -> Vec<Output> {
+    let props = if persistent {
+        BasicProperties::default().with_delivery_mode(2)
+    } else {
+        BasicProperties::default()
+    };
     m.handle(Input::Publish {
         conn,
         ch,
-        publish: basic::Publish { exchange: "".into(), routing_key: queue.into(), ..Default::default() },
+        publish: basic::Publish {
+            exchange: "".into(),
+            routing_key: queue.into(),
+            ..Default::default()
+        },
         properties: props,
         body: Bytes::from(body.to_string()),
     });
@@ -45,7 +64,9 @@ fn publish(m: &mut Master, conn: u64, ch: u16, queue: &str, persistent: bool, bo
 }
 
 fn appends(out: &[Output]) -> usize {
-    out.iter().filter(|o| matches!(o, Output::Append(_))).count()
+    out.iter()
+        .filter(|o| matches!(o, Output::Append(_)))
+        .count()
 }
 
 fn confirms(out: &[Output]) -> Vec<u64> {
@@ -60,7 +81,9 @@ fn confirms(out: &[Output]) -> Vec<u64> {
 fn delivered(out: &[Output]) -> Vec<String> {
     out.iter()
         .filter_map(|o| match o {
-            Output::ToConn(_, ToConn::Deliver { msg, .. }) => Some(String::from_utf8_lossy(&msg.body).into_owned()),
+            Output::ToConn(_, ToConn::Deliver { msg, .. }) => {
+                Some(String::from_utf8_lossy(&msg.body).into_owned())
+            }
             _ => None,
         })
         .collect()
@@ -72,12 +95,19 @@ fn durable_declare_ok_waits_for_stable_i1() {
     open(&mut m, 1, 1);
     let out = method(&mut m, 1, 1, declare("q", true));
     assert_eq!(appends(&out), 1, "a durable declare is logged");
-    assert!(!out.iter().any(|o| matches!(o, Output::ToConn(_, ToConn::Method(..)))), "no reply before stable");
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::ToConn(_, ToConn::Method(..)))),
+        "no reply before stable"
+    );
     m.handle(Input::Stable { index: 1 });
     let out = m.take_outputs();
     assert!(out.iter().any(|o| matches!(
         o,
-        Output::ToConn(1, ToConn::Method(1, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_))))
+        Output::ToConn(
+            1,
+            ToConn::Method(1, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_)))
+        )
     )));
 }
 
@@ -89,7 +119,11 @@ fn transient_queue_is_not_logged_and_answers_at_once() {
     assert_eq!(appends(&out), 0);
     assert_eq!(out.len(), 1);
     let out = publish(&mut m, 1, 1, "t", true, "x");
-    assert_eq!(appends(&out), 0, "persistent message in a transient queue is not logged");
+    assert_eq!(
+        appends(&out),
+        0,
+        "persistent message in a transient queue is not logged"
+    );
 }
 
 #[test]
@@ -99,7 +133,14 @@ fn confirms_and_deliveries_wait_for_stable_and_keep_tag_order_i1_i5() {
     method(&mut m, 1, 1, declare("q", true));
     m.handle(Input::Stable { index: 1 });
     m.take_outputs();
-    method(&mut m, 1, 1, AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select { nowait: false })));
+    method(
+        &mut m,
+        1,
+        1,
+        AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select {
+            nowait: false,
+        })),
+    );
     // A consumer on another connection.
     open(&mut m, 2, 1);
     method(
@@ -139,7 +180,14 @@ fn partial_stability_confirms_a_prefix_only() {
     open(&mut m, 1, 1);
     method(&mut m, 1, 1, declare("q", true));
     m.handle(Input::Stable { index: 1 });
-    method(&mut m, 1, 1, AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select { nowait: false })));
+    method(
+        &mut m,
+        1,
+        1,
+        AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select {
+            nowait: false,
+        })),
+    );
     m.take_outputs();
     for i in 0..5 {
         publish(&mut m, 1, 1, "q", true, &format!("{i}"));
@@ -155,11 +203,27 @@ fn tx_publishes_are_held_until_commit() {
     let mut m = master();
     open(&mut m, 1, 1);
     method(&mut m, 1, 1, declare("t", false));
-    method(&mut m, 1, 1, AMQPClass::Tx(tx::AMQPMethod::Select(tx::Select {})));
+    method(
+        &mut m,
+        1,
+        1,
+        AMQPClass::Tx(tx::AMQPMethod::Select(tx::Select {})),
+    );
     publish(&mut m, 1, 1, "t", false, "a");
     assert_eq!(m.broker.queue("/", "t").unwrap().ready.len(), 0);
-    let out = method(&mut m, 1, 1, AMQPClass::Tx(tx::AMQPMethod::Commit(tx::Commit {})));
-    assert!(out.iter().any(|o| matches!(o, Output::ToConn(1, ToConn::Method(1, AMQPClass::Tx(tx::AMQPMethod::CommitOk(_)))))));
+    let out = method(
+        &mut m,
+        1,
+        1,
+        AMQPClass::Tx(tx::AMQPMethod::Commit(tx::Commit {})),
+    );
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::ToConn(
+            1,
+            ToConn::Method(1, AMQPClass::Tx(tx::AMQPMethod::CommitOk(_)))
+        )
+    )));
     assert_eq!(m.broker.queue("/", "t").unwrap().ready.len(), 1);
 }
 
@@ -171,9 +235,14 @@ fn unknown_delivery_tag_closes_the_channel_with_406() {
         &mut m,
         1,
         1,
-        AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack { delivery_tag: 7, multiple: false })),
+        AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
+            delivery_tag: 7,
+            multiple: false,
+        })),
     );
-    assert!(out.iter().any(|o| matches!(o, Output::ToConn(1, ToConn::CloseChannel(1, e)) if e.code as u16 == 406)));
+    assert!(out.iter().any(
+        |o| matches!(o, Output::ToConn(1, ToConn::CloseChannel(1, e)) if e.code as u16 == 406)
+    ));
 }
 
 #[test]
@@ -186,7 +255,10 @@ fn closing_a_channel_requeues_unacked_as_redelivered() {
         &mut m,
         1,
         1,
-        AMQPClass::Basic(basic::AMQPMethod::Get(basic::Get { queue: "t".into(), no_ack: false })),
+        AMQPClass::Basic(basic::AMQPMethod::Get(basic::Get {
+            queue: "t".into(),
+            no_ack: false,
+        })),
     );
     assert_eq!(m.broker.queue("/", "t").unwrap().unacked.len(), 1);
     m.handle(Input::ChannelClose { conn: 1, ch: 1 });

@@ -103,7 +103,9 @@ pub async fn run(
     }
     let _ = wr.shutdown().await;
     // Make sure the master forgets us even if we left without a clean close.
-    let _ = master.send(MasterMsg::Input(Input::Disconnected { conn: id })).await;
+    let _ = master
+        .send(MasterMsg::Input(Input::Disconnected { conn: id }))
+        .await;
 }
 
 /// Decode every complete frame in `rbuf`.
@@ -143,4 +145,3 @@ fn decode_all(conn: &mut Connection, rbuf: &mut BytesMut, now: Instant, actions:
         }
     }
 }
-

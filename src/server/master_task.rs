@@ -72,7 +72,11 @@ pub async fn run(
 }
 
 /// Carry out the core's outputs.
-fn dispatch(master: &mut Master, log: &mut LocalLog, outboxes: &mut HashMap<ConnId, mpsc::UnboundedSender<ToConn>>) {
+fn dispatch(
+    master: &mut Master,
+    log: &mut LocalLog,
+    outboxes: &mut HashMap<ConnId, mpsc::UnboundedSender<ToConn>>,
+) {
     for o in master.take_outputs() {
         match o {
             Output::Append(payload) => {
@@ -90,7 +94,11 @@ fn dispatch(master: &mut Master, log: &mut LocalLog, outboxes: &mut HashMap<Conn
             }
         }
     }
-    debug_assert_eq!(log.last_appended(), master.last_appended(), "master and log disagree on the last index");
+    debug_assert_eq!(
+        log.last_appended(),
+        master.last_appended(),
+        "master and log disagree on the last index"
+    );
 }
 
 fn publish_gauges(master: &Master, config: &Config, node: &str) {
@@ -106,7 +114,8 @@ fn publish_gauges(master: &Master, config: &Config, node: &str) {
             metrics::gauge!(m::QUEUE_READY, &labels).set(q.ready.len() as f64);
             metrics::gauge!(m::QUEUE_UNACKED, &labels).set(q.unacked.len() as f64);
             metrics::gauge!(m::QUEUE_MESSAGES, &labels).set(q.len() as f64);
-            metrics::gauge!(m::QUEUE_CONSUMERS, &labels).set(master.consumer_count(vname, qname) as f64);
+            metrics::gauge!(m::QUEUE_CONSUMERS, &labels)
+                .set(master.consumer_count(vname, qname) as f64);
         }
     }
     metrics::gauge!(m::QUEUES).set(queues as f64);

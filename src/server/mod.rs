@@ -89,16 +89,30 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let broker = Master::recover(events);
     drop(entries);
     let master = Master::new(opts.config.clone(), broker, last_index);
-    tracing::info!(recovered, last_index, "recovered broker state from the event log");
+    tracing::info!(
+        recovered,
+        last_index,
+        "recovered broker state from the event log"
+    );
 
-    let listener = TcpListener::bind(opts.amqp_addr)
-        .await
-        .map_err(|source| ServeError::Listen { addr: opts.amqp_addr, source })?;
+    let listener =
+        TcpListener::bind(opts.amqp_addr)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: opts.amqp_addr,
+                source,
+            })?;
     tracing::info!("AMQP listening on {}", opts.amqp_addr);
 
     let (master_tx, master_rx) = mpsc::channel::<MasterMsg>(MASTER_QUEUE);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let master_handle = tokio::spawn(master_task::run(master, log, master_rx, stable_rx, opts.config.clone()));
+    let master_handle = tokio::spawn(master_task::run(
+        master,
+        log,
+        master_rx,
+        stable_rx,
+        opts.config.clone(),
+    ));
 
     let next_id = Arc::new(AtomicU64::new(1));
     let mut conns = tokio::task::JoinSet::new();
@@ -137,7 +151,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     conns.abort_all();
     let (done_tx, done_rx) = oneshot::channel();
     let _ = master_tx.send(MasterMsg::Shutdown(done_tx)).await;
-    let log = done_rx.await.map_err(|_| ServeError::Other("master task ended early".into()))?;
+    let log = done_rx
+        .await
+        .map_err(|_| ServeError::Other("master task ended early".into()))?;
     let _ = master_handle.await;
     // Flush the store: everything appended becomes durable before we exit.
     tokio::task::spawn_blocking(move || log.shutdown())
@@ -146,4 +162,3 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     tracing::info!("stopped");
     Ok(())
 }
-

@@ -3,6 +3,14 @@
 //! Every wait is bounded by [`WAIT`], so a broker that never answers fails the test
 //! instead of hanging it. Errors are checked by their AMQP reply code, the number a
 //! RabbitMQ client sees, never by their text.
+//!
+//! The tests were checked against RabbitMQ 3.10 with `STABLEMQ_TEST_EXTERNAL_URI`,
+//! and their expectations against the RabbitMQ 4.x source where the two differ
+//! (see the comments at those tests). RabbitMQ 4.3 denies two deprecated features
+//! by default that these tests use: transient non-exclusive queues (declare fails
+//! with 541) and `basic.qos global=true` (silently per-consumer). To run the suite
+//! against 4.3+, set `deprecated_features.permit.transient_nonexcl_queues = true`
+//! and `deprecated_features.permit.global_qos = true` in rabbitmq.conf.
 
 #![allow(dead_code)]
 
@@ -12,6 +20,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[allow(unused_imports)] // not every test file configures the broker
 pub use compat_tests::{Broker, BrokerOptions};
 use futures_lite::{Stream, StreamExt};
 use lapin::message::{BasicGetMessage, BasicReturnMessage, Delivery};
@@ -148,7 +157,13 @@ pub async fn confirm_channel(conn: &Connection) -> Channel {
 
 /// Declare a plain (non-durable, non-exclusive, non-auto-delete) queue.
 pub async fn declare_queue(ch: &Channel, name: &str) -> Queue {
-    declare_queue_with(ch, name, QueueDeclareOptions::default(), FieldTable::default()).await
+    declare_queue_with(
+        ch,
+        name,
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
 }
 
 /// Declare a queue with explicit options and arguments, expecting success.
@@ -395,7 +410,10 @@ pub async fn wait_connection_closed(conn: &Connection) {
 pub fn headers(pairs: &[(&str, &str)]) -> FieldTable {
     let mut t = FieldTable::default();
     for (k, v) in pairs {
-        t.insert((*k).into(), lapin::types::AMQPValue::LongString((*v).into()));
+        t.insert(
+            (*k).into(),
+            lapin::types::AMQPValue::LongString((*v).into()),
+        );
     }
     t
 }
