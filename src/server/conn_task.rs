@@ -36,6 +36,7 @@ pub async fn run(
     let mut enc = Encoder::default();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut reading = true;
+    let mut outbox_open = true;
     let mut shutting_down = false;
     loop {
         tokio::select! {
@@ -49,10 +50,11 @@ pub async fn run(
                     Ok(_) => decode_all(&mut conn, &mut rbuf, now, &mut actions),
                 }
             }
-            n = out_rx.recv_many(&mut inbox, 256) => {
+            n = out_rx.recv_many(&mut inbox, 256), if outbox_open => {
                 if n == 0 {
-                    // The master dropped us (it closed the connection): keep going until closed.
-                    if conn.is_closed() { break; }
+                    // The master dropped us (it closed the connection); the close
+                    // handshake goes on without it.
+                    outbox_open = false;
                 }
                 for m in inbox.drain(..) {
                     conn.on_master(m, &mut actions);
