@@ -82,11 +82,15 @@ read -r passed failed ignored suites < <(
 )
 echo
 log "summary ($((SECONDS - START)) s, $suites test suites)"
-grep -E '^(test .* FAILED|error: .*test)' "$LOG" | sort -u || true
+if [[ $failed -ne 0 ]]; then
+    echo "failed tests:"
+    grep -E '^test .+ \.\.\. FAILED$' "$LOG" | sed -e 's/^test /  /' -e 's/ \.\.\. FAILED$//' | sort -u || true
+fi
 if [[ $status -ne 0 && $failed -eq 0 ]]; then
-    # A build error or a crashed test binary: count it as a failure.
+    # A build error or a test binary that crashed: count it as a failure.
     failed=1
-    echo "cargo test exited with status $status"
+    echo "cargo test exited with status $status:"
+    grep -E '^error' "$LOG" | tail -n 20 || true
 fi
 echo "total: $passed passed, $failed failed, $ignored skipped"
 if [[ $status -ne 0 || $failed -ne 0 ]]; then

@@ -8,7 +8,17 @@
 //! before, during and after; at the end it must have received exactly what it
 //! published, in order.
 //!
-//! The expected codes were checked against RabbitMQ 3.10.8.
+//! The expected replies were checked against RabbitMQ 3.10.8:
+//!
+//! | input | RabbitMQ's reply |
+//! |---|---|
+//! | not an AMQP protocol header | `AMQP\x00\x00\x09\x01`, then the socket closes |
+//! | a frame larger than the negotiated frame_max | 501 `FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,8192,4088}` |
+//! | a method on a channel never opened | 504 `CHANNEL_ERROR - expected 'channel.open'` (class/method of the offender) |
+//! | an unknown frame type | 501 `FRAME_ERROR - type 65, all octets = <<"garbage">>: unknown_frame` |
+//! | a bad frame-end octet | 501 `FRAME_ERROR - type 1, all octets = <<0,20,0,10,0>>: {invalid_frame_end_marker,0}` |
+//! | a wrong password or unknown user | 403 `ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. ...` |
+//! | an unknown class or method id | no connection.close: the connection process exits and the socket is reset |
 
 use compat_tests::Broker;
 use futures_lite::StreamExt;
@@ -16,7 +26,7 @@ use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -365,9 +375,14 @@ fn assert_close(close: &Close, code: u16, name: &str) {
 
 struct Bystander {
     conn: Connection,
+    /// Held, and closed explicitly at the end: lapin closes a channel when its
+    /// last handle drops, and that close would race with the connection's close.
+    publish_ch: Channel,
+    consume_ch: Channel,
     stop: Arc<AtomicBool>,
     confirmed: Arc<AtomicU64>,
-    received: Arc<Mutex<Vec<u64>>>,
+    /// Bodies received so far, and the consumer's error if its stream failed.
+    received: Arc<Mutex<(Vec<u64>, Option<String>)>>,
     publisher: JoinHandle<u64>,
     consumer: JoinHandle<()>,
 }
@@ -399,16 +414,23 @@ impl Bystander {
             )
             .await
             .expect("bystander basic.consume");
-        let received = Arc::new(Mutex::new(Vec::new()));
+        let received = Arc::new(Mutex::new((Vec::new(), None)));
         let rx = received.clone();
         let consumer = tokio::spawn(async move {
             while let Some(d) = consumer.next().await {
-                let d = d.expect("bystander delivery");
-                let n: u64 = std::str::from_utf8(&d.data)
-                    .expect("utf8")
-                    .parse()
-                    .expect("number");
-                rx.lock().unwrap().push(n);
+                match d {
+                    Ok(d) => {
+                        let n: u64 = std::str::from_utf8(&d.data)
+                            .expect("utf8")
+                            .parse()
+                            .expect("number");
+                        rx.lock().unwrap().0.push(n);
+                    }
+                    Err(e) => {
+                        rx.lock().unwrap().1 = Some(e.to_string());
+                        return;
+                    }
+                }
             }
         });
 
@@ -419,11 +441,11 @@ impl Bystander {
             .expect("confirm.select");
         let stop = Arc::new(AtomicBool::new(false));
         let confirmed = Arc::new(AtomicU64::new(0));
-        let (stop2, confirmed2) = (stop.clone(), confirmed.clone());
+        let (stop2, confirmed2, ch) = (stop.clone(), confirmed.clone(), publish_ch.clone());
         let publisher = tokio::spawn(async move {
             let mut n = 0u64;
             while !stop2.load(Ordering::SeqCst) {
-                let confirm = publish_ch
+                let confirm = ch
                     .basic_publish(
                         "".into(),
                         queue_name.clone(),
@@ -443,6 +465,8 @@ impl Bystander {
         });
         let b = Bystander {
             conn,
+            publish_ch,
+            consume_ch,
             stop,
             confirmed,
             received,
@@ -475,23 +499,38 @@ impl Bystander {
             .expect("publisher did not stop")
             .expect("bystander publisher panicked");
         let all: Vec<u64> = (0..published).collect();
-        timeout(WAIT, async {
-            while self.received.lock().unwrap().len() < all.len() {
+        let done = timeout(WAIT, async {
+            loop {
+                {
+                    let r = self.received.lock().unwrap();
+                    if r.0.len() >= all.len() || r.1.is_some() {
+                        return;
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
+        .await;
+        {
+            let r = self.received.lock().unwrap();
+            assert!(r.1.is_none(), "bystander consumer failed: {:?}", r.1);
+            assert!(
+                done.is_ok(),
                 "bystander received {} of {published} messages",
-                self.received.lock().unwrap().len()
-            )
-        });
-        assert_eq!(*self.received.lock().unwrap(), all);
+                r.0.len()
+            );
+            assert_eq!(r.0, all);
+        }
+        for ch in [&self.publish_ch, &self.consume_ch] {
+            timeout(WAIT, ch.close(200, "bye".into()))
+                .await
+                .expect("channel.close timed out")
+                .expect("bystander channel.close");
+        }
         timeout(WAIT, self.conn.close(200, "bye".into()))
             .await
-            .expect("close timed out")
-            .expect("bystander close");
+            .expect("connection.close timed out")
+            .expect("bystander connection.close");
         let _ = timeout(WAIT, self.consumer).await;
     }
 }
@@ -648,4 +687,12 @@ async fn unknown_class_or_method_closes_the_connection() {
         }
     })
     .await;
+}
+
+/// Control: the bystander and the raw handshake alone, with no bad input. If this
+/// fails, the other failures here say nothing about bad input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_bad_input() {
+    let broker = Broker::start();
+    with_bystander(&broker, |_| async {}).await;
 }

@@ -249,6 +249,7 @@ fn consumer_count(broker: &Broker, queue: &str) -> u32 {
 
 #[test]
 fn tutorial_1_hello_world() {
+    python(); // fail before starting a broker when the venv is missing
     let broker = Broker::start();
     delete_queues_if_external(&broker, &["hello"]);
 
@@ -272,6 +273,7 @@ fn tutorial_1_hello_world() {
 
 #[test]
 fn tutorial_2_work_queues() {
+    python(); // fail before starting a broker when the venv is missing
     let broker = Broker::start();
     delete_queues_if_external(&broker, &["task_queue"]);
 
@@ -337,6 +339,7 @@ fn tutorial_2_work_queues() {
 
 #[test]
 fn tutorial_3_publish_subscribe() {
+    python(); // fail before starting a broker when the venv is missing
     let broker = Broker::start();
 
     // A fanout exchange with no queue bound drops the message.
@@ -369,6 +372,7 @@ fn tutorial_3_publish_subscribe() {
 
 #[test]
 fn tutorial_4_routing() {
+    python(); // fail before starting a broker when the venv is missing
     let broker = Broker::start();
 
     let mut warn_err = Script::spawn(&broker, "receive_logs_direct.py", &["warning", "error"]);
@@ -413,6 +417,7 @@ fn tutorial_4_routing() {
 
 #[test]
 fn tutorial_5_topics() {
+    python(); // fail before starting a broker when the venv is missing
     let broker = Broker::start();
 
     let mut all = Script::spawn(&broker, "receive_logs_topic.py", &["#"]);
@@ -476,6 +481,7 @@ fn tutorial_5_topics() {
 
 #[test]
 fn tutorial_6_rpc() {
+    python(); // fail before starting a broker when the venv is missing
     let broker = Broker::start();
     delete_queues_if_external(&broker, &["rpc_queue"]);
 

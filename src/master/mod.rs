@@ -104,9 +104,14 @@ impl Master {
         }
     }
 
-    /// Rebuild broker state from the stable log (I4: the same events give the same state).
-    pub fn recover(events: impl IntoIterator<Item = Event>) -> Broker {
+    /// Rebuild broker state from the stable log (I4: the same events give the same
+    /// state). The configured vhosts exist before the log is replayed, since the log
+    /// refers to them but does not (yet) create them.
+    pub fn recover(config: &Config, events: impl IntoIterator<Item = Event>) -> Broker {
         let mut b = Broker::new();
+        for v in &config.vhosts {
+            b.apply(&Event::VhostCreated { vhost: v.clone() }, 0);
+        }
         for e in events {
             b.apply(&e, 0);
         }

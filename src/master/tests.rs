@@ -266,3 +266,26 @@ fn closing_a_channel_requeues_unacked_as_redelivered() {
     assert_eq!(q.ready.len(), 1);
     assert!(q.ready.values().next().unwrap().redelivered);
 }
+
+#[test]
+fn recovery_replays_the_log_into_the_configured_vhosts() {
+    let mut m = master();
+    let mut log = Vec::new();
+    open(&mut m, 1, 1);
+    log.extend(method(&mut m, 1, 1, declare("q", true)));
+    m.handle(Input::Stable { index: 1 });
+    log.extend(m.take_outputs());
+    log.extend(publish(&mut m, 1, 1, "q", true, "kept"));
+    log.extend(publish(&mut m, 1, 1, "q", false, "transient"));
+    let events: Vec<_> = log
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Append(b) => Some(crate::broker::event::Event::decode(&b).unwrap()),
+            _ => None,
+        })
+        .collect();
+    let b = Master::recover(&Config::default(), events);
+    let q = b.queue("/", "q").expect("durable queue recovered");
+    let bodies: Vec<_> = q.ready.values().map(|m| m.msg.body.clone()).collect();
+    assert_eq!(bodies, vec![Bytes::from_static(b"kept")]);
+}

@@ -86,7 +86,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         events.push(crate::broker::event::Event::decode(&e.payload)?);
     }
     let recovered = events.len();
-    let broker = Master::recover(events);
+    let broker = Master::recover(&opts.config, events);
     drop(entries);
     let master = Master::new(opts.config.clone(), broker, last_index);
     tracing::info!(
