@@ -43,6 +43,10 @@ pub struct Config {
     /// Name reported as `cluster_name` in connection.start.
     #[serde(default = "default_cluster_name")]
     pub cluster_name: String,
+    /// How long a delivery may stay unacknowledged before its channel is closed
+    /// with 406 (RabbitMQ's `consumer_timeout`, 30 minutes by default).
+    #[serde(default = "default_consumer_timeout")]
+    pub consumer_timeout_ms: u64,
 }
 
 fn default_vhosts() -> Vec<String> {
@@ -67,6 +71,9 @@ fn default_frame_max() -> u32 {
 fn default_heartbeat() -> u16 {
     60
 }
+fn default_consumer_timeout() -> u64 {
+    1_800_000
+}
 fn default_cluster_name() -> String {
     "stablemq@localhost".into()
 }
@@ -81,6 +88,7 @@ impl Default for Config {
             frame_max: default_frame_max(),
             heartbeat_secs: default_heartbeat(),
             cluster_name: default_cluster_name(),
+            consumer_timeout_ms: default_consumer_timeout(),
         }
     }
 }

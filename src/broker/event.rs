@@ -159,6 +159,9 @@ pub enum Event {
         routing_key: String,
         /// Id chosen by the master; unique and increasing.
         msg_id: u64,
+        /// The master's clock at publish (ms since the Unix epoch): TTLs count from
+        /// here, so replicas agree on expiry without reading their own clocks (I4).
+        timestamp_ms: u64,
         /// Content properties.
         properties: BasicProperties,
         /// Body, shared by every queue copy.
@@ -192,7 +195,7 @@ pub enum EventCodecError {
 }
 
 /// Bumped whenever `Event`'s encoding changes, so old logs are refused, not misread.
-const EVENT_FORMAT_VERSION: u8 = 1;
+const EVENT_FORMAT_VERSION: u8 = 2;
 
 impl Event {
     /// Encode for the log: one version byte, then postcard.
@@ -248,6 +251,7 @@ mod tests {
                 exchange: "amq.direct".into(),
                 routing_key: "k".into(),
                 msg_id: 42,
+                timestamp_ms: 1_700_000_000_000,
                 properties: props,
                 body: Bytes::from_static(b"hello"),
                 queues: vec!["q".into()],

@@ -20,12 +20,22 @@ pub struct Message {
     pub properties: BasicProperties,
     /// Body.
     pub body: Bytes,
+    /// Master's clock when it was published (ms since the Unix epoch); TTLs count from here.
+    pub timestamp_ms: u64,
 }
 
 impl Message {
     /// delivery_mode 2 marks a message that must survive restart in a durable queue.
     pub fn is_persistent(&self) -> bool {
         self.properties.delivery_mode() == &Some(2)
+    }
+
+    /// The per-message TTL from the `expiration` property, in ms.
+    pub fn expiration_ms(&self) -> Option<u64> {
+        self.properties
+            .expiration()
+            .as_ref()
+            .and_then(|e| e.as_str().parse().ok())
     }
 }
 
@@ -40,4 +50,16 @@ pub struct QueuedMessage {
     /// Publishes that are not logged wait for the last logged index before them,
     /// so a queue never overtakes its own order.
     pub wait_index: u64,
+    /// When the message expires in this queue (ms since the epoch), from the queue's
+    /// and the message's TTL, whichever is shorter.
+    pub expires_at_ms: Option<u64>,
+    /// How often it was returned to the queue (for x-delivery-limit).
+    pub delivery_count: u32,
+}
+
+impl QueuedMessage {
+    /// Whether it has expired at `now_ms`.
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.expires_at_ms.is_some_and(|t| t <= now_ms)
+    }
 }

@@ -10,6 +10,7 @@ pub mod event;
 pub mod exchange;
 pub mod message;
 pub mod queue;
+pub mod queue_args;
 pub mod routing;
 
 use event::{Binding, Destination, Event, ExchangeSpec};
@@ -147,6 +148,7 @@ impl Broker {
                 exchange,
                 routing_key,
                 msg_id,
+                timestamp_ms,
                 properties,
                 body,
                 queues,
@@ -158,13 +160,21 @@ impl Broker {
                         routing_key: routing_key.clone(),
                         properties: properties.clone(),
                         body: body.clone(),
+                        timestamp_ms: *timestamp_ms,
                     });
+                    let msg_ttl = msg.expiration_ms();
                     for qn in queues {
                         if let Some(q) = v.queues.get_mut(qn) {
+                            let ttl = match (q.args.message_ttl, msg_ttl) {
+                                (Some(a), Some(b)) => Some(a.min(b)),
+                                (a, b) => a.or(b),
+                            };
                             q.push(QueuedMessage {
                                 msg: msg.clone(),
                                 redelivered: false,
                                 wait_index,
+                                expires_at_ms: ttl.map(|t| timestamp_ms.saturating_add(t)),
+                                delivery_count: 0,
                             });
                             out.filled.push((vhost.clone(), qn.clone()));
                         }
@@ -217,7 +227,9 @@ impl Broker {
             let Some(x) = v.exchanges.get(xn) else {
                 continue;
             };
+            let mut matched = false;
             for d in x.matches(routing_key, headers) {
+                matched = true;
                 match d {
                     Destination::Queue(q) => {
                         if v.queues.contains_key(q) && seen_q.insert(q) {
@@ -226,6 +238,19 @@ impl Broker {
                     }
                     Destination::Exchange(e) => stack.push(e),
                 }
+            }
+            // An exchange that routes nowhere hands the message to its alternate
+            // exchange (RabbitMQ's `alternate-exchange` argument).
+            if !matched
+                && let Some(ae) = x
+                    .spec
+                    .arguments
+                    .inner()
+                    .get("alternate-exchange")
+                    .and_then(queue_args::text)
+                && let Some(ae) = v.exchanges.get_key_value(ae.as_str())
+            {
+                stack.push(ae.0.as_str());
             }
         }
         out

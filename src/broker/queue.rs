@@ -2,58 +2,111 @@
 
 use super::event::QueueSpec;
 use super::message::QueuedMessage;
+use super::queue_args::QueueArgs;
 use std::collections::{BTreeMap, HashMap};
+
+/// Order of ready messages: higher priority first, then publish order. A requeued
+/// message keeps its key, so it returns to its original position, as in RabbitMQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReadyKey {
+    /// 255 minus the effective priority (0 for queues without priorities).
+    pub inverse_priority: u8,
+    /// The message id.
+    pub id: u64,
+}
 
 /// A queue.
 ///
-/// `ready` is ordered by message id, so a requeued message goes back to its original
-/// position, as RabbitMQ does. `unacked` holds messages delivered and awaiting an ack;
-/// only the master fills it (delivery is not an event): after a failover or restart,
-/// every unacked message is ready again.
+/// `unacked` holds messages delivered and awaiting an ack; only the master fills it
+/// (delivery is not an event): after a failover or restart every unacked message is
+/// ready again.
 #[derive(Debug, Clone)]
 pub struct Queue {
     /// Name.
     pub name: String,
     /// Declared shape.
     pub spec: QueueSpec,
+    /// Behaviour derived from the declared arguments.
+    pub args: QueueArgs,
     /// Messages waiting for a consumer.
-    pub ready: BTreeMap<u64, QueuedMessage>,
+    pub ready: BTreeMap<ReadyKey, QueuedMessage>,
     /// Messages delivered and not yet acked, by message id.
     pub unacked: HashMap<u64, QueuedMessage>,
-    /// Total body bytes of `ready` (for metrics).
+    /// Total body bytes of `ready`.
     pub ready_bytes: u64,
+    /// Ready key by message id, for priority queues (others use priority 0).
+    keys: HashMap<u64, ReadyKey>,
 }
 
 impl Queue {
     /// An empty queue.
     pub fn new(name: String, spec: QueueSpec) -> Queue {
+        // Declare validated the arguments; a log written by an older build that
+        // fails validation gets the defaults rather than a crash.
+        let args = QueueArgs::parse(&spec.arguments).unwrap_or_default();
         Queue {
             name,
             spec,
+            args,
             ready: BTreeMap::new(),
             unacked: HashMap::new(),
             ready_bytes: 0,
+            keys: HashMap::new(),
         }
     }
 
-    /// Add a message at its id's position.
+    fn key_for(&self, m: &QueuedMessage) -> ReadyKey {
+        let inverse_priority = match self.args.max_priority {
+            Some(max) => {
+                let p = m.msg.properties.priority().unwrap_or(0).min(max);
+                255 - p
+            }
+            None => 0,
+        };
+        ReadyKey {
+            inverse_priority,
+            id: m.msg.id,
+        }
+    }
+
+    fn key_of(&self, id: u64) -> ReadyKey {
+        match self.args.max_priority {
+            Some(_) => self.keys.get(&id).copied().unwrap_or(ReadyKey {
+                inverse_priority: 0,
+                id,
+            }),
+            None => ReadyKey {
+                inverse_priority: 0,
+                id,
+            },
+        }
+    }
+
+    /// Add a message at its position.
     pub fn push(&mut self, m: QueuedMessage) {
         self.ready_bytes += m.msg.body.len() as u64;
-        self.ready.insert(m.msg.id, m);
+        let key = self.key_for(&m);
+        if self.args.max_priority.is_some() {
+            self.keys.insert(m.msg.id, key);
+        }
+        self.ready.insert(key, m);
+    }
+
+    /// The first ready message.
+    pub fn head(&self) -> Option<&QueuedMessage> {
+        self.ready.first_key_value().map(|(_, m)| m)
     }
 
     /// The first ready message, if its log entry is stable.
     pub fn peek_deliverable(&self, stable_index: u64) -> Option<&QueuedMessage> {
-        self.ready
-            .first_key_value()
-            .map(|(_, m)| m)
-            .filter(|m| m.wait_index <= stable_index)
+        self.head().filter(|m| m.wait_index <= stable_index)
     }
 
     /// Take the first ready message.
     pub fn pop(&mut self) -> Option<QueuedMessage> {
         let (_, m) = self.ready.pop_first()?;
         self.ready_bytes -= m.msg.body.len() as u64;
+        self.keys.remove(&m.msg.id);
         Some(m)
     }
 
@@ -62,6 +115,7 @@ impl Queue {
         match self.unacked.remove(&msg_id) {
             Some(mut m) => {
                 m.redelivered = true;
+                m.delivery_count += 1;
                 self.push(m);
                 true
             }
@@ -74,14 +128,43 @@ impl Queue {
         if let Some(m) = self.unacked.remove(&msg_id) {
             return Some(m);
         }
-        let m = self.ready.remove(&msg_id)?;
+        let key = self.key_of(msg_id);
+        let m = self.ready.remove(&key)?;
+        self.keys.remove(&msg_id);
         self.ready_bytes -= m.msg.body.len() as u64;
         Some(m)
+    }
+
+    /// Ids of the ready messages, in queue order.
+    pub fn ready_ids(&self) -> Vec<u64> {
+        self.ready.keys().map(|k| k.id).collect()
     }
 
     /// Whether this queue's messages are written to the log.
     pub fn is_logged(&self) -> bool {
         self.spec.durable && self.spec.exclusive_owner.is_none()
+    }
+
+    /// Whether adding one more message of `bytes` would exceed a length limit.
+    pub fn would_overflow(&self, bytes: u64) -> bool {
+        self.args
+            .max_length
+            .is_some_and(|max| self.ready.len() as u64 >= max)
+            || self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| self.ready_bytes + bytes > max)
+    }
+
+    /// Whether the queue is now over a length limit.
+    pub fn is_over_limit(&self) -> bool {
+        self.args
+            .max_length
+            .is_some_and(|max| self.ready.len() as u64 > max)
+            || self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| self.ready_bytes > max)
     }
 
     /// Ready plus unacked.

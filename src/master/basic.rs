@@ -2,13 +2,12 @@
 
 use super::Master;
 use super::io::{ConnId, ToConn};
-use super::session::{Consumer, ConsumerKey, HeldAck, HeldPublish, Tx, Unacked};
+use super::session::{Consumer, ConsumerKey, HeldAck, Tx, Unacked};
 use crate::broker::event::Event;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::metrics as m;
-use bytes::Bytes;
+use stablemq_protocol::AMQPClass;
 use stablemq_protocol::methods::{basic as mb, confirm as mc, tx as mt};
-use stablemq_protocol::{AMQPClass, BasicProperties};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -105,7 +104,7 @@ impl Master {
         }
     }
 
-    fn chan(&mut self, conn: ConnId, ch: u16) -> AmqpResult<&mut super::Channel> {
+    pub(super) fn chan(&mut self, conn: ConnId, ch: u16) -> AmqpResult<&mut super::Channel> {
         self.channel_mut(conn, ch).ok_or_else(|| {
             AmqpError::new(ReplyCode::ChannelError, format!("channel {ch} is not open"))
         })
@@ -145,6 +144,17 @@ impl Master {
             )
             .at_connection());
         }
+        let priority = match c.arguments.inner().get("x-priority") {
+            None => 0,
+            Some(v) => crate::broker::queue_args::int(v)
+                .and_then(|p| i64::try_from(p).ok())
+                .ok_or_else(|| {
+                    AmqpError::precondition(format!(
+                        "invalid arg 'x-priority' for consumer '{tag}': {v:?}"
+                    ))
+                })?,
+        };
+        let chan = self.chan(conn, ch)?;
         let prefetch = chan.consumer_prefetch;
         chan.consumers.insert(
             tag.clone(),
@@ -160,9 +170,11 @@ impl Master {
             conn,
             ch,
             tag: tag.clone(),
+            priority,
         });
         qc.exclusive = c.exclusive;
         qc.ever_had_consumer = true;
+        self.touch_queue(vhost, &queue);
         if !c.nowait {
             self.send_method(
                 conn,
@@ -187,8 +199,7 @@ impl Master {
     ) {
         let key = (vhost.to_string(), queue.to_string());
         if let Some(qc) = self.consumers.get_mut(&key) {
-            qc.list
-                .retain(|k| !(k.conn == conn && k.ch == ch && &k.tag == tag));
+            qc.list.retain(|k| !k.is(conn, ch, tag));
             if qc.list.is_empty() {
                 qc.exclusive = false;
                 qc.next = 0;
@@ -205,6 +216,8 @@ impl Master {
             return Err(AmqpError::no_queue(vhost, &queue));
         }
         self.exclusive_check(conn, vhost, &queue)?;
+        self.touch_queue(vhost, &queue);
+        self.expire_heads(vhost, &queue);
         let stable = self.stable;
         let Some(q) = self.broker.queue_mut(vhost, &queue) else {
             return Ok(());
@@ -240,10 +253,12 @@ impl Master {
         };
         let message_count = q.ready.len() as u32;
         let logged_removal = q.is_logged() && msg.msg.is_persistent();
-        let (id, redelivered, content) = (msg.msg.id, msg.redelivered, msg.msg.clone());
+        let (id, redelivered) = (msg.msg.id, msg.redelivered);
+        let content = super::deliver::with_delivery_count(q, &msg);
         if !g.no_ack {
             q.unacked.insert(id, msg);
         }
+        let now_ms = self.now_ms;
         let chan = self.chan(conn, ch)?;
         let tag = chan.next_delivery_tag;
         chan.next_delivery_tag += 1;
@@ -254,6 +269,7 @@ impl Master {
                     queue: queue.clone(),
                     msg_id: id,
                     consumer_tag: None,
+                    delivered_at_ms: now_ms,
                 },
             );
         }
@@ -328,32 +344,13 @@ impl Master {
         for (queue, ids) in by_queue {
             match a.reject {
                 Some(true) => {
-                    if let Some(q) = self.broker.queue_mut(vhost, &queue) {
-                        for id in ids {
-                            q.requeue(id);
-                        }
-                    }
+                    self.requeue_messages(vhost, &queue, &ids);
                     consumer_queues.insert(queue);
                 }
-                _ => {
-                    let Some(q) = self.broker.queue(vhost, &queue) else {
-                        continue; // the queue was deleted: nothing to remove
-                    };
-                    let logged = q.is_logged()
-                        && ids
-                            .iter()
-                            .any(|id| q.unacked.get(id).is_some_and(|m| m.msg.is_persistent()));
-                    if a.reject.is_none() {
-                        metrics::counter!(m::ACKNOWLEDGED).increment(ids.len() as u64);
-                    }
-                    self.emit(
-                        Event::Removed {
-                            vhost: vhost.to_string(),
-                            queue,
-                            msg_ids: ids,
-                        },
-                        logged,
-                    );
+                Some(false) => self.remove_messages(vhost, &queue, &ids, Some("rejected")),
+                None => {
+                    metrics::counter!(m::ACKNOWLEDGED).increment(ids.len() as u64);
+                    self.remove_messages(vhost, &queue, &ids, None);
                 }
             }
         }
@@ -378,254 +375,8 @@ impl Master {
         for c in chan.consumers.values_mut() {
             c.unacked = 0;
         }
-        let mut touched = BTreeSet::new();
-        for (_, u) in unacked {
-            if let Some(q) = self.broker.queue_mut(vhost, &u.queue)
-                && q.requeue(u.msg_id)
-            {
-                touched.insert(u.queue);
-            }
-        }
-        for q in touched {
-            self.try_deliver(vhost, &q);
-        }
+        self.requeue_unacked(vhost, unacked.into_values());
         Ok(())
-    }
-
-    pub(super) fn publish(
-        &mut self,
-        conn: ConnId,
-        ch: u16,
-        p: mb::Publish,
-        properties: BasicProperties,
-        body: Bytes,
-    ) -> AmqpResult<()> {
-        let vhost = self.vhost_of(conn)?;
-        let user = self
-            .sessions
-            .get(&conn)
-            .map(|s| s.user.clone())
-            .unwrap_or_default();
-        if p.immediate {
-            return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true").on(60, 40));
-        }
-        let exchange = p.exchange.as_str();
-        let Some(x) = self.broker.exchange(&vhost, exchange) else {
-            return Err(AmqpError::no_exchange(&vhost, exchange).on(60, 40));
-        };
-        if x.spec.internal {
-            return Err(AmqpError::access_refused(format!(
-                "cannot publish to internal exchange '{exchange}' in vhost '{vhost}'"
-            ))
-            .on(60, 40));
-        }
-        if let Some(uid) = properties.user_id()
-            && uid.as_str() != user
-        {
-            return Err(AmqpError::precondition(format!(
-                "user_id property set to '{}' but authenticated user was '{user}'",
-                uid.as_str()
-            ))
-            .on(60, 40));
-        }
-        metrics::counter!(m::RECEIVED).increment(1);
-        let chan = self.chan(conn, ch)?;
-        if let Some(tx) = chan.tx.as_mut() {
-            tx.publishes.push(HeldPublish {
-                publish: p,
-                properties,
-                body,
-            });
-            return Ok(());
-        }
-        let tag = chan.confirm_next.map(|t| {
-            chan.confirm_next = Some(t + 1);
-            t
-        });
-        if tag.is_some() {
-            metrics::counter!(m::RECEIVED_CONFIRM).increment(1);
-        }
-        self.route_and_enqueue(conn, ch, &vhost, p, properties, body);
-        if let Some(tag) = tag {
-            self.confirm(conn, ch, tag);
-        }
-        Ok(())
-    }
-
-    fn route_and_enqueue(
-        &mut self,
-        conn: ConnId,
-        ch: u16,
-        vhost: &str,
-        p: mb::Publish,
-        properties: BasicProperties,
-        body: Bytes,
-    ) {
-        let exchange = p.exchange.to_string();
-        let routing_key = p.routing_key.to_string();
-        let queues = self.broker.route(
-            vhost,
-            &exchange,
-            &routing_key,
-            properties.headers().as_ref(),
-        );
-        if queues.is_empty() {
-            if p.mandatory {
-                metrics::counter!(m::UNROUTABLE_RETURNED).increment(1);
-                self.send(
-                    conn,
-                    ToConn::Return {
-                        ch,
-                        reply_code: ReplyCode::NoRoute as u16,
-                        reply_text: "NO_ROUTE".into(),
-                        exchange,
-                        routing_key,
-                        properties,
-                        body,
-                    },
-                );
-            } else {
-                metrics::counter!(m::UNROUTABLE_DROPPED).increment(1);
-            }
-            return;
-        }
-        metrics::counter!(m::ROUTED).increment(1);
-        let persistent = properties.delivery_mode() == &Some(2);
-        let logged = persistent
-            && queues
-                .iter()
-                .any(|q| self.broker.queue(vhost, q).is_some_and(|q| q.is_logged()));
-        let msg_id = self.next_msg_id;
-        self.next_msg_id += 1;
-        let ev = Event::Published {
-            vhost: vhost.to_string(),
-            exchange,
-            routing_key,
-            msg_id,
-            properties,
-            body,
-            queues,
-        };
-        let applied = self.emit(ev, logged);
-        for (v, q) in applied.filled {
-            self.try_deliver(&v, &q);
-        }
-    }
-
-    /// Hand ready, stable messages to consumers, round robin, within prefetch limits.
-    pub(super) fn try_deliver(&mut self, vhost: &str, queue: &str) {
-        let key = (vhost.to_string(), queue.to_string());
-        let Some(qc) = self.consumers.get_mut(&key) else {
-            return;
-        };
-        let Some(q) = self.broker.queue_mut(vhost, queue) else {
-            return;
-        };
-        let stable = self.stable;
-        let mut auto_acked = Vec::new();
-        let mut auto_acked_persistent = false;
-        loop {
-            if q.peek_deliverable(stable).is_none() {
-                if !q.ready.is_empty() {
-                    self.stalled.insert(key.clone());
-                }
-                break;
-            }
-            let n = qc.list.len();
-            let mut chosen = None;
-            for i in 0..n {
-                let idx = (qc.next + i) % n;
-                let ck = &qc.list[idx];
-                let Some(chan) = self
-                    .sessions
-                    .get(&ck.conn)
-                    .and_then(|s| s.channels.get(&ck.ch))
-                else {
-                    continue;
-                };
-                let Some(c) = chan.consumers.get(&ck.tag) else {
-                    continue;
-                };
-                if !chan.flow_active {
-                    continue;
-                }
-                if !c.no_ack {
-                    if c.prefetch > 0 && c.unacked >= u32::from(c.prefetch) {
-                        continue;
-                    }
-                    if chan.channel_prefetch > 0
-                        && chan.unacked_count() >= usize::from(chan.channel_prefetch)
-                    {
-                        continue;
-                    }
-                }
-                chosen = Some(idx);
-                break;
-            }
-            let Some(idx) = chosen else {
-                break;
-            };
-            qc.next = (idx + 1) % n;
-            let Some(msg) = q.pop() else {
-                break;
-            };
-            let ck = qc.list[idx].clone();
-            let Some(chan) = self
-                .sessions
-                .get_mut(&ck.conn)
-                .and_then(|s| s.channels.get_mut(&ck.ch))
-            else {
-                break;
-            };
-            let Some(c) = chan.consumers.get_mut(&ck.tag) else {
-                break;
-            };
-            let tag = chan.next_delivery_tag;
-            chan.next_delivery_tag += 1;
-            let (id, redelivered, content) = (msg.msg.id, msg.redelivered, msg.msg.clone());
-            if c.no_ack {
-                auto_acked_persistent |= content.is_persistent();
-                auto_acked.push(id);
-                metrics::counter!(m::DELIVERED_AUTO_ACK).increment(1);
-            } else {
-                c.unacked += 1;
-                chan.unacked.insert(
-                    tag,
-                    Unacked {
-                        queue: queue.to_string(),
-                        msg_id: id,
-                        consumer_tag: Some(ck.tag.clone()),
-                    },
-                );
-                q.unacked.insert(id, msg);
-                metrics::counter!(m::DELIVERED_MANUAL_ACK).increment(1);
-            }
-            metrics::counter!(m::DELIVERED).increment(1);
-            if redelivered {
-                metrics::counter!(m::REDELIVERED).increment(1);
-            }
-            self.out.push(super::Output::ToConn(
-                ck.conn,
-                ToConn::Deliver {
-                    ch: ck.ch,
-                    consumer_tag: ck.tag,
-                    delivery_tag: tag,
-                    redelivered,
-                    msg: content,
-                },
-            ));
-        }
-        if !auto_acked.is_empty() {
-            let logged = auto_acked_persistent && q.is_logged();
-            self.emit(
-                Event::Removed {
-                    vhost: vhost.to_string(),
-                    queue: queue.to_string(),
-                    msg_ids: auto_acked,
-                },
-                logged,
-            );
-        }
     }
 
     pub(super) fn confirm_method(

@@ -415,7 +415,7 @@ impl Master {
         let Some(q) = self.broker.queue(vhost, name) else {
             return 0;
         };
-        let ids: Vec<u64> = q.ready.keys().copied().collect();
+        let ids = q.ready_ids();
         let logged = q.is_logged() && q.ready.values().any(|m| m.msg.is_persistent());
         let count = ids.len() as u32;
         if count > 0 {

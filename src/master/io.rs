@@ -76,6 +76,8 @@ pub enum Input {
         /// Connection.
         conn: ConnId,
     },
+    /// Time passed: expire messages and queues, check consumer timeouts.
+    Tick,
     /// The log is durable on a quorum up to this index.
     Stable {
         /// Highest stable index.

@@ -12,7 +12,11 @@ pub mod io;
 pub mod session;
 
 mod basic;
+mod dead_letter;
 mod declare;
+mod deliver;
+mod publish;
+mod timers;
 
 use crate::broker::event::Event;
 use crate::broker::{Applied, Broker};
@@ -33,8 +37,8 @@ type QueueKey = (String, String);
 enum Completion {
     /// A method reply on a channel (declare-ok, commit-ok, ...).
     Reply(AMQPClass),
-    /// A publisher confirm.
-    Confirm(u64),
+    /// A publisher confirm: (tag, ack) where ack=false sends basic.nack.
+    Confirm(u64, bool),
     /// A method that arrived while earlier replies of its channel were waiting;
     /// it runs once they are sent, so replies keep their order.
     Rerun(Input),
@@ -71,6 +75,13 @@ pub struct Master {
     next_msg_id: u64,
     name_counter: u64,
     out: Vec<Output>,
+    /// The master's clock (ms since the Unix epoch), set by the runtime before each
+    /// step: time is an input, never read here.
+    now_ms: u64,
+    /// Default consumer timeout (ms).
+    consumer_timeout_ms: u64,
+    /// When queues with `x-expires` were last used (ms).
+    queue_last_used: HashMap<QueueKey, u64>,
 }
 
 impl Master {
@@ -84,7 +95,7 @@ impl Master {
             .vhosts
             .values()
             .flat_map(|v| v.queues.values())
-            .filter_map(|q| q.ready.last_key_value().map(|(k, _)| *k))
+            .flat_map(|q| q.ready.keys().map(|k| k.id))
             .max()
             .unwrap_or(0)
             + 1;
@@ -101,6 +112,9 @@ impl Master {
             next_msg_id,
             name_counter: 0,
             out: Vec::new(),
+            now_ms: 0,
+            consumer_timeout_ms: config.consumer_timeout_ms,
+            queue_last_used: HashMap::new(),
         }
     }
 
@@ -116,6 +130,11 @@ impl Master {
             b.apply(&e, 0);
         }
         b
+    }
+
+    /// Set the master's clock (ms since the Unix epoch) before handling inputs.
+    pub fn set_now(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
     }
 
     /// Index of the last appended event.
@@ -156,6 +175,7 @@ impl Master {
             Input::Open { conn, user, vhost } => self.open(conn, user, vhost),
             Input::Disconnected { conn } => self.disconnect(conn),
             Input::Stable { index } => self.on_stable(index),
+            Input::Tick => self.tick(),
             Input::ChannelOpen { conn, ch } => self.channel_open(conn, ch),
             Input::ChannelError { conn, ch, error } => self.fail(conn, ch, error),
             other => {
@@ -273,17 +293,10 @@ impl Master {
             self.unregister_consumer(&vhost, &c.queue, conn, ch, &tag);
             touched.insert(c.queue);
         }
-        // Requeue in delivery order so messages keep their original positions.
-        for (_, u) in chan.unacked {
-            if let Some(q) = self.broker.queue_mut(&vhost, &u.queue)
-                && q.requeue(u.msg_id)
-            {
-                touched.insert(u.queue);
-            }
+        for q in &touched {
+            self.try_deliver(&vhost, q);
         }
-        for q in touched {
-            self.try_deliver(&vhost, &q);
-        }
+        self.requeue_unacked(&vhost, chan.unacked.into_values());
     }
 
     fn disconnect(&mut self, conn: ConnId) {
@@ -366,16 +379,16 @@ impl Master {
 
     /// Send a publisher confirm once everything appended so far is stable (I5: confirms
     /// of one channel are queued, and so sent, in tag order).
-    fn confirm(&mut self, conn: ConnId, ch: u16, tag: u64) {
+    fn confirm(&mut self, conn: ConnId, ch: u16, tag: u64, ack: bool) {
         if self.stable >= self.last_appended && self.waiting.is_empty() {
-            self.send_confirm(conn, ch, tag);
+            self.send_confirm(conn, ch, tag, ack);
         } else {
             let index = self.last_appended;
-            self.push_waiting(index, conn, ch, Completion::Confirm(tag));
+            self.push_waiting(index, conn, ch, Completion::Confirm(tag, ack));
         }
     }
 
-    fn send_confirm(&mut self, conn: ConnId, ch: u16, tag: u64) {
+    fn send_confirm(&mut self, conn: ConnId, ch: u16, tag: u64, ack: bool) {
         if let Some(chan) = self.channel_mut(conn, ch) {
             // I5: a channel confirms tag N only after every tag below N.
             debug_assert!(
@@ -385,7 +398,7 @@ impl Master {
             );
             chan.last_confirmed = tag;
             metrics::counter!(crate::metrics::CONFIRMED).increment(1);
-            self.send(conn, ToConn::Confirm { ch, tag, ack: true });
+            self.send(conn, ToConn::Confirm { ch, tag, ack });
         }
     }
 
@@ -421,7 +434,7 @@ impl Master {
                 continue; // that channel is gone
             }
             match w.what {
-                Completion::Confirm(tag) => self.send_confirm(w.conn, w.ch, tag),
+                Completion::Confirm(tag, ack) => self.send_confirm(w.conn, w.ch, tag, ack),
                 Completion::Reply(m) => {
                     if let Some(chan) = self.channel_mut(w.conn, w.ch) {
                         chan.pending_replies -= 1;

@@ -30,6 +30,8 @@ pub struct Unacked {
     pub msg_id: u64,
     /// Consumer that got it (None for basic.get).
     pub consumer_tag: Option<Arc<str>>,
+    /// When it was delivered (ms since the epoch), for the consumer timeout.
+    pub delivered_at_ms: u64,
 }
 
 /// A consumer on a channel.
@@ -151,6 +153,15 @@ pub struct ConsumerKey {
     pub ch: u16,
     /// Consumer tag.
     pub tag: Arc<str>,
+    /// `x-priority` of the consumer: higher priorities get messages first.
+    pub priority: i64,
+}
+
+impl ConsumerKey {
+    /// Same consumer (priority aside).
+    pub fn is(&self, conn: ConnId, ch: u16, tag: &Arc<str>) -> bool {
+        self.conn == conn && self.ch == ch && &self.tag == tag
+    }
 }
 
 /// The consumers of one queue, in round-robin order.

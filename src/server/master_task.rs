@@ -30,7 +30,9 @@ pub async fn run(
 ) {
     let mut outboxes: HashMap<ConnId, mpsc::UnboundedSender<ToConn>> = HashMap::new();
     let mut batch = Vec::with_capacity(512);
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut gauges = tokio::time::interval(Duration::from_secs(1));
+    // Expiry and timeouts are checked this often; a TTL fires at most this late.
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
     let node = format!("stablemq@{}", hostname());
     loop {
         tokio::select! {
@@ -38,6 +40,7 @@ pub async fn run(
                 if n == 0 {
                     return;
                 }
+                master.set_now(now_ms());
                 for msg in batch.drain(..) {
                     match msg {
                         MasterMsg::Input(i) => {
@@ -62,11 +65,17 @@ pub async fn run(
                 }
             }
             Ok(()) = stable_rx.changed() => {
+                master.set_now(now_ms());
                 let index = *stable_rx.borrow_and_update();
                 master.handle(Input::Stable { index });
                 dispatch(&mut master, &mut log, &mut outboxes);
             }
-            _ = tick.tick() => publish_gauges(&master, &config, &node),
+            _ = tick.tick() => {
+                master.set_now(now_ms());
+                master.handle(Input::Tick);
+                dispatch(&mut master, &mut log, &mut outboxes);
+            }
+            _ = gauges.tick() => publish_gauges(&master, &config, &node),
         }
     }
 }
@@ -119,6 +128,14 @@ fn publish_gauges(master: &Master, config: &Config, node: &str) {
         }
     }
     metrics::gauge!(m::QUEUES).set(queues as f64);
+}
+
+/// Wall-clock time in ms since the Unix epoch: the master's only clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn hostname() -> String {

@@ -1,0 +1,217 @@
+//! The `x-` arguments of a queue that change its behaviour, parsed once.
+//!
+//! Parsing is a pure function of the declared arguments, so every replica derives
+//! the same settings from the same `QueueDeclared` event (I4). Validation follows
+//! RabbitMQ: a bad value is refused at declare time with 406.
+
+use stablemq_protocol::{AMQPValue, FieldTable};
+
+/// What happens when a queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    /// Drop (or dead-letter) the oldest ready message.
+    #[default]
+    DropHead,
+    /// Refuse the new message (nack to confirming publishers).
+    RejectPublish,
+    /// Refuse the new message and dead-letter it.
+    RejectPublishDlx,
+}
+
+/// Parsed queue arguments.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueArgs {
+    /// `x-message-ttl` in ms.
+    pub message_ttl: Option<u64>,
+    /// `x-expires` in ms: delete the queue after this long unused.
+    pub expires: Option<u64>,
+    /// `x-max-length`: most ready messages.
+    pub max_length: Option<u64>,
+    /// `x-max-length-bytes`: most ready body bytes.
+    pub max_length_bytes: Option<u64>,
+    /// `x-overflow`.
+    pub overflow: Overflow,
+    /// `x-dead-letter-exchange`.
+    pub dead_letter_exchange: Option<String>,
+    /// `x-dead-letter-routing-key`.
+    pub dead_letter_routing_key: Option<String>,
+    /// `x-max-priority` (1..=255).
+    pub max_priority: Option<u8>,
+    /// `x-single-active-consumer`.
+    pub single_active_consumer: bool,
+    /// `x-delivery-limit` (quorum queues).
+    pub delivery_limit: Option<u64>,
+    /// `x-consumer-timeout` in ms.
+    pub consumer_timeout: Option<u64>,
+    /// `x-queue-type` is quorum.
+    pub quorum: bool,
+}
+
+/// An integer argument of any AMQP integer type.
+pub fn int(v: &AMQPValue) -> Option<i128> {
+    Some(match v {
+        AMQPValue::ShortShortInt(x) => *x as i128,
+        AMQPValue::ShortShortUInt(x) => *x as i128,
+        AMQPValue::ShortInt(x) => *x as i128,
+        AMQPValue::ShortUInt(x) => *x as i128,
+        AMQPValue::LongInt(x) => *x as i128,
+        AMQPValue::LongUInt(x) => *x as i128,
+        AMQPValue::LongLongInt(x) => *x as i128,
+        AMQPValue::Timestamp(x) => *x as i128,
+        _ => return None,
+    })
+}
+
+/// The text of a string argument.
+pub fn text(v: &AMQPValue) -> Option<String> {
+    match v {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}
+
+/// A refused argument: (name, RabbitMQ-style explanation).
+pub type ArgError = (&'static str, String);
+
+fn non_negative(name: &'static str, v: &AMQPValue) -> Result<u64, ArgError> {
+    match int(v) {
+        Some(n) if n >= 0 => Ok(u64::try_from(n).unwrap_or(u64::MAX)),
+        Some(n) => Err((name, format!("{n} must be non-negative"))),
+        None => Err((name, format!("{v:?} is not an integer"))),
+    }
+}
+
+fn positive(name: &'static str, v: &AMQPValue) -> Result<u64, ArgError> {
+    match non_negative(name, v)? {
+        0 => Err((name, "0 must be positive".into())),
+        n => Ok(n),
+    }
+}
+
+impl QueueArgs {
+    /// Parse and validate; an error names the argument and why.
+    pub fn parse(args: &FieldTable) -> Result<QueueArgs, ArgError> {
+        let mut a = QueueArgs::default();
+        for (k, v) in args.inner() {
+            match k.as_str() {
+                "x-message-ttl" => a.message_ttl = Some(non_negative("x-message-ttl", v)?),
+                "x-expires" => a.expires = Some(positive("x-expires", v)?),
+                "x-max-length" => a.max_length = Some(non_negative("x-max-length", v)?),
+                "x-max-length-bytes" => {
+                    a.max_length_bytes = Some(non_negative("x-max-length-bytes", v)?)
+                }
+                "x-overflow" => {
+                    a.overflow = match text(v).as_deref() {
+                        Some("drop-head") => Overflow::DropHead,
+                        Some("reject-publish") => Overflow::RejectPublish,
+                        Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+                        _ => {
+                            return Err((
+                                "x-overflow",
+                                format!("{v:?} is not a valid overflow mode"),
+                            ));
+                        }
+                    }
+                }
+                "x-dead-letter-exchange" => {
+                    a.dead_letter_exchange = Some(
+                        text(v)
+                            .ok_or(("x-dead-letter-exchange", format!("{v:?} is not a string")))?,
+                    )
+                }
+                "x-dead-letter-routing-key" => {
+                    a.dead_letter_routing_key = Some(text(v).ok_or((
+                        "x-dead-letter-routing-key",
+                        format!("{v:?} is not a string"),
+                    ))?)
+                }
+                "x-max-priority" => {
+                    let n = non_negative("x-max-priority", v)?;
+                    if n == 0 || n > 255 {
+                        return Err(("x-max-priority", format!("{n} is out of range 1..255")));
+                    }
+                    a.max_priority = Some(n as u8);
+                }
+                "x-single-active-consumer" => match v {
+                    AMQPValue::Boolean(b) => a.single_active_consumer = *b,
+                    _ => {
+                        return Err((
+                            "x-single-active-consumer",
+                            format!("{v:?} is not a boolean"),
+                        ));
+                    }
+                },
+                "x-delivery-limit" => a.delivery_limit = Some(non_negative("x-delivery-limit", v)?),
+                "x-consumer-timeout" => {
+                    a.consumer_timeout = Some(positive("x-consumer-timeout", v)?)
+                }
+                "x-queue-type" => a.quorum = text(v).as_deref() == Some("quorum"),
+                _ => {}
+            }
+        }
+        if a.dead_letter_routing_key.is_some() && a.dead_letter_exchange.is_none() {
+            return Err((
+                "x-dead-letter-routing-key",
+                "x-dead-letter-exchange must be set too".into(),
+            ));
+        }
+        Ok(a)
+    }
+
+    /// The queue has a length limit.
+    pub fn is_bounded(&self) -> bool {
+        self.max_length.is_some() || self.max_length_bytes.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stablemq_protocol::{LongString, ShortString};
+
+    fn t(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+        let mut f = FieldTable::default();
+        for (k, v) in pairs {
+            f.insert(ShortString::from(*k), v.clone());
+        }
+        f
+    }
+
+    #[test]
+    fn parses_and_refuses_like_rabbitmq() {
+        let a = QueueArgs::parse(&t(&[
+            ("x-message-ttl", AMQPValue::LongInt(100)),
+            ("x-max-priority", AMQPValue::ShortShortUInt(10)),
+            (
+                "x-overflow",
+                AMQPValue::LongString(LongString::from("reject-publish")),
+            ),
+            (
+                "x-dead-letter-exchange",
+                AMQPValue::LongString(LongString::from("dlx")),
+            ),
+        ]))
+        .unwrap();
+        assert_eq!(a.message_ttl, Some(100));
+        assert_eq!(a.max_priority, Some(10));
+        assert_eq!(a.overflow, Overflow::RejectPublish);
+        assert!(QueueArgs::parse(&t(&[("x-message-ttl", AMQPValue::LongInt(-1))])).is_err());
+        assert!(QueueArgs::parse(&t(&[("x-max-priority", AMQPValue::LongInt(256))])).is_err());
+        assert!(QueueArgs::parse(&t(&[("x-expires", AMQPValue::LongInt(0))])).is_err());
+        assert!(
+            QueueArgs::parse(&t(&[(
+                "x-overflow",
+                AMQPValue::LongString(LongString::from("x"))
+            )]))
+            .is_err()
+        );
+        assert!(
+            QueueArgs::parse(&t(&[(
+                "x-message-ttl",
+                AMQPValue::LongString(LongString::from("1"))
+            )]))
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,348 @@
+//! Messages leaving a queue other than by ack: rejection, expiry, length limits and
+//! delivery limits, with dead-lettering as RabbitMQ does it.
+//!
+//! The master decides all of it with its own clock and emits ordinary events
+//! (`Published` to the dead-letter exchange, then `Removed`), so replicas never
+//! consult their clocks (I4). The copy is published before the removal: a crash
+//! between the two duplicates a message rather than losing it.
+
+use super::Master;
+use super::session::Unacked;
+use crate::broker::event::Event;
+use crate::broker::message::Message;
+use crate::broker::queue_args::{Overflow, text};
+use stablemq_protocol::{
+    AMQPValue, BasicProperties, FieldArray, FieldTable, LongString, ShortString,
+};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+fn longstr(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+fn lookup<'a>(t: &'a FieldTable, k: &str) -> Option<&'a AMQPValue> {
+    t.inner().get(k)
+}
+
+/// The properties of a dead-lettered copy: `x-death` updated as RabbitMQ does
+/// (one entry per queue and reason, newest first, with a count), the
+/// `x-first-death-*` and `x-last-death-*` headers, and `expiration` moved into
+/// the entry as `original-expiration` so the copy does not expire again.
+fn dead_letter_properties(
+    msg: &Message,
+    queue: &str,
+    reason: &str,
+    now_ms: u64,
+) -> BasicProperties {
+    let mut headers = msg.properties.headers().clone().unwrap_or_default();
+    let mut entry = FieldTable::default();
+    entry.insert("count".into(), AMQPValue::LongLongInt(1));
+    entry.insert("reason".into(), longstr(reason));
+    entry.insert("queue".into(), longstr(queue));
+    entry.insert("time".into(), AMQPValue::Timestamp(now_ms / 1000));
+    entry.insert("exchange".into(), longstr(&msg.exchange));
+    let mut keys = vec![longstr(&msg.routing_key)];
+    for h in ["CC", "BCC"] {
+        if let Some(AMQPValue::FieldArray(a)) = lookup(&headers, h) {
+            keys.extend(a.as_slice().iter().cloned());
+        }
+    }
+    entry.insert(
+        "routing-keys".into(),
+        AMQPValue::FieldArray(FieldArray::from(keys)),
+    );
+    if let Some(exp) = msg.properties.expiration() {
+        entry.insert("original-expiration".into(), longstr(exp.as_str()));
+    }
+    let mut deaths: Vec<AMQPValue> = match lookup(&headers, "x-death") {
+        Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
+        _ => Vec::new(),
+    };
+    let same = |v: &AMQPValue| match v {
+        AMQPValue::FieldTable(t) => {
+            lookup(t, "queue").and_then(text).as_deref() == Some(queue)
+                && lookup(t, "reason").and_then(text).as_deref() == Some(reason)
+        }
+        _ => false,
+    };
+    if let Some(pos) = deaths.iter().position(same) {
+        let mut old = deaths.remove(pos);
+        if let AMQPValue::FieldTable(t) = &mut old {
+            let count = match lookup(t, "count") {
+                Some(AMQPValue::LongLongInt(n)) => *n,
+                Some(AMQPValue::LongInt(n)) => i64::from(*n),
+                _ => 0,
+            };
+            t.insert("count".into(), AMQPValue::LongLongInt(count + 1));
+            t.insert("time".into(), AMQPValue::Timestamp(now_ms / 1000));
+        }
+        deaths.insert(0, old);
+    } else {
+        deaths.insert(0, AMQPValue::FieldTable(entry));
+    }
+    headers.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(deaths)),
+    );
+    for (k, v) in [
+        ("reason", reason),
+        ("queue", queue),
+        ("exchange", msg.exchange.as_str()),
+    ] {
+        let first = ShortString::from(format!("x-first-death-{k}"));
+        if !headers.contains_key(first.as_str()) {
+            headers.insert(first, longstr(v));
+        }
+        headers.insert(ShortString::from(format!("x-last-death-{k}")), longstr(v));
+    }
+    // BasicProperties has no "unset": rebuild it without the expiration.
+    let p = &msg.properties;
+    let mut out = BasicProperties::default().with_headers(headers);
+    if let Some(v) = p.content_type() {
+        out = out.with_content_type(v.clone());
+    }
+    if let Some(v) = p.content_encoding() {
+        out = out.with_content_encoding(v.clone());
+    }
+    if let Some(v) = p.delivery_mode() {
+        out = out.with_delivery_mode(*v);
+    }
+    if let Some(v) = p.priority() {
+        out = out.with_priority(*v);
+    }
+    if let Some(v) = p.correlation_id() {
+        out = out.with_correlation_id(v.clone());
+    }
+    if let Some(v) = p.reply_to() {
+        out = out.with_reply_to(v.clone());
+    }
+    if let Some(v) = p.message_id() {
+        out = out.with_message_id(v.clone());
+    }
+    if let Some(v) = p.timestamp() {
+        out = out.with_timestamp(*v);
+    }
+    if let Some(v) = p.kind() {
+        out = out.with_type(v.clone());
+    }
+    if let Some(v) = p.user_id() {
+        out = out.with_user_id(v.clone());
+    }
+    if let Some(v) = p.app_id() {
+        out = out.with_app_id(v.clone());
+    }
+    if let Some(v) = p.cluster_id() {
+        out = out.with_cluster_id(v.clone());
+    }
+    out
+}
+
+/// RabbitMQ's cycle rule: a dead-lettered message is dropped for a target queue it
+/// already died in, unless a rejection (a client decision) lies on that cycle.
+fn is_cycle(props: &BasicProperties, target: &str) -> bool {
+    let Some(AMQPValue::FieldArray(deaths)) =
+        props.headers().as_ref().and_then(|h| lookup(h, "x-death"))
+    else {
+        return false;
+    };
+    // Skip the entry just added for the queue the message is leaving.
+    for d in deaths.as_slice().iter().skip(1) {
+        let AMQPValue::FieldTable(t) = d else {
+            return false;
+        };
+        if lookup(t, "reason").and_then(text).as_deref() == Some("rejected") {
+            return false;
+        }
+        if lookup(t, "queue").and_then(text).as_deref() == Some(target) {
+            return true;
+        }
+    }
+    false
+}
+
+impl Master {
+    /// Publish dead-lettered copies of `msgs` leaving `queue` to its dead-letter
+    /// exchange, if it has one that exists (RabbitMQ drops them silently otherwise).
+    pub(super) fn dead_letter(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        msgs: &[Arc<Message>],
+        reason: &str,
+    ) {
+        let Some(q) = self.broker.queue(vhost, queue) else {
+            return;
+        };
+        let Some(dlx) = q.args.dead_letter_exchange.clone() else {
+            return;
+        };
+        let dlrk = q.args.dead_letter_routing_key.clone();
+        if self.broker.exchange(vhost, &dlx).is_none() {
+            return;
+        }
+        for msg in msgs {
+            let properties = dead_letter_properties(msg, queue, reason, self.now_ms);
+            let routing_key = dlrk.clone().unwrap_or_else(|| msg.routing_key.clone());
+            let mut targets =
+                self.broker
+                    .route(vhost, &dlx, &routing_key, properties.headers().as_ref());
+            if reason != "rejected" {
+                targets.retain(|t| !is_cycle(&properties, t));
+            }
+            if targets.is_empty() {
+                continue;
+            }
+            self.enqueue(
+                vhost,
+                dlx.clone(),
+                routing_key,
+                properties,
+                msg.body.clone(),
+                targets,
+                msg.is_persistent(),
+            );
+        }
+    }
+
+    /// Remove messages (ready or unacked) from a queue, dead-lettering them first when
+    /// `reason` is given.
+    pub(super) fn remove_messages(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        ids: &[u64],
+        reason: Option<&str>,
+    ) {
+        let Some(q) = self.broker.queue(vhost, queue) else {
+            return; // the queue was deleted: nothing to remove
+        };
+        let mut msgs = Vec::new();
+        for id in ids {
+            if let Some(m) = q.unacked.get(id) {
+                msgs.push(m.msg.clone());
+            } else if let Some(m) = q.ready.values().find(|m| m.msg.id == *id) {
+                msgs.push(m.msg.clone());
+            }
+        }
+        let logged = q.is_logged() && msgs.iter().any(|m| m.is_persistent());
+        if let Some(reason) = reason {
+            self.dead_letter(vhost, queue, &msgs, reason);
+        }
+        self.emit(
+            Event::Removed {
+                vhost: vhost.to_string(),
+                queue: queue.to_string(),
+                msg_ids: ids.to_vec(),
+            },
+            logged,
+        );
+    }
+
+    /// Return delivered messages to their queue; ones past `x-delivery-limit` are
+    /// dead-lettered with reason `delivery_limit` instead.
+    pub(super) fn requeue_messages(&mut self, vhost: &str, queue: &str, ids: &[u64]) {
+        let mut over = Vec::new();
+        if let Some(q) = self.broker.queue_mut(vhost, queue) {
+            for id in ids {
+                if q.requeue(*id)
+                    && let Some(limit) = q.args.delivery_limit
+                    && q.ready
+                        .values()
+                        .any(|m| m.msg.id == *id && u64::from(m.delivery_count) > limit)
+                {
+                    over.push(*id);
+                }
+            }
+        }
+        if !over.is_empty() {
+            self.remove_messages(vhost, queue, &over, Some("delivery_limit"));
+        }
+    }
+
+    /// Requeue a channel's unacked deliveries (channel close, basic.recover), in
+    /// delivery order, then deliver again.
+    pub(super) fn requeue_unacked(&mut self, vhost: &str, unacked: impl Iterator<Item = Unacked>) {
+        let mut touched = BTreeSet::new();
+        for u in unacked {
+            self.requeue_messages(vhost, &u.queue, &[u.msg_id]);
+            touched.insert(u.queue);
+        }
+        for q in touched {
+            self.try_deliver(vhost, &q);
+        }
+    }
+
+    /// Drop (dead-letter with `maxlen`) the oldest messages of a queue over its
+    /// length limit, for the default `drop-head` overflow.
+    pub(super) fn enforce_length_limit(&mut self, vhost: &str, queue: &str) {
+        let Some(q) = self.broker.queue(vhost, queue) else {
+            return;
+        };
+        if q.args.overflow != Overflow::DropHead || !q.is_over_limit() {
+            return;
+        }
+        let mut count = 0u64;
+        let mut bytes = 0u64;
+        let mut ids = Vec::new();
+        let (len, total) = (q.ready.len() as u64, q.ready_bytes);
+        for m in q.ready.values() {
+            let fits_len = q.args.max_length.is_none_or(|max| len - count <= max);
+            let fits_bytes = q
+                .args
+                .max_length_bytes
+                .is_none_or(|max| total - bytes <= max);
+            if fits_len && fits_bytes {
+                break;
+            }
+            count += 1;
+            bytes += m.msg.body.len() as u64;
+            ids.push(m.msg.id);
+        }
+        self.remove_messages(vhost, queue, &ids, Some("maxlen"));
+    }
+
+    /// Remove expired messages from the head of a queue (RabbitMQ expires only at the
+    /// head), dead-lettering them with reason `expired`.
+    pub(super) fn expire_heads(&mut self, vhost: &str, queue: &str) {
+        let now = self.now_ms;
+        let Some(q) = self.broker.queue(vhost, queue) else {
+            return;
+        };
+        let ids: Vec<u64> = q
+            .ready
+            .values()
+            .take_while(|m| m.is_expired(now))
+            .map(|m| m.msg.id)
+            .collect();
+        if !ids.is_empty() {
+            self.remove_messages(vhost, queue, &ids, Some("expired"));
+        }
+    }
+
+    /// Note that a queue was used now (for `x-expires`).
+    pub(super) fn touch_queue(&mut self, vhost: &str, queue: &str) {
+        if self
+            .broker
+            .queue(vhost, queue)
+            .is_some_and(|q| q.args.expires.is_some())
+        {
+            self.queue_last_used
+                .insert((vhost.to_string(), queue.to_string()), self.now_ms);
+        }
+    }
+}
+
+/// Used by tests: the dead-letter headers of a message, without a master.
+#[cfg(test)]
+pub(super) fn dead_letter_headers(
+    msg: &Message,
+    queue: &str,
+    reason: &str,
+    now_ms: u64,
+) -> FieldTable {
+    dead_letter_properties(msg, queue, reason, now_ms)
+        .headers()
+        .clone()
+        .unwrap_or_default()
+}

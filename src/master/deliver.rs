@@ -1,0 +1,187 @@
+//! Delivery: handing stable, unexpired queue heads to consumers.
+
+use super::Master;
+use super::io::{Output, ToConn};
+use super::session::{QueueConsumers, Session, Unacked};
+use crate::broker::event::Event;
+use crate::broker::message::{Message, QueuedMessage};
+use crate::broker::queue::Queue;
+use crate::metrics as m;
+use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The content to send for `qm`: quorum queues tell consumers how often a message
+/// was delivered before in the `x-delivery-count` header.
+pub(super) fn with_delivery_count(q: &Queue, qm: &QueuedMessage) -> Arc<Message> {
+    if !q.args.quorum || qm.delivery_count == 0 {
+        return qm.msg.clone();
+    }
+    let mut headers = qm
+        .msg
+        .properties
+        .headers()
+        .clone()
+        .unwrap_or_else(FieldTable::default);
+    headers.insert(
+        ShortString::from("x-delivery-count"),
+        AMQPValue::LongLongInt(i64::from(qm.delivery_count)),
+    );
+    Arc::new(Message {
+        id: qm.msg.id,
+        exchange: qm.msg.exchange.clone(),
+        routing_key: qm.msg.routing_key.clone(),
+        properties: qm.msg.properties.clone().with_headers(headers),
+        body: qm.msg.body.clone(),
+        timestamp_ms: qm.msg.timestamp_ms,
+    })
+}
+
+/// Pick the consumer for the next message: among consumers with capacity, the
+/// highest `x-priority`, round robin from `qc.next` among equals. With single active
+/// consumer only the first consumer is considered.
+fn choose(
+    qc: &QueueConsumers,
+    sessions: &HashMap<u64, Session>,
+    single_active: bool,
+) -> Option<usize> {
+    let n = if single_active {
+        qc.list.len().min(1)
+    } else {
+        qc.list.len()
+    };
+    let mut best: Option<(usize, i64)> = None;
+    for i in 0..n {
+        let idx = if single_active { 0 } else { (qc.next + i) % n };
+        let ck = &qc.list[idx];
+        let Some(chan) = sessions.get(&ck.conn).and_then(|s| s.channels.get(&ck.ch)) else {
+            continue;
+        };
+        let Some(c) = chan.consumers.get(&ck.tag) else {
+            continue;
+        };
+        if !chan.flow_active {
+            continue;
+        }
+        if !c.no_ack {
+            if c.prefetch > 0 && c.unacked >= u32::from(c.prefetch) {
+                continue;
+            }
+            if chan.channel_prefetch > 0
+                && chan.unacked_count() >= usize::from(chan.channel_prefetch)
+            {
+                continue;
+            }
+        }
+        if best.is_none_or(|(_, p)| ck.priority > p) {
+            best = Some((idx, ck.priority));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+impl Master {
+    /// Hand ready, stable messages to consumers within their prefetch limits.
+    /// Expired heads are dead-lettered on the way and never delivered.
+    pub(super) fn try_deliver(&mut self, vhost: &str, queue: &str) {
+        loop {
+            self.expire_heads(vhost, queue);
+            if !self.deliver_round(vhost, queue) {
+                break;
+            }
+        }
+    }
+
+    /// Deliver until something stops it; true when it stopped at an expired head.
+    fn deliver_round(&mut self, vhost: &str, queue: &str) -> bool {
+        let key = (vhost.to_string(), queue.to_string());
+        let Some(qc) = self.consumers.get_mut(&key) else {
+            return false;
+        };
+        let Some(q) = self.broker.queue_mut(vhost, queue) else {
+            return false;
+        };
+        let (stable, now_ms) = (self.stable, self.now_ms);
+        let mut auto_acked = Vec::new();
+        let mut auto_acked_persistent = false;
+        let mut hit_expired = false;
+        loop {
+            let Some(head) = q.peek_deliverable(stable) else {
+                if !q.ready.is_empty() {
+                    self.stalled.insert(key.clone());
+                }
+                break;
+            };
+            if head.is_expired(now_ms) {
+                hit_expired = true;
+                break;
+            }
+            let Some(idx) = choose(qc, &self.sessions, q.args.single_active_consumer) else {
+                break;
+            };
+            qc.next = (idx + 1) % qc.list.len();
+            let Some(msg) = q.pop() else {
+                break;
+            };
+            let ck = qc.list[idx].clone();
+            let Some(chan) = self
+                .sessions
+                .get_mut(&ck.conn)
+                .and_then(|s| s.channels.get_mut(&ck.ch))
+            else {
+                break;
+            };
+            let Some(c) = chan.consumers.get_mut(&ck.tag) else {
+                break;
+            };
+            let tag = chan.next_delivery_tag;
+            chan.next_delivery_tag += 1;
+            let (id, redelivered) = (msg.msg.id, msg.redelivered);
+            let content = with_delivery_count(q, &msg);
+            if c.no_ack {
+                auto_acked_persistent |= content.is_persistent();
+                auto_acked.push(id);
+                metrics::counter!(m::DELIVERED_AUTO_ACK).increment(1);
+            } else {
+                c.unacked += 1;
+                chan.unacked.insert(
+                    tag,
+                    Unacked {
+                        queue: queue.to_string(),
+                        msg_id: id,
+                        consumer_tag: Some(ck.tag.clone()),
+                        delivered_at_ms: now_ms,
+                    },
+                );
+                q.unacked.insert(id, msg);
+                metrics::counter!(m::DELIVERED_MANUAL_ACK).increment(1);
+            }
+            metrics::counter!(m::DELIVERED).increment(1);
+            if redelivered {
+                metrics::counter!(m::REDELIVERED).increment(1);
+            }
+            self.out.push(Output::ToConn(
+                ck.conn,
+                ToConn::Deliver {
+                    ch: ck.ch,
+                    consumer_tag: ck.tag,
+                    delivery_tag: tag,
+                    redelivered,
+                    msg: content,
+                },
+            ));
+        }
+        if !auto_acked.is_empty() {
+            let logged = auto_acked_persistent && q.is_logged();
+            self.emit(
+                Event::Removed {
+                    vhost: vhost.to_string(),
+                    queue: queue.to_string(),
+                    msg_ids: auto_acked,
+                },
+                logged,
+            );
+        }
+        hit_expired
+    }
+}

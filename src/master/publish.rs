@@ -1,0 +1,208 @@
+//! basic.publish: checks, routing, length limits and confirms.
+
+use super::Master;
+use super::io::{ConnId, ToConn};
+use super::session::HeldPublish;
+use crate::broker::event::Event;
+use crate::broker::message::Message;
+use crate::broker::queue_args::Overflow;
+use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::metrics as m;
+use bytes::Bytes;
+use stablemq_protocol::BasicProperties;
+use stablemq_protocol::methods::basic as mb;
+use std::sync::Arc;
+
+impl Master {
+    pub(super) fn publish(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        p: mb::Publish,
+        properties: BasicProperties,
+        body: Bytes,
+    ) -> AmqpResult<()> {
+        let vhost = self.vhost_of(conn)?;
+        if p.immediate {
+            return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true").on(60, 40));
+        }
+        let exchange = p.exchange.as_str();
+        let Some(x) = self.broker.exchange(&vhost, exchange) else {
+            return Err(AmqpError::no_exchange(&vhost, exchange).on(60, 40));
+        };
+        if x.spec.internal {
+            return Err(AmqpError::access_refused(format!(
+                "cannot publish to internal exchange '{exchange}' in vhost '{vhost}'"
+            ))
+            .on(60, 40));
+        }
+        let user = self
+            .sessions
+            .get(&conn)
+            .map(|s| s.user.as_str())
+            .unwrap_or_default();
+        if let Some(uid) = properties.user_id()
+            && uid.as_str() != user
+        {
+            return Err(AmqpError::precondition(format!(
+                "user_id property set to '{}' but authenticated user was '{user}'",
+                uid.as_str()
+            ))
+            .on(60, 40));
+        }
+        if let Some(e) = properties.expiration()
+            && e.as_str().parse::<u64>().is_err()
+        {
+            return Err(AmqpError::precondition(format!(
+                "invalid expiration '{}' for message",
+                e.as_str()
+            ))
+            .on(60, 40));
+        }
+        metrics::counter!(m::RECEIVED).increment(1);
+        let chan = self.chan(conn, ch)?;
+        if let Some(tx) = chan.tx.as_mut() {
+            tx.publishes.push(HeldPublish {
+                publish: p,
+                properties,
+                body,
+            });
+            return Ok(());
+        }
+        let tag = chan.confirm_next.map(|t| {
+            chan.confirm_next = Some(t + 1);
+            t
+        });
+        if tag.is_some() {
+            metrics::counter!(m::RECEIVED_CONFIRM).increment(1);
+        }
+        let accepted = self.route_and_enqueue(conn, ch, &vhost, p, properties, body);
+        if let Some(tag) = tag {
+            self.confirm(conn, ch, tag, accepted);
+        }
+        Ok(())
+    }
+
+    /// Route a message and enqueue it. Returns false when a queue refused it
+    /// (`x-overflow` reject-publish*), which a confirming publisher sees as a nack.
+    pub(super) fn route_and_enqueue(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        vhost: &str,
+        p: mb::Publish,
+        properties: BasicProperties,
+        body: Bytes,
+    ) -> bool {
+        let exchange = p.exchange.to_string();
+        let routing_key = p.routing_key.to_string();
+        let mut queues = self.broker.route(
+            vhost,
+            &exchange,
+            &routing_key,
+            properties.headers().as_ref(),
+        );
+        // Full queues that refuse new messages drop out of the route.
+        let mut refused_by = Vec::new();
+        queues.retain(|qn| {
+            let Some(q) = self.broker.queue(vhost, qn) else {
+                return false;
+            };
+            let refuse =
+                q.args.overflow != Overflow::DropHead && q.would_overflow(body.len() as u64);
+            if refuse {
+                refused_by.push((qn.clone(), q.args.overflow));
+            }
+            !refuse
+        });
+        let accepted = refused_by.is_empty();
+        if !refused_by.is_empty() {
+            let msg = Arc::new(Message {
+                id: 0,
+                exchange: exchange.clone(),
+                routing_key: routing_key.clone(),
+                properties: properties.clone(),
+                body: body.clone(),
+                timestamp_ms: self.now_ms,
+            });
+            for (qn, overflow) in refused_by {
+                if overflow == Overflow::RejectPublishDlx {
+                    self.dead_letter(vhost, &qn, std::slice::from_ref(&msg), "maxlen");
+                }
+            }
+            if queues.is_empty() {
+                return false;
+            }
+        }
+        if queues.is_empty() {
+            if p.mandatory {
+                metrics::counter!(m::UNROUTABLE_RETURNED).increment(1);
+                self.send(
+                    conn,
+                    ToConn::Return {
+                        ch,
+                        reply_code: ReplyCode::NoRoute as u16,
+                        reply_text: "NO_ROUTE".into(),
+                        exchange,
+                        routing_key,
+                        properties,
+                        body,
+                    },
+                );
+            } else {
+                metrics::counter!(m::UNROUTABLE_DROPPED).increment(1);
+            }
+            return accepted;
+        }
+        metrics::counter!(m::ROUTED).increment(1);
+        let persistent = properties.delivery_mode() == &Some(2);
+        self.enqueue(
+            vhost,
+            exchange,
+            routing_key,
+            properties,
+            body,
+            queues,
+            persistent,
+        );
+        accepted
+    }
+
+    /// Emit the publish event for already-routed `queues`, then deliver, enforce
+    /// length limits and expire what must not wait.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn enqueue(
+        &mut self,
+        vhost: &str,
+        exchange: String,
+        routing_key: String,
+        properties: BasicProperties,
+        body: Bytes,
+        queues: Vec<String>,
+        persistent: bool,
+    ) {
+        let logged = persistent
+            && queues
+                .iter()
+                .any(|q| self.broker.queue(vhost, q).is_some_and(|q| q.is_logged()));
+        let msg_id = self.next_msg_id;
+        self.next_msg_id += 1;
+        let ev = Event::Published {
+            vhost: vhost.to_string(),
+            exchange,
+            routing_key,
+            msg_id,
+            timestamp_ms: self.now_ms,
+            properties,
+            body,
+            queues,
+        };
+        let applied = self.emit(ev, logged);
+        for (v, q) in applied.filled {
+            self.enforce_length_limit(&v, &q);
+            self.try_deliver(&v, &q);
+            // A TTL of 0 means: deliver now or never.
+            self.expire_heads(&v, &q);
+        }
+    }
+}
