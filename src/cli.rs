@@ -29,9 +29,10 @@ pub struct ServeArgs {
     /// AMQP port.
     #[arg(long, default_value_t = 5672)]
     pub amqp_port: u16,
-    /// Address to listen on (AMQP and metrics).
-    #[arg(long, default_value = "0.0.0.0")]
-    pub bind: IpAddr,
+    /// Address to listen on; repeat for several. Default: every IPv4 and IPv6
+    /// address (0.0.0.0 and ::), as RabbitMQ does. Metrics use the first one.
+    #[arg(long)]
+    pub bind: Vec<IpAddr>,
     /// Directory of the event store.
     #[arg(long, default_value = "./stablemq-data")]
     pub data_dir: PathBuf,
@@ -68,10 +69,18 @@ fn run_serve(args: ServeArgs) -> i32 {
             return 2;
         }
     };
+    let ipv6_optional = args.bind.is_empty();
+    let ips = if args.bind.is_empty() {
+        vec![IpAddr::from([0, 0, 0, 0]), IpAddr::from([0u16; 8])]
+    } else {
+        args.bind
+    };
     let opts = ServeOptions {
-        amqp_addr: SocketAddr::new(args.bind, args.amqp_port),
         prometheus_addr: (args.prometheus_port != 0)
-            .then(|| SocketAddr::new(args.bind, args.prometheus_port)),
+            .then(|| SocketAddr::new(ips[0], args.prometheus_port)),
+        amqp_ips: ips,
+        amqp_port: args.amqp_port,
+        ipv6_optional,
         data_dir: args.data_dir,
         config,
     };

@@ -178,6 +178,8 @@ impl Connection {
             "per_consumer_qos",
             "authentication_failure_close",
             "connection.blocked",
+            "consumer_priorities",
+            "direct_reply_to",
         ] {
             caps.insert(ShortString::from(c), AMQPValue::Boolean(true));
         }

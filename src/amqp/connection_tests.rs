@@ -103,7 +103,7 @@ fn start_advertises_exactly_the_implemented_capabilities() {
     let Some(AMQPValue::FieldTable(caps)) = s.server_properties.inner().get("capabilities") else {
         panic!("no capabilities");
     };
-    assert_eq!(caps.inner().len(), 7);
+    assert_eq!(caps.inner().len(), 9);
     assert!(caps.inner().contains_key("publisher_confirms"));
     assert!(s.server_properties.inner().contains_key("cluster_name"));
     assert_eq!(s.mechanisms.as_bytes(), b"PLAIN AMQPLAIN");

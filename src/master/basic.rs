@@ -41,7 +41,11 @@ impl Master {
             mb::AMQPMethod::Consume(c) => self.consume(conn, ch, &vhost, c),
             mb::AMQPMethod::Cancel(c) => {
                 let tag: Arc<str> = Arc::from(c.consumer_tag.as_str());
-                let removed = self.chan(conn, ch)?.consumers.remove(&tag);
+                let chan = self.chan(conn, ch)?;
+                if chan.reply_consumer.as_ref() == Some(&tag) {
+                    chan.reply_consumer = None;
+                }
+                let removed = chan.consumers.remove(&tag);
                 if !c.nowait {
                     self.send_method(
                         conn,
@@ -118,6 +122,9 @@ impl Master {
     }
 
     fn consume(&mut self, conn: ConnId, ch: u16, vhost: &str, c: mb::Consume) -> AmqpResult<()> {
+        if c.queue.as_str() == super::reply_to::REPLY_TO {
+            return self.consume_reply_to(conn, ch, c);
+        }
         let queue = c.queue.to_string();
         if self.broker.queue(vhost, &queue).is_none() {
             return Err(AmqpError::no_queue(vhost, &queue));

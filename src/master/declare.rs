@@ -463,6 +463,18 @@ impl Master {
             if name.is_empty() {
                 return Err(AmqpError::no_queue(vhost, &name));
             }
+            if name.starts_with(super::reply_to::REPLY_TO_PREFIX) && self.reply_to_exists(&name) {
+                self.reply(
+                    conn,
+                    ch,
+                    AMQPClass::Queue(mq::AMQPMethod::DeclareOk(mq::DeclareOk {
+                        queue: name.into(),
+                        message_count: 0,
+                        consumer_count: 1,
+                    })),
+                );
+                return Ok(());
+            }
             self.existing_queue(conn, vhost, &name)?;
         } else {
             if name.is_empty() {

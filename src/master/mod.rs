@@ -16,6 +16,7 @@ mod dead_letter;
 mod declare;
 mod deliver;
 mod publish;
+mod reply_to;
 mod timers;
 
 use crate::broker::event::Event;

@@ -59,6 +59,7 @@ impl Master {
             ))
             .on(60, 40));
         }
+        let properties = self.rewrite_reply_to(conn, ch, properties)?;
         metrics::counter!(m::RECEIVED).increment(1);
         let chan = self.chan(conn, ch)?;
         if let Some(tx) = chan.tx.as_mut() {
@@ -96,6 +97,13 @@ impl Master {
     ) -> bool {
         let exchange = p.exchange.to_string();
         let routing_key = p.routing_key.to_string();
+        if exchange.is_empty()
+            && routing_key.starts_with(super::reply_to::REPLY_TO_PREFIX)
+            && self.deliver_reply(&routing_key, properties.clone(), body.clone())
+        {
+            metrics::counter!(m::ROUTED).increment(1);
+            return true;
+        }
         let mut queues = self.broker.route(
             vhost,
             &exchange,

@@ -99,6 +99,9 @@ pub struct Channel {
     pub last_confirmed: u64,
     /// Transaction buffer (None = not in tx mode).
     pub tx: Option<Tx>,
+    /// The consumer tag of this channel's direct reply-to consumer
+    /// (`amq.rabbitmq.reply-to`), if any.
+    pub reply_consumer: Option<Arc<str>>,
     /// Replies of this channel still waiting for the log; while non-zero, later
     /// methods on the channel are deferred so replies keep their order.
     pub pending_replies: u32,
@@ -116,6 +119,7 @@ impl Default for Channel {
             confirm_next: None,
             last_confirmed: 0,
             tx: None,
+            reply_consumer: None,
             pending_replies: 0,
         }
     }

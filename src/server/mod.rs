@@ -3,6 +3,7 @@
 //! shutdown. No protocol decision is made here.
 
 mod conn_task;
+mod listen;
 mod master_task;
 
 use crate::config::Config;
@@ -14,14 +15,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// How the server was asked to run.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Address for AMQP.
-    pub amqp_addr: SocketAddr,
+    /// Addresses for AMQP.
+    pub amqp_ips: Vec<std::net::IpAddr>,
+    /// AMQP port.
+    pub amqp_port: u16,
+    /// IPv6 addresses may be skipped when the host has no IPv6 (the default binds).
+    pub ipv6_optional: bool,
     /// Address for Prometheus `/metrics` (None = off).
     pub prometheus_addr: Option<SocketAddr>,
     /// Where the event store lives.
@@ -95,14 +99,37 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         "recovered broker state from the event log"
     );
 
-    let listener =
-        TcpListener::bind(opts.amqp_addr)
-            .await
-            .map_err(|source| ServeError::Listen {
-                addr: opts.amqp_addr,
-                source,
-            })?;
-    tracing::info!("AMQP listening on {}", opts.amqp_addr);
+    let listeners = listen::bind_all(&opts.amqp_ips, opts.amqp_port, opts.ipv6_optional)
+        .map_err(|(addr, source)| ServeError::Listen { addr, source })?;
+    if listeners.is_empty() {
+        return Err(ServeError::Other("no AMQP listener could be bound".into()));
+    }
+    // One accept task per listener feeds one queue of new sockets.
+    let (accepted_tx, mut accepted_rx) = mpsc::channel::<(tokio::net::TcpStream, SocketAddr)>(64);
+    let mut acceptors = Vec::new();
+    for l in listeners {
+        if let Ok(a) = l.local_addr() {
+            tracing::info!("AMQP listening on {a}");
+        }
+        let tx = accepted_tx.clone();
+        acceptors.push(tokio::spawn(async move {
+            loop {
+                match l.accept().await {
+                    Ok(pair) => {
+                        if tx.send(pair).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        // EMFILE and friends: back off briefly instead of spinning.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }));
+    }
+    drop(accepted_tx);
 
     let (master_tx, master_rx) = mpsc::channel::<MasterMsg>(MASTER_QUEUE);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -120,28 +147,21 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         .map_err(|e| ServeError::Other(format!("signal handler: {e}")))?;
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                match accepted {
-                    Ok((sock, peer)) => {
-                        let _ = sock.set_nodelay(true);
-                        let id = next_id.fetch_add(1, Ordering::Relaxed);
-                        conns.spawn(conn_task::run(
-                            id, sock, peer, opts.config.clone(), master_tx.clone(), shutdown_rx.clone(),
-                        ));
-                    }
-                    Err(e) => {
-                        // EMFILE and friends: back off briefly instead of spinning.
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
+            Some((sock, peer)) = accepted_rx.recv() => {
+                let _ = sock.set_nodelay(true);
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                conns.spawn(conn_task::run(
+                    id, sock, peer, opts.config.clone(), master_tx.clone(), shutdown_rx.clone(),
+                ));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
             _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
         }
     }
-    drop(listener);
+    for a in acceptors {
+        a.abort();
+    }
     // Close every client with 320 and give them a moment to answer close-ok.
     let _ = shutdown_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
