@@ -47,6 +47,15 @@ pub struct Config {
     /// with 406 (RabbitMQ's `consumer_timeout`, 30 minutes by default).
     #[serde(default = "default_consumer_timeout")]
     pub consumer_timeout_ms: u64,
+    /// Memory alarm threshold in bytes of resident memory: above it publishers are
+    /// blocked (connection.blocked), as with RabbitMQ's vm_memory_high_watermark.
+    /// Default: 40% of the machine's memory.
+    #[serde(default)]
+    pub memory_high_watermark_bytes: Option<u64>,
+    /// Disk alarm threshold: publishers are blocked while the data directory's
+    /// filesystem has less free space than this (RabbitMQ's disk_free_limit, 50 MB).
+    #[serde(default = "default_disk_free_limit")]
+    pub disk_free_limit_bytes: u64,
 }
 
 fn default_vhosts() -> Vec<String> {
@@ -71,6 +80,9 @@ fn default_frame_max() -> u32 {
 fn default_heartbeat() -> u16 {
     60
 }
+fn default_disk_free_limit() -> u64 {
+    50_000_000
+}
 fn default_consumer_timeout() -> u64 {
     1_800_000
 }
@@ -89,6 +101,8 @@ impl Default for Config {
             heartbeat_secs: default_heartbeat(),
             cluster_name: default_cluster_name(),
             consumer_timeout_ms: default_consumer_timeout(),
+            memory_high_watermark_bytes: None,
+            disk_free_limit_bytes: default_disk_free_limit(),
         }
     }
 }

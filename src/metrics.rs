@@ -102,3 +102,33 @@ pub fn resident_memory_bytes() -> u64 {
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * u64::try_from(page).unwrap_or(4096)
 }
+
+/// Total memory of the machine in bytes, from /proc/meminfo (None where unavailable).
+pub fn total_memory_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Free bytes on the filesystem holding `path` (None where unavailable).
+pub fn disk_free_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Free disk space of the data directory.
+pub const DISK_FREE: &str = "rabbitmq_disk_space_available_bytes";
+/// The memory alarm threshold.
+pub const MEMORY_LIMIT: &str = "rabbitmq_resident_memory_limit_bytes";
+/// 1 while a resource alarm blocks publishers.
+pub const ALARMS_MEMORY: &str = "rabbitmq_alarms_memory_used_watermark";
+/// 1 while the disk alarm blocks publishers.
+pub const ALARMS_DISK: &str = "rabbitmq_alarms_free_disk_space_watermark";

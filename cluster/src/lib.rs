@@ -42,6 +42,8 @@
 
 mod local;
 mod position;
+pub mod replication;
+pub mod sim;
 pub mod store;
 
 pub use local::LocalLog;

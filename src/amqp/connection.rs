@@ -104,6 +104,12 @@ pub struct Connection {
     told_master: bool,
     /// Client properties from start-ok, kept for the management API.
     pub client_properties: FieldTable,
+    /// The active resource alarm, if any.
+    alarm: Option<String>,
+    /// The client has published on this connection (only publishers are blocked).
+    has_published: bool,
+    /// We told the client it is blocked (connection.blocked sent).
+    blocked_sent: bool,
 }
 
 impl Connection {
@@ -125,6 +131,9 @@ impl Connection {
             closing_since: None,
             told_master: false,
             client_properties: FieldTable::default(),
+            alarm: None,
+            has_published: false,
+            blocked_sent: false,
         }
     }
 
@@ -141,6 +150,45 @@ impl Connection {
     /// Whether the socket should be closed (nothing more will be read).
     pub fn is_closed(&self) -> bool {
         self.phase == Phase::Closed
+    }
+
+    /// Whether the connection must stop reading: a resource alarm is on and this
+    /// connection publishes. Its socket then fills and TCP pushes back on the client,
+    /// as RabbitMQ's flow control does.
+    pub fn is_blocked(&self) -> bool {
+        self.alarm.is_some() && self.has_published && self.phase == Phase::Open
+    }
+
+    fn client_wants_blocked(&self) -> bool {
+        matches!(
+            self.client_properties.inner().get("capabilities"),
+            Some(AMQPValue::FieldTable(c)) if c.inner().get("connection.blocked") == Some(&AMQPValue::Boolean(true))
+        )
+    }
+
+    /// Send connection.blocked / unblocked as the alarm and this connection's role change.
+    fn update_blocked(&mut self, out: &mut Vec<Action>) {
+        let should = self.is_blocked();
+        if should && !self.blocked_sent {
+            self.blocked_sent = true;
+            if self.client_wants_blocked() {
+                let reason = self.alarm.clone().unwrap_or_default();
+                out.push(self.method(
+                    0,
+                    AMQPClass::Connection(mconn::AMQPMethod::Blocked(mconn::Blocked {
+                        reason: ShortString::from(reason),
+                    })),
+                ));
+            }
+        } else if !should && self.blocked_sent {
+            self.blocked_sent = false;
+            if self.client_wants_blocked() {
+                out.push(self.method(
+                    0,
+                    AMQPClass::Connection(mconn::AMQPMethod::Unblocked(mconn::Unblocked {})),
+                ));
+            }
+        }
     }
 
     /// Record that bytes were written (heartbeats are only needed on a quiet link).
@@ -235,7 +283,8 @@ impl Connection {
                     return;
                 }
                 let hb = Duration::from_secs(u64::from(self.heartbeat));
-                if now.duration_since(self.last_recv) >= hb * 2 {
+                // A blocked connection is not read, so its heartbeats are not seen either.
+                if now.duration_since(self.last_recv) >= hb * 2 && !self.is_blocked() {
                     // Two missed intervals: the peer is gone. RabbitMQ closes the socket.
                     tracing::info!(
                         conn = self.id,
@@ -342,6 +391,10 @@ impl Connection {
                     0,
                     AMQPClass::Connection(mconn::AMQPMethod::OpenOk(mconn::OpenOk {})),
                 ));
+            }
+            ToConn::Alarm(reason) => {
+                self.alarm = reason;
+                self.update_blocked(out);
             }
             ToConn::CloseConnection(e) => {
                 // The master already forgot this connection.
@@ -653,6 +706,10 @@ impl Connection {
             }
             AMQPClass::Channel(mch::AMQPMethod::CloseOk(_)) => {}
             AMQPClass::Basic(basic::AMQPMethod::Publish(p)) => {
+                if !self.has_published {
+                    self.has_published = true;
+                    self.update_blocked(out);
+                }
                 if let Some(slot) = self.channels.get_mut(&ch) {
                     slot.content = Some(PendingContent {
                         publish: p,

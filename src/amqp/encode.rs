@@ -101,7 +101,10 @@ impl Encoder {
                 encode_content(ch, &m, &properties, &body, frame_max, out);
             }
             // Handled by the connection state machine before encoding.
-            ToConn::Opened | ToConn::CloseChannel(..) | ToConn::CloseConnection(_) => {}
+            ToConn::Opened
+            | ToConn::CloseChannel(..)
+            | ToConn::CloseConnection(_)
+            | ToConn::Alarm(_) => {}
         }
     }
 

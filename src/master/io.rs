@@ -158,4 +158,7 @@ pub enum ToConn {
     CloseChannel(u16, AmqpError),
     /// The master closed the connection: send connection.close.
     CloseConnection(AmqpError),
+    /// A resource alarm started (Some(reason)) or cleared (None): publishers are
+    /// blocked while it lasts.
+    Alarm(Option<String>),
 }

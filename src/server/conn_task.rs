@@ -40,7 +40,7 @@ pub async fn run(
     let mut shutting_down = false;
     loop {
         tokio::select! {
-            r = rd.read_buf(&mut rbuf), if reading => {
+            r = rd.read_buf(&mut rbuf), if reading && !conn.is_blocked() => {
                 let now = Instant::now();
                 match r {
                     Ok(0) | Err(_) => {

@@ -27,6 +27,7 @@ pub async fn run(
     mut rx: mpsc::Receiver<MasterMsg>,
     mut stable_rx: watch::Receiver<u64>,
     config: Arc<Config>,
+    data_dir: std::path::PathBuf,
 ) {
     let mut outboxes: HashMap<ConnId, mpsc::UnboundedSender<ToConn>> = HashMap::new();
     let mut batch = Vec::with_capacity(512);
@@ -34,6 +35,10 @@ pub async fn run(
     // Expiry and timeouts are checked this often; a TTL fires at most this late.
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     let node = format!("stablemq@{}", hostname());
+    let mut alarm: Option<String> = None;
+    let memory_limit = config
+        .memory_high_watermark_bytes
+        .unwrap_or_else(|| crate::metrics::total_memory_bytes().map_or(u64::MAX, |t| t / 10 * 4));
     loop {
         tokio::select! {
             n = rx.recv_many(&mut batch, 512) => {
@@ -55,6 +60,9 @@ pub async fn run(
                             }
                         }
                         MasterMsg::Register(id, tx) => {
+                            if alarm.is_some() {
+                                let _ = tx.send(ToConn::Alarm(alarm.clone()));
+                            }
                             outboxes.insert(id, tx);
                         }
                         MasterMsg::Shutdown(done) => {
@@ -75,7 +83,20 @@ pub async fn run(
                 master.handle(Input::Tick);
                 dispatch(&mut master, &mut log, &mut outboxes);
             }
-            _ = gauges.tick() => publish_gauges(&master, &config, &node),
+            _ = gauges.tick() => {
+                publish_gauges(&master, &config, &node);
+                let now = check_alarms(&config, &data_dir, memory_limit);
+                if now != alarm {
+                    match &now {
+                        Some(r) => tracing::warn!("resource alarm: {r}; blocking publishers"),
+                        None => tracing::info!("resource alarm cleared"),
+                    }
+                    alarm = now;
+                    for tx in outboxes.values() {
+                        let _ = tx.send(ToConn::Alarm(alarm.clone()));
+                    }
+                }
+            }
         }
     }
 }
@@ -128,6 +149,27 @@ fn publish_gauges(master: &Master, config: &Config, node: &str) {
         }
     }
     metrics::gauge!(m::QUEUES).set(queues as f64);
+}
+
+/// The active resource alarm, if any, with RabbitMQ's reason text.
+fn check_alarms(config: &Config, data_dir: &std::path::Path, memory_limit: u64) -> Option<String> {
+    let rss = crate::metrics::resident_memory_bytes();
+    let free = crate::metrics::disk_free_bytes(data_dir);
+    metrics::gauge!(m::MEMORY_LIMIT).set(memory_limit as f64);
+    if let Some(f) = free {
+        metrics::gauge!(m::DISK_FREE).set(f as f64);
+    }
+    let memory = rss > memory_limit;
+    let disk = free.is_some_and(|f| f < config.disk_free_limit_bytes);
+    metrics::gauge!(m::ALARMS_MEMORY).set(if memory { 1.0 } else { 0.0 });
+    metrics::gauge!(m::ALARMS_DISK).set(if disk { 1.0 } else { 0.0 });
+    if memory {
+        Some("low on memory".into())
+    } else if disk {
+        Some("low on disk".into())
+    } else {
+        None
+    }
 }
 
 /// Wall-clock time in ms since the Unix epoch: the master's only clock.

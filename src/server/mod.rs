@@ -139,6 +139,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         master_rx,
         stable_rx,
         opts.config.clone(),
+        opts.data_dir.clone(),
     ));
 
     let next_id = Arc::new(AtomicU64::new(1));

@@ -1,0 +1,224 @@
+//! In-memory views of a log: positions only ([`EpochRuns`], for stores, whose
+//! payloads live on disk) and whole entries ([`MemLog`], for brokers).
+
+use crate::position::{Entry, LogPosition};
+
+/// The epoch of every index of a log, stored as runs (first index, epoch).
+///
+/// A store must check log matching (`prev` present with the right epoch) for
+/// every append without reading its disk. Epochs change only at takeovers, so
+/// runs make this a few words per epoch instead of one per entry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EpochRuns {
+    /// `(first_index, epoch)`, both strictly increasing; the last run ends at
+    /// `last`.
+    runs: Vec<(u64, u64)>,
+    /// Index of the last entry; 0 when empty.
+    last: u64,
+}
+
+impl EpochRuns {
+    /// The runs of a log holding `positions` (consecutive, from index 1). Used
+    /// when a store restarts and reads its log back.
+    pub fn from_positions(positions: impl IntoIterator<Item = LogPosition>) -> Self {
+        let mut runs = EpochRuns::default();
+        for pos in positions {
+            runs.push(pos);
+        }
+        runs
+    }
+
+    /// The last position; `(0,0)` when empty.
+    pub fn last(&self) -> LogPosition {
+        match self.runs.last() {
+            Some(&(_, epoch)) => LogPosition::new(epoch, self.last),
+            None => LogPosition::ZERO,
+        }
+    }
+
+    /// The epoch of the entry at `index`; index 0 is the empty prefix (epoch 0),
+    /// beyond the end is `None`.
+    pub fn epoch_at(&self, index: u64) -> Option<u64> {
+        if index == 0 {
+            return Some(0);
+        }
+        if index > self.last {
+            return None;
+        }
+        let i = self.runs.partition_point(|&(first, _)| first <= index);
+        // `i >= 1` because the first run starts at 1 <= index.
+        self.runs.get(i.checked_sub(1)?).map(|&(_, epoch)| epoch)
+    }
+
+    /// First index of the run holding `index` (an index of the log).
+    pub fn run_start(&self, index: u64) -> u64 {
+        let i = self.runs.partition_point(|&(first, _)| first <= index);
+        i.checked_sub(1)
+            .and_then(|i| self.runs.get(i))
+            .map_or(0, |&(first, _)| first)
+    }
+
+    /// Append one position; it must follow the last one.
+    pub fn push(&mut self, pos: LogPosition) {
+        debug_assert_eq!(pos.index, self.last + 1, "runs must stay contiguous");
+        debug_assert!(pos.epoch >= self.last().epoch, "epochs never go back");
+        if self
+            .runs
+            .last()
+            .is_none_or(|&(_, epoch)| epoch != pos.epoch)
+        {
+            self.runs.push((pos.index, pos.epoch));
+        }
+        self.last = pos.index;
+    }
+
+    /// Forget every index above `index`.
+    pub fn truncate_after(&mut self, index: u64) {
+        if index >= self.last {
+            return;
+        }
+        self.runs.retain(|&(first, _)| first <= index);
+        self.last = index;
+    }
+}
+
+/// A broker's copy of the log, entries in memory from index 1.
+///
+/// Not done yet: retention. The master resends old entries to lagging peers
+/// from here, so today it keeps everything; the next step trims below the
+/// lowest index every peer acked and catches up anyone further behind from a
+/// store's `state` snapshot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemLog {
+    /// `entries[i]` has index `i + 1`.
+    entries: Vec<Entry>,
+}
+
+impl MemLog {
+    /// Position of the last entry; `(0,0)` when empty.
+    pub fn last(&self) -> LogPosition {
+        self.entries.last().map_or(LogPosition::ZERO, |e| e.pos)
+    }
+
+    /// Position of the entry at `index` (index 0 is `(0,0)`), `None` past the end.
+    pub fn pos_at(&self, index: u64) -> Option<LogPosition> {
+        if index == 0 {
+            return Some(LogPosition::ZERO);
+        }
+        self.get(index).map(|e| e.pos)
+    }
+
+    /// The entry at `index`.
+    pub fn get(&self, index: u64) -> Option<&Entry> {
+        let i = usize::try_from(index.checked_sub(1)?).ok()?;
+        self.entries.get(i)
+    }
+
+    /// Clones of the entries `from..=to`, clamped to what exists.
+    pub fn range(&self, from: u64, to: u64) -> Vec<Entry> {
+        let lo = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
+        let hi = usize::try_from(to)
+            .unwrap_or(usize::MAX)
+            .min(self.entries.len());
+        self.entries
+            .get(lo..hi)
+            .map_or_else(Vec::new, <[Entry]>::to_vec)
+    }
+
+    /// Append one entry; it must follow the last one.
+    pub fn push(&mut self, entry: Entry) {
+        debug_assert_eq!(entry.pos.index, self.last().index + 1);
+        self.entries.push(entry);
+    }
+
+    /// Forget every entry above `index`.
+    pub fn truncate_after(&mut self, index: u64) {
+        self.entries
+            .truncate(usize::try_from(index).unwrap_or(usize::MAX));
+    }
+
+    /// First index of the run of same-epoch entries holding `index`.
+    pub fn run_start(&self, index: u64) -> u64 {
+        let Some(epoch) = self.get(index).map(|e| e.pos.epoch) else {
+            return 0;
+        };
+        let mut first = index;
+        while first > 1 && self.get(first - 1).is_some_and(|e| e.pos.epoch == epoch) {
+            first -= 1;
+        }
+        first
+    }
+}
+
+/// Where a receiver whose log lacks `prev` asks the sender to retry from (see
+/// [`super::RejectReason::Mismatch`]): its own end if it is shorter, else just
+/// before the run holding the conflicting entry, but never below what it knows is
+/// stable (stable entries are identical everywhere, so retrying below is waste).
+pub(crate) fn mismatch_hint(last: u64, run_start: u64, prev: LogPosition, stable: u64) -> u64 {
+    if prev.index > last {
+        last
+    } else {
+        run_start.saturating_sub(1).max(stable.min(prev.index - 1))
+    }
+}
+
+/// Whether `entries` are consecutive from `prev.index + 1` with epochs that never
+/// go back (and not below `prev`'s).
+pub(crate) fn entries_follow(prev: LogPosition, entries: &[Entry]) -> bool {
+    let mut last = prev;
+    entries.iter().all(|e| {
+        let ok = e.pos.index == last.index + 1 && e.pos.epoch >= last.epoch;
+        last = e.pos;
+        ok
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_answer_epochs_and_truncate() {
+        let mut runs = EpochRuns::from_positions(
+            [(1, 1), (1, 2), (3, 3), (3, 4), (4, 5)].map(|(e, i)| LogPosition::new(e, i)),
+        );
+        assert_eq!(runs.last(), LogPosition::new(4, 5));
+        assert_eq!(runs.epoch_at(0), Some(0));
+        assert_eq!(runs.epoch_at(2), Some(1));
+        assert_eq!(runs.epoch_at(4), Some(3));
+        assert_eq!(runs.epoch_at(6), None);
+        assert_eq!(runs.run_start(4), 3);
+        runs.truncate_after(3);
+        assert_eq!(runs.last(), LogPosition::new(3, 3));
+        runs.truncate_after(1);
+        assert_eq!(runs.last(), LogPosition::new(1, 1));
+        runs.push(LogPosition::new(5, 2));
+        assert_eq!(runs.epoch_at(2), Some(5));
+        runs.truncate_after(0);
+        assert_eq!(runs.last(), LogPosition::ZERO);
+    }
+
+    #[test]
+    fn memlog_ranges_are_clamped() {
+        let mut log = MemLog::default();
+        for i in 1..=4 {
+            log.push(Entry::new(if i < 3 { 1 } else { 2 }, i, "x"));
+        }
+        assert_eq!(log.range(2, 10).len(), 3);
+        assert_eq!(log.range(0, 1).len(), 1);
+        assert!(log.range(5, 9).is_empty());
+        assert_eq!(log.run_start(4), 3);
+        assert_eq!(log.pos_at(0), Some(LogPosition::ZERO));
+        log.truncate_after(2);
+        assert_eq!(log.last(), LogPosition::new(1, 2));
+    }
+
+    #[test]
+    fn hint_skips_the_conflicting_run_but_not_below_stable() {
+        // Shorter receiver: retry from its end.
+        assert_eq!(mismatch_hint(3, 1, LogPosition::new(2, 9), 0), 3);
+        // Conflict inside a run starting at 5: retry before the run.
+        assert_eq!(mismatch_hint(9, 5, LogPosition::new(2, 7), 0), 4);
+        assert_eq!(mismatch_hint(9, 5, LogPosition::new(2, 7), 6), 6);
+    }
+}

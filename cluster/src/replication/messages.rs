@@ -1,0 +1,171 @@
+//! Node-to-node messages.
+//!
+//! One enum for every role, addressed by [`Endpoint`] because a co-located node
+//! hosts a broker and a store behind one address: the master sends the same
+//! Append to node 2's store and to node 2's slave, and must tell their acks
+//! apart (only store acks count towards stability).
+//!
+//! Encoding comes with the TCP transport: a frame will be a u32 length, the
+//! [`WIRE_VERSION`] byte, then the message. The version byte is there so a
+//! rolling upgrade can refuse (rather than misread) a peer that speaks another
+//! version.
+
+use crate::position::{Entry, LogPosition};
+
+use super::NodeId;
+
+/// Version of the node-to-node encoding, the first byte of every frame.
+pub const WIRE_VERSION: u8 = 1;
+
+/// Which service of a node a message is for, or from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Service {
+    /// The event store (log on disk, promises).
+    Store,
+    /// The broker's replication role (master, slave or candidate).
+    Broker,
+}
+
+/// A node and one of its services: the address of every message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Endpoint {
+    /// The node.
+    pub node: NodeId,
+    /// The service on that node.
+    pub service: Service,
+}
+
+impl Endpoint {
+    /// The store service of `node`.
+    pub const fn store(node: NodeId) -> Self {
+        Endpoint {
+            node,
+            service: Service::Store,
+        }
+    }
+
+    /// The broker service of `node`.
+    pub const fn broker(node: NodeId) -> Self {
+        Endpoint {
+            node,
+            service: Service::Broker,
+        }
+    }
+}
+
+/// Why an Append was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RejectReason {
+    /// The receiver knows a higher epoch (carried in the reject's `epoch`): the
+    /// sender is a deposed master and must step down (I2).
+    Fenced,
+    /// The receiver's log does not contain `prev` (log matching, I3). `hint` is an
+    /// index the sender should retry from (`prev` = its entry at `hint`): the
+    /// receiver's last index if it is shorter, else the index just before the
+    /// receiver's run of entries with the conflicting epoch. Retrying from there
+    /// skips a whole divergent epoch per round trip instead of one entry.
+    Mismatch {
+        /// The `prev` of the rejected append, so the master can ignore a reject
+        /// that arrives after the same peer already acked past it.
+        prev: LogPosition,
+        /// Retry with `prev.index = hint`.
+        hint: u64,
+    },
+}
+
+/// A message between nodes. See `docs/replication.md` for the protocol.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// Master (or candidate confirming its marker) → store or slave: append
+    /// `entries` after `prev`. Empty `entries` is the heartbeat. `stable` is the
+    /// master's stable index; a receiver takes it only up to the last index this
+    /// message proves it shares with the master.
+    Append {
+        /// The sender's epoch; a store below it raises its promise, a store above
+        /// it refuses.
+        epoch: u64,
+        /// The entry just before `entries`: the receiver must hold exactly this
+        /// position (log matching) or reject.
+        prev: LogPosition,
+        /// Consecutive entries from `prev.index + 1`. Their epochs may be older
+        /// than `epoch` (adopted entries being re-replicated).
+        entries: Vec<Entry>,
+        /// The master's stable index.
+        stable: u64,
+    },
+    /// Store or slave → master: everything up to `last` is held (on a store:
+    /// durable) and matches the master's log. Sent only after the fsync.
+    AppendAck {
+        /// The epoch of the append being acked; an ack from an older epoch never
+        /// counts (I1).
+        epoch: u64,
+        /// The last position of the acked append: `prev` plus its entries.
+        last: LogPosition,
+    },
+    /// Store or slave → master: the append was refused.
+    AppendReject {
+        /// The receiver's epoch (its promise, for a store).
+        epoch: u64,
+        /// Why.
+        reason: RejectReason,
+    },
+    /// Candidate → store: promise to refuse every epoch below `epoch`.
+    Fence {
+        /// The candidate's new epoch: the highest it has seen, plus one.
+        epoch: u64,
+        /// Random per candidacy. A store answers a resent Fence of the epoch it
+        /// promised only if the nonce matches too: the node id alone is not
+        /// enough, since a broker that restarted has forgotten its candidacy and
+        /// may pick the same epoch again with a different log.
+        nonce: u64,
+    },
+    /// Store → candidate: the promise for `epoch` is on disk.
+    Promise {
+        /// The epoch promised.
+        epoch: u64,
+        /// The store's last log position when it promised; the candidate adopts
+        /// the log of the responder with the highest one.
+        last: LogPosition,
+        /// The store's stable index, for the candidate's information.
+        stable: u64,
+    },
+    /// Store → candidate: the store has promised `promised`, which is at least
+    /// the candidate's epoch (and not to this candidate).
+    FenceRefused {
+        /// The store's promise.
+        promised: u64,
+    },
+    /// Candidate → the store with the best log: send entries `from..=to`.
+    Fetch {
+        /// The candidate's epoch; served only if it is the store's promise.
+        epoch: u64,
+        /// First index wanted.
+        from: u64,
+        /// Last index wanted (inclusive).
+        to: u64,
+    },
+    /// Store → candidate: the entries asked for (fewer if the log is shorter).
+    Entries {
+        /// The epoch of the Fetch being answered.
+        epoch: u64,
+        /// Consecutive entries starting at the Fetch's `from`.
+        entries: Vec<Entry>,
+    },
+}
+
+impl Message {
+    /// The epoch the message speaks for, used by every receiver to notice that it
+    /// is behind (a deposed master learns it must step down from any of these).
+    pub fn epoch(&self) -> u64 {
+        match self {
+            Message::Append { epoch, .. }
+            | Message::AppendAck { epoch, .. }
+            | Message::AppendReject { epoch, .. }
+            | Message::Fence { epoch, .. }
+            | Message::Promise { epoch, .. }
+            | Message::Fetch { epoch, .. }
+            | Message::Entries { epoch, .. } => *epoch,
+            Message::FenceRefused { promised } => *promised,
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The sans-IO replication engine: stores, master, slaves and candidates as pure
+//! state machines.
+//!
+//! Every role is driven the same way: the driver (the tokio runtime later, the
+//! deterministic simulator now) calls `step(now, input)` and carries out the
+//! returned commands — send this message, persist these disk operations, apply
+//! these entries. The engine reads no clock (time is the `now` argument, in
+//! milliseconds), spawns nothing, and takes its randomness from a seeded
+//! [`SplitMix64`], so the same inputs always give the same commands. That is what
+//! lets [`crate::sim`] replay a failing seed exactly, and lets unit tests compare
+//! command lists.
+//!
+//! - [`StoreNode`]: an event store. It never touches its disk itself: it emits
+//!   [`StoreCommand::Persist`] and only acknowledges what the driver has reported
+//!   durable ([`StoreInput::Persisted`]), so whoever drives it decides when an
+//!   fsync finishes or whether it is lost in a crash.
+//! - [`BrokerNode`]: a broker's view of the cluster. It is a slave (applies stable
+//!   entries, watches the master's heartbeat), a candidate (fences the stores,
+//!   adopts the most up-to-date log, makes an epoch-start marker stable) or the
+//!   master (appends, pipelines to every store and slave, advances the stable
+//!   index).
+//!
+//! The protocol, and why each invariant holds, is described in
+//! `docs/replication.md`.
+
+mod broker;
+mod election;
+mod log;
+mod messages;
+mod replicator;
+mod rng;
+mod store_node;
+
+pub use broker::{AppendError, BrokerCommand, BrokerInput, BrokerNode, RoleKind};
+pub use log::{EpochRuns, MemLog};
+pub use messages::{Endpoint, Message, RejectReason, Service, WIRE_VERSION};
+pub use rng::SplitMix64;
+pub use store_node::{DiskOp, ReadRequest, StoreCommand, StoreInput, StoreNode};
+
+use crate::position::Entry;
+
+/// Identifies a node of the cluster. A node may host a broker, a store, or both
+/// (the co-located layout); [`Endpoint`] says which of the two a message is for.
+pub type NodeId = u64;
+
+/// Whether `entry` is an epoch-start marker rather than a broker event.
+///
+/// A new master appends one marker, in its own epoch, before it serves anyone:
+/// making the marker stable is what makes every adopted entry below it stable
+/// (an entry from an earlier epoch is never counted stable on its own, I1). The
+/// marker is recognized by its empty payload: the broker's events always carry at
+/// least a version byte, and [`BrokerNode::append`] refuses an empty payload, so
+/// no event can be mistaken for a marker. Markers reach the broker through
+/// `Apply` like any entry; the broker skips them.
+pub fn is_epoch_marker(entry: &Entry) -> bool {
+    entry.payload.is_empty()
+}
+
+/// Cluster membership and timing, identical on every node.
+///
+/// Times are milliseconds of the driver's clock. The defaults suit a LAN; the
+/// simulator uses shorter ones so a seed covers many elections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Every event-store node. A quorum is a strict majority of this list.
+    pub stores: Vec<NodeId>,
+    /// Every node that runs a broker (master, slave or candidate).
+    pub brokers: Vec<NodeId>,
+    /// The master sends at least one append (possibly empty) per peer this often,
+    /// so slaves know it is alive and everyone learns the stable index.
+    pub heartbeat_ms: u64,
+    /// A slave that hears no master for this long, plus a random part of up to
+    /// `election_jitter_ms`, starts an election. The random part is what keeps
+    /// two slaves from fencing each other forever.
+    pub election_timeout_ms: u64,
+    /// See `election_timeout_ms`.
+    pub election_jitter_ms: u64,
+    /// Sent-but-unacknowledged entries are sent again after this long without
+    /// progress (the message or its ack was lost). Also the resend period of
+    /// Fence and Fetch during an election.
+    pub retry_ms: u64,
+    /// Most entries in one Append message.
+    pub batch_entries_max: usize,
+    /// Most entries sent to one peer and not yet acknowledged: the pipeline depth.
+    /// Bounds memory and what a lagging peer is sent again after a loss.
+    pub window_entries_max: u64,
+    /// Most entries asked for in one Fetch during an election.
+    pub fetch_entries_max: u64,
+}
+
+impl Config {
+    /// A config with the default timings for these members.
+    pub fn new(stores: Vec<NodeId>, brokers: Vec<NodeId>) -> Self {
+        Config {
+            stores,
+            brokers,
+            heartbeat_ms: 50,
+            election_timeout_ms: 500,
+            election_jitter_ms: 500,
+            retry_ms: 200,
+            batch_entries_max: 512,
+            window_entries_max: 8192,
+            fetch_entries_max: 4096,
+        }
+    }
+
+    /// How many stores make a quorum: a strict majority, so any two quorums share
+    /// at least one store (the basis of I1 and I2).
+    pub fn quorum(&self) -> usize {
+        self.stores.len() / 2 + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        let q = |n: u64| Config::new((1..=n).collect(), vec![]).quorum();
+        assert_eq!([q(1), q(2), q(3), q(4), q(5)], [1, 2, 2, 3, 3]);
+    }
+
+    #[test]
+    fn only_empty_payloads_are_markers() {
+        assert!(is_epoch_marker(&Entry::new(2, 7, bytes::Bytes::new())));
+        assert!(!is_epoch_marker(&Entry::new(2, 7, "x")));
+    }
+}
+
+#[cfg(test)]
+mod tests_broker;
+#[cfg(test)]
+mod tests_store;

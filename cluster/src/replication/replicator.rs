@@ -1,0 +1,209 @@
+//! Per-peer replication for one epoch: what the master (and a candidate making
+//! its marker stable) sends to each store and slave, and the stable rule.
+
+use std::collections::BTreeMap;
+
+use crate::position::LogPosition;
+
+use super::Config;
+use super::log::MemLog;
+use super::messages::{Endpoint, Message, RejectReason, Service};
+
+/// What the replicator knows of one peer.
+#[derive(Debug, Clone)]
+struct Peer {
+    /// Next index to send. Runs ahead of `matched` by at most the window: that
+    /// gap is the pipeline (sent, not yet acked).
+    next: u64,
+    /// Highest index the peer acked in this epoch, matching our log.
+    matched: u64,
+    /// When we last sent anything, for the heartbeat.
+    last_sent_ms: u64,
+    /// When `matched` last moved (or we last went back to it), for the resend.
+    last_progress_ms: u64,
+}
+
+/// Replication state of one epoch. Created fresh by every new candidate: acks
+/// from another epoch never count (I1).
+#[derive(Debug, Clone)]
+pub(crate) struct Replicator {
+    /// The epoch every Append carries.
+    epoch: u64,
+    /// Every store and every other broker.
+    peers: BTreeMap<Endpoint, Peer>,
+    /// Stores needed for stability.
+    quorum: usize,
+    /// Highest index acked by a quorum of stores in this epoch whose entry is of
+    /// this epoch. Never goes back.
+    stable: u64,
+}
+
+impl Replicator {
+    /// Start replicating `log` in `epoch`. Peers are assumed to hold everything
+    /// before the last entry; a reject walks each one back as far as needed.
+    pub(crate) fn new(
+        epoch: u64,
+        self_id: u64,
+        cfg: &Config,
+        log: &MemLog,
+        stable: u64,
+        now: u64,
+    ) -> Self {
+        let next = log.last().index.max(1);
+        let peer = Peer {
+            next,
+            matched: 0,
+            last_sent_ms: 0,
+            last_progress_ms: now,
+        };
+        let stores = cfg.stores.iter().map(|&n| Endpoint::store(n));
+        let slaves = cfg
+            .brokers
+            .iter()
+            .filter(|&&n| n != self_id)
+            .map(|&n| Endpoint::broker(n));
+        Replicator {
+            epoch,
+            peers: stores.chain(slaves).map(|e| (e, peer.clone())).collect(),
+            quorum: cfg.quorum(),
+            stable,
+        }
+    }
+
+    pub(crate) fn stable(&self) -> u64 {
+        self.stable
+    }
+
+    /// Send what is waiting to every peer, within its window, batched; a
+    /// heartbeat to peers with nothing to send for `heartbeat_ms`; and go back to
+    /// `matched` for peers that made no progress for `retry_ms` (a lost message
+    /// or ack: go-back-N).
+    pub(crate) fn replicate(
+        &mut self,
+        now: u64,
+        cfg: &Config,
+        log: &MemLog,
+    ) -> Vec<(Endpoint, Message)> {
+        let mut out = Vec::new();
+        let last = log.last().index;
+        for (&to, peer) in &mut self.peers {
+            if peer.next <= peer.matched {
+                peer.next = peer.matched + 1;
+            }
+            let in_flight = peer.next - 1 > peer.matched;
+            if in_flight && now.saturating_sub(peer.last_progress_ms) >= cfg.retry_ms {
+                peer.next = peer.matched + 1;
+                peer.last_progress_ms = now;
+            }
+            let mut sent = false;
+            let window_end = peer
+                .matched
+                .saturating_add(cfg.window_entries_max)
+                .min(last);
+            while peer.next <= window_end {
+                let batch_end = window_end.min(peer.next + cfg.batch_entries_max as u64 - 1);
+                let Some(prev) = log.pos_at(peer.next - 1) else {
+                    break;
+                };
+                out.push((
+                    to,
+                    Message::Append {
+                        epoch: self.epoch,
+                        prev,
+                        entries: log.range(peer.next, batch_end),
+                        stable: self.stable,
+                    },
+                ));
+                peer.next = batch_end + 1;
+                sent = true;
+            }
+            if sent {
+                peer.last_sent_ms = now;
+            } else if now.saturating_sub(peer.last_sent_ms) >= cfg.heartbeat_ms {
+                // The heartbeat claims only what the peer acked, so it never
+                // races entries still in flight into a spurious reject.
+                let prev = log.pos_at(peer.matched).unwrap_or(LogPosition::ZERO);
+                out.push((
+                    to,
+                    Message::Append {
+                        epoch: self.epoch,
+                        prev,
+                        entries: Vec::new(),
+                        stable: self.stable,
+                    },
+                ));
+                peer.last_sent_ms = now;
+            }
+        }
+        out
+    }
+
+    /// An ack of this epoch. Returns true if the stable index moved.
+    pub(crate) fn on_ack(
+        &mut self,
+        now: u64,
+        from: Endpoint,
+        last: LogPosition,
+        log: &MemLog,
+    ) -> bool {
+        // Count only what matches our log at that position: with log matching
+        // (I3) the peer then holds our log up to there.
+        if log.pos_at(last.index) != Some(last) {
+            return false;
+        }
+        let Some(peer) = self.peers.get_mut(&from) else {
+            return false;
+        };
+        if last.index > peer.matched {
+            peer.matched = last.index;
+            peer.last_progress_ms = now;
+        }
+        from.service == Service::Store && self.advance_stable(log)
+    }
+
+    /// A Mismatch reject of this epoch: send again from where the peer asked.
+    pub(crate) fn on_mismatch(&mut self, from: Endpoint, reason: &RejectReason) {
+        let RejectReason::Mismatch { prev, hint } = reason else {
+            return;
+        };
+        let Some(peer) = self.peers.get_mut(&from) else {
+            return;
+        };
+        if prev.index > peer.matched {
+            peer.next = peer.next.min(peer.matched.max(*hint) + 1);
+        } else if from.service == Service::Broker && *hint < peer.matched {
+            // A slave that restarted lost its in-memory log; a store never loses
+            // what it acked (it was durable), so for a store this is a stale
+            // reject overtaken by a later ack and is ignored.
+            peer.matched = *hint;
+            peer.next = hint + 1;
+        }
+    }
+
+    /// The stable rule (I1): the highest index held by a quorum of stores, counted
+    /// only if its entry is of this epoch. An older-epoch entry on a quorum may
+    /// still be overwritten by a candidate that fenced a different quorum; once an
+    /// entry of ours is on a quorum, every later candidate's adopted log holds it,
+    /// and with it everything before it.
+    fn advance_stable(&mut self, log: &MemLog) -> bool {
+        let mut matched: Vec<u64> = self
+            .peers
+            .iter()
+            .filter(|(e, _)| e.service == Service::Store)
+            .map(|(_, p)| p.matched)
+            .collect();
+        if matched.len() < self.quorum {
+            return false;
+        }
+        matched.sort_unstable_by(|a, b| b.cmp(a));
+        let Some(&candidate) = matched.get(self.quorum - 1) else {
+            return false;
+        };
+        let ours = log.pos_at(candidate).is_some_and(|p| p.epoch == self.epoch);
+        if candidate > self.stable && ours {
+            self.stable = candidate;
+            return true;
+        }
+        false
+    }
+}

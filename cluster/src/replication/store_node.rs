@@ -1,0 +1,397 @@
+//! The event-store role.
+//!
+//! A store keeps the log on disk, promises epochs, and acknowledges only what is
+//! durable. It owns its disk only through commands: it emits
+//! [`StoreCommand::Persist`] with a list of [`DiskOp`]s, the driver applies them
+//! in order followed by one fsync, and reports [`StoreInput::Persisted`]. One
+//! Persist is in flight at a time; everything that arrives meanwhile is queued and
+//! goes out as the next one, so the batch size (group commit) follows the load.
+//! Replies that promise durability (acks, promises) wait for the Persist that
+//! covers them.
+//!
+//! The node checks every request against its *accepted* log: what is durable
+//! plus what is in flight or queued. Ops are applied in order, so once the queue
+//! drains the disk equals the accepted log.
+
+use crate::position::{Entry, LogPosition};
+
+use super::NodeId;
+use super::log::{EpochRuns, entries_follow, mismatch_hint};
+use super::messages::{Endpoint, Message, RejectReason};
+
+/// One write to the store's disk. The driver applies a Persist's ops in order,
+/// then fsyncs once.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DiskOp {
+    /// Record the promised epoch (I2). Durable before any reply that depends on it.
+    Promise(u64),
+    /// Drop every entry above the index (a conflicting suffix from a deposed
+    /// master). Never below the store's stable index.
+    TruncateAfter(u64),
+    /// Append entries following the log's end. `writer_epoch` is the epoch of the
+    /// master that sent them, which the disk may check against the promise;
+    /// the entries' own epochs may be older (adopted entries re-replicated).
+    Append {
+        /// The sending master's epoch.
+        writer_epoch: u64,
+        /// Consecutive entries after the log's end.
+        entries: Vec<Entry>,
+    },
+    /// Record the stable index (lazily durable: it rides on the fsync).
+    Stable(u64),
+}
+
+/// A read the store asks the driver to do; handed back in
+/// [`StoreInput::ReadDone`] so the node, not the driver, answers the peer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadRequest {
+    /// First index wanted.
+    pub from: u64,
+    /// Last index wanted (inclusive); the driver returns fewer if the log is shorter.
+    pub to: u64,
+    /// Who asked (a candidate).
+    pub reply_to: Endpoint,
+    /// The candidate's epoch, echoed in the reply.
+    pub epoch: u64,
+}
+
+/// What drives a store.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreInput {
+    /// A message from a peer.
+    Receive {
+        /// The sender.
+        from: Endpoint,
+        /// The message.
+        msg: Message,
+    },
+    /// The last [`StoreCommand::Persist`] is applied and fsynced.
+    Persisted,
+    /// A [`StoreCommand::Read`] finished.
+    ReadDone {
+        /// The request, as emitted.
+        req: ReadRequest,
+        /// Consecutive entries from `req.from`.
+        entries: Vec<Entry>,
+    },
+    /// The disk failed (fjall poisons itself after a failed fsync): the node stops
+    /// answering for good, since nothing it says about durability can be trusted.
+    DiskFailed,
+}
+
+/// What a store asks its driver to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreCommand {
+    /// Send a message.
+    Send {
+        /// The receiver.
+        to: Endpoint,
+        /// The message.
+        msg: Message,
+    },
+    /// Apply the ops in order, fsync once, then report [`StoreInput::Persisted`].
+    Persist(Vec<DiskOp>),
+    /// Read entries and report [`StoreInput::ReadDone`].
+    Read(ReadRequest),
+}
+
+/// The event-store role; see the module docs.
+#[derive(Debug)]
+pub struct StoreNode {
+    /// This node, the `from` of everything it sends.
+    id: NodeId,
+    /// Highest epoch promised (accepted: possibly still queued for disk).
+    promised: u64,
+    /// The candidacy (node, nonce) the current promise was given to, so its
+    /// resent Fence is answered again while any other candidacy with the same
+    /// epoch is refused. Not durable: after a restart every Fence at the
+    /// promised epoch is refused, which costs an election at worst and never
+    /// grants one epoch twice.
+    promised_to: Option<(NodeId, u64)>,
+    /// Epochs of the accepted log.
+    log: EpochRuns,
+    /// Highest index known stable; the log is never truncated at or below it.
+    stable: u64,
+    /// Ops waiting for the next Persist.
+    queued_ops: Vec<DiskOp>,
+    /// Replies to send once the queued ops are durable.
+    queued_replies: Vec<(Endpoint, Message)>,
+    /// Replies waiting for the Persist in flight; `None` when none is.
+    in_flight: Option<Vec<(Endpoint, Message)>>,
+    /// Set by [`StoreInput::DiskFailed`]; the node is silent from then on.
+    failed: bool,
+    /// Failed internal consistency checks; nonzero means a protocol bug (the
+    /// simulator asserts it stays zero).
+    anomalies: u64,
+}
+
+impl StoreNode {
+    /// A store recovering what its disk holds (a fresh disk is all zeros and an
+    /// empty log).
+    pub fn new(id: NodeId, promised: u64, stable: u64, log: EpochRuns) -> Self {
+        StoreNode {
+            id,
+            promised,
+            promised_to: None,
+            stable: stable.min(log.last().index),
+            log,
+            queued_ops: Vec::new(),
+            queued_replies: Vec::new(),
+            in_flight: None,
+            failed: false,
+            anomalies: 0,
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The promised epoch (including one not yet durable).
+    pub fn promised(&self) -> u64 {
+        self.promised
+    }
+
+    /// The last position of the accepted log.
+    pub fn last(&self) -> LogPosition {
+        self.log.last()
+    }
+
+    /// The stable index this store has learned.
+    pub fn stable(&self) -> u64 {
+        self.stable
+    }
+
+    /// Count of failed internal consistency checks (see the field).
+    pub fn anomalies(&self) -> u64 {
+        self.anomalies
+    }
+
+    /// Advance the store by one input.
+    pub fn step(&mut self, _now: u64, input: StoreInput) -> Vec<StoreCommand> {
+        let mut out = Vec::new();
+        if self.failed {
+            return out;
+        }
+        match input {
+            StoreInput::Receive { from, msg } => self.receive(from, msg, &mut out),
+            StoreInput::Persisted => {
+                let replies = self.in_flight.take().unwrap_or_default();
+                send_all(replies, &mut out);
+            }
+            StoreInput::ReadDone { req, entries } => {
+                // Answer only if still bound to that epoch: a higher promise since
+                // means the candidate is deposed, and it will learn so on its next
+                // request.
+                if req.epoch == self.promised {
+                    out.push(StoreCommand::Send {
+                        to: req.reply_to,
+                        msg: Message::Entries {
+                            epoch: req.epoch,
+                            entries,
+                        },
+                    });
+                }
+            }
+            StoreInput::DiskFailed => {
+                self.failed = true;
+                return Vec::new();
+            }
+        }
+        self.flush(&mut out);
+        out
+    }
+
+    fn receive(&mut self, from: Endpoint, msg: Message, out: &mut Vec<StoreCommand>) {
+        match msg {
+            Message::Append {
+                epoch,
+                prev,
+                entries,
+                stable,
+            } => self.on_append(from, epoch, prev, entries, stable, out),
+            Message::Fence { epoch, nonce } => self.on_fence(from, epoch, nonce, out),
+            Message::Fetch {
+                epoch,
+                from: lo,
+                to,
+            } => {
+                if epoch == self.promised {
+                    out.push(StoreCommand::Read(ReadRequest {
+                        from: lo,
+                        to,
+                        reply_to: from,
+                        epoch,
+                    }));
+                } else if epoch < self.promised {
+                    reply_now(
+                        from,
+                        Message::FenceRefused {
+                            promised: self.promised,
+                        },
+                        out,
+                    );
+                }
+            }
+            // Replies meant for brokers: a store never sends requests.
+            Message::AppendAck { .. }
+            | Message::AppendReject { .. }
+            | Message::Promise { .. }
+            | Message::FenceRefused { .. }
+            | Message::Entries { .. } => {}
+        }
+    }
+
+    fn on_fence(&mut self, from: Endpoint, epoch: u64, nonce: u64, out: &mut Vec<StoreCommand>) {
+        let again = epoch == self.promised && self.promised_to == Some((from.node, nonce));
+        if epoch > self.promised {
+            self.promised = epoch;
+            self.promised_to = Some((from.node, nonce));
+            self.queued_ops.push(DiskOp::Promise(epoch));
+        } else if !again {
+            // I2: an epoch is promised once, to one candidate.
+            reply_now(
+                from,
+                Message::FenceRefused {
+                    promised: self.promised,
+                },
+                out,
+            );
+            return;
+        }
+        // `last` now includes every append accepted before the promise; they are
+        // queued ahead of it, so they are durable when this reply goes out.
+        let promise = Message::Promise {
+            epoch,
+            last: self.log.last(),
+            stable: self.stable,
+        };
+        self.queued_replies.push((from, promise));
+    }
+
+    fn on_append(
+        &mut self,
+        from: Endpoint,
+        epoch: u64,
+        prev: LogPosition,
+        entries: Vec<Entry>,
+        stable: u64,
+        out: &mut Vec<StoreCommand>,
+    ) {
+        if epoch < self.promised {
+            // I2: refuse a deposed master, and tell it the epoch that deposed it.
+            let reject = Message::AppendReject {
+                epoch: self.promised,
+                reason: RejectReason::Fenced,
+            };
+            reply_now(from, reject, out);
+            return;
+        }
+        if epoch > self.promised {
+            // A master of a higher epoch exists, so a quorum promised it; raise
+            // ours durably before acting on its entries. No candidacy of this
+            // epoch can be answered again: it is decided.
+            self.promised = epoch;
+            self.promised_to = None;
+            self.queued_ops.push(DiskOp::Promise(epoch));
+        }
+        if self.log.epoch_at(prev.index) != Some(prev.epoch) {
+            let hint = mismatch_hint(
+                self.log.last().index,
+                self.log.run_start(prev.index),
+                prev,
+                self.stable,
+            );
+            let reject = Message::AppendReject {
+                epoch,
+                reason: RejectReason::Mismatch { prev, hint },
+            };
+            // The reject promises nothing durable, but a promise op may be queued
+            // ahead of it: the ordering keeps "replies follow their ops" simple.
+            self.queued_replies.push((from, reject));
+            return;
+        }
+        let last = LogPosition::new(
+            entries.last().map_or(prev.epoch, |e| e.pos.epoch),
+            prev.index + entries.len() as u64,
+        );
+        if !entries_follow(prev, &entries) {
+            // A malformed message (bug or corruption): drop it, ack nothing.
+            tracing::warn!(%prev, "append with non-consecutive entries dropped");
+            return;
+        }
+        // Skip what we already hold (a resend or duplicate); truncate at the first
+        // conflict, never at a matching entry, so a stale duplicate of an older
+        // append cannot cut off newer entries of the same master.
+        let mut skip = 0;
+        for entry in &entries {
+            match self.log.epoch_at(entry.pos.index) {
+                Some(epoch) if epoch == entry.pos.epoch => skip += 1,
+                Some(_) => {
+                    let keep = entry.pos.index - 1;
+                    if keep < self.stable {
+                        // Stable entries are final (I1): a master that disagrees
+                        // with them is broken. Refuse rather than lose them.
+                        tracing::error!(
+                            keep,
+                            stable = self.stable,
+                            "refused truncating stable entries"
+                        );
+                        self.anomalies += 1;
+                        return;
+                    }
+                    self.log.truncate_after(keep);
+                    self.queued_ops.push(DiskOp::TruncateAfter(keep));
+                    break;
+                }
+                None => break,
+            }
+        }
+        let rest: Vec<Entry> = entries.into_iter().skip(skip).collect();
+        if !rest.is_empty() {
+            for entry in &rest {
+                self.log.push(entry.pos);
+            }
+            self.queued_ops.push(DiskOp::Append {
+                writer_epoch: epoch,
+                entries: rest,
+            });
+        }
+        // Stable only up to what this append proved we share with the master: a
+        // divergent tail beyond it must never be marked stable.
+        let new_stable = stable.min(last.index);
+        if new_stable > self.stable {
+            self.stable = new_stable;
+            self.queued_ops.push(DiskOp::Stable(new_stable));
+        }
+        self.queued_replies
+            .push((from, Message::AppendAck { epoch, last }));
+    }
+
+    /// Start the next Persist if none is in flight; replies with nothing left to
+    /// wait for go out at once.
+    fn flush(&mut self, out: &mut Vec<StoreCommand>) {
+        if self.in_flight.is_some() {
+            return;
+        }
+        if self.queued_ops.is_empty() {
+            send_all(std::mem::take(&mut self.queued_replies), out);
+        } else {
+            out.push(StoreCommand::Persist(std::mem::take(&mut self.queued_ops)));
+            self.in_flight = Some(std::mem::take(&mut self.queued_replies));
+        }
+    }
+}
+
+fn reply_now(to: Endpoint, msg: Message, out: &mut Vec<StoreCommand>) {
+    out.push(StoreCommand::Send { to, msg });
+}
+
+fn send_all(replies: Vec<(Endpoint, Message)>, out: &mut Vec<StoreCommand>) {
+    out.extend(
+        replies
+            .into_iter()
+            .map(|(to, msg)| StoreCommand::Send { to, msg }),
+    );
+}

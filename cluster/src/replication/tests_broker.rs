@@ -1,0 +1,353 @@
+//! Broker-node handler tests: a slave, an election, a master, driven by hand
+//! with the replies stores would give; the exact command lists are compared.
+
+use bytes::Bytes;
+
+use super::*;
+use crate::position::{Entry, LogPosition};
+
+const ME: NodeId = 4;
+const OTHER: NodeId = 5;
+
+fn cfg() -> Config {
+    let mut cfg = Config::new(vec![1, 2, 3], vec![ME, OTHER]);
+    cfg.heartbeat_ms = 10;
+    cfg.election_timeout_ms = 100;
+    cfg.election_jitter_ms = 0; // deterministic deadlines for the tests
+    cfg.retry_ms = 50;
+    cfg.batch_entries_max = 2;
+    cfg.window_entries_max = 4;
+    cfg.fetch_entries_max = 10;
+    cfg
+}
+
+fn entry(epoch: u64, index: u64) -> Entry {
+    Entry::new(epoch, index, Bytes::from(format!("{epoch}:{index}")))
+}
+
+fn marker(epoch: u64, index: u64) -> Entry {
+    Entry::new(epoch, index, Bytes::new())
+}
+
+fn pos(epoch: u64, index: u64) -> LogPosition {
+    LogPosition::new(epoch, index)
+}
+
+fn recv(from: Endpoint, msg: Message) -> BrokerInput {
+    BrokerInput::Receive { from, msg }
+}
+
+fn send(to: Endpoint, msg: Message) -> BrokerCommand {
+    BrokerCommand::Send { to, msg }
+}
+
+fn append_msg(epoch: u64, prev: LogPosition, entries: Vec<Entry>, stable: u64) -> Message {
+    Message::Append {
+        epoch,
+        prev,
+        entries,
+        stable,
+    }
+}
+
+/// A slave of `OTHER` in epoch 1 holding 1:1 (stable).
+fn slave() -> BrokerNode {
+    let mut b = BrokerNode::new(ME, cfg(), 7, 0);
+    let cmds = b.step(
+        1,
+        recv(
+            Endpoint::broker(OTHER),
+            append_msg(1, pos(0, 0), vec![entry(1, 1)], 1),
+        ),
+    );
+    assert_eq!(
+        cmds,
+        vec![
+            BrokerCommand::Apply(vec![entry(1, 1)]),
+            send(
+                Endpoint::broker(OTHER),
+                Message::AppendAck {
+                    epoch: 1,
+                    last: pos(1, 1)
+                }
+            ),
+        ]
+    );
+    b
+}
+
+#[test]
+fn a_slave_applies_only_what_the_append_proves_stable() {
+    let mut b = slave();
+    let from = Endpoint::broker(OTHER);
+    // Entries 2..3 arrive with stable 5: only up to 3 is proven shared.
+    let cmds = b.step(
+        2,
+        recv(
+            from,
+            append_msg(1, pos(1, 1), vec![entry(1, 2), entry(1, 3)], 5),
+        ),
+    );
+    assert_eq!(
+        cmds,
+        vec![
+            BrokerCommand::Apply(vec![entry(1, 2), entry(1, 3)]),
+            send(
+                from,
+                Message::AppendAck {
+                    epoch: 1,
+                    last: pos(1, 3)
+                }
+            ),
+        ]
+    );
+    // A gap is rejected with our end as the hint.
+    let cmds = b.step(3, recv(from, append_msg(1, pos(1, 9), vec![], 5)));
+    let reason = RejectReason::Mismatch {
+        prev: pos(1, 9),
+        hint: 3,
+    };
+    assert_eq!(
+        cmds,
+        vec![send(from, Message::AppendReject { epoch: 1, reason })]
+    );
+    // A deposed master (epoch 0) is told the current epoch.
+    let old = Endpoint::broker(6);
+    let cmds = b.step(4, recv(old, append_msg(0, pos(0, 0), vec![], 0)));
+    let reason = RejectReason::Fenced;
+    assert_eq!(
+        cmds,
+        vec![send(old, Message::AppendReject { epoch: 1, reason })]
+    );
+    assert_eq!(
+        b.append(Bytes::from_static(b"x")),
+        Err(AppendError::NotMaster {
+            epoch: 1,
+            master: Some(OTHER)
+        })
+    );
+}
+
+/// Drive `slave()` through an election to master of epoch 2 with log
+/// 1:1 1:2 1:3 2:4(marker), checking each step.
+fn elect() -> BrokerNode {
+    let mut b = slave();
+    assert!(
+        b.step(100, BrokerInput::Tick).is_empty(),
+        "deadline is 1 + 100"
+    );
+    let cmds = b.step(101, BrokerInput::Tick);
+    assert_eq!(cmds[0], BrokerCommand::Campaign { epoch: 2 });
+    let Some(BrokerCommand::Send {
+        msg: Message::Fence { epoch: 2, nonce },
+        ..
+    }) = cmds.get(1).cloned()
+    else {
+        panic!("expected fences: {cmds:?}")
+    };
+    let fences: Vec<_> = [1, 2, 3]
+        .map(|s| send(Endpoint::store(s), Message::Fence { epoch: 2, nonce }))
+        .to_vec();
+    assert_eq!(cmds[1..], fences[..]);
+
+    let promise = |last| Message::Promise {
+        epoch: 2,
+        last,
+        stable: 1,
+    };
+    assert!(
+        b.step(102, recv(Endpoint::store(1), promise(pos(1, 1))))
+            .is_empty()
+    );
+    // Quorum: store 2 has the best log; we lack 2..3, so fetch them.
+    let cmds = b.step(103, recv(Endpoint::store(2), promise(pos(1, 3))));
+    assert_eq!(
+        cmds,
+        vec![send(
+            Endpoint::store(2),
+            Message::Fetch {
+                epoch: 2,
+                from: 2,
+                to: 3
+            }
+        )]
+    );
+    let entries = Message::Entries {
+        epoch: 2,
+        entries: vec![entry(1, 2), entry(1, 3)],
+    };
+    let cmds = b.step(104, recv(Endpoint::store(2), entries));
+    // The marker goes to every store and the other broker, optimistically
+    // after our last adopted entry.
+    let expected: Vec<_> = [
+        Endpoint::store(1),
+        Endpoint::store(2),
+        Endpoint::store(3),
+        Endpoint::broker(OTHER),
+    ]
+    .map(|to| send(to, append_msg(2, pos(1, 3), vec![marker(2, 4)], 1)))
+    .to_vec();
+    assert_eq!(cmds, expected);
+    assert_eq!(b.role(), RoleKind::Candidate);
+
+    // Store 1 lacks 2..3: it rejects, and gets them resent (batches of 2).
+    let reason = RejectReason::Mismatch {
+        prev: pos(1, 3),
+        hint: 1,
+    };
+    let cmds = b.step(
+        105,
+        recv(
+            Endpoint::store(1),
+            Message::AppendReject { epoch: 2, reason },
+        ),
+    );
+    assert_eq!(
+        cmds,
+        vec![
+            send(
+                Endpoint::store(1),
+                append_msg(2, pos(1, 1), vec![entry(1, 2), entry(1, 3)], 1)
+            ),
+            send(
+                Endpoint::store(1),
+                append_msg(2, pos(1, 3), vec![marker(2, 4)], 1)
+            ),
+        ]
+    );
+    // Old-epoch entries on a quorum are not stable by themselves (I1).
+    let ack = |last| Message::AppendAck { epoch: 2, last };
+    assert!(
+        b.step(106, recv(Endpoint::store(1), ack(pos(1, 3))))
+            .is_empty()
+    );
+    assert!(
+        b.step(106, recv(Endpoint::store(2), ack(pos(2, 4))))
+            .is_empty()
+    );
+    // The marker on a quorum: everything up to it is stable, apply, then serve.
+    let cmds = b.step(107, recv(Endpoint::store(1), ack(pos(2, 4))));
+    assert_eq!(
+        cmds,
+        vec![
+            BrokerCommand::Apply(vec![entry(1, 2), entry(1, 3), marker(2, 4)]),
+            BrokerCommand::BecameMaster {
+                epoch: 2,
+                stable: 4
+            },
+        ]
+    );
+    assert_eq!(b.role(), RoleKind::Master);
+    b
+}
+
+#[test]
+fn an_election_fences_adopts_fetches_and_confirms_a_marker() {
+    let b = elect();
+    assert_eq!(b.applied(), 4);
+    assert!(is_epoch_marker(b.entry(4).expect("marker")));
+}
+
+#[test]
+fn the_master_pipelines_within_a_window_and_advances_stable_on_a_quorum() {
+    let mut b = elect();
+    let positions: Vec<_> = (0..6)
+        .map(|i| b.append(Bytes::from(format!("p{i}"))).expect("master"))
+        .collect();
+    assert_eq!(positions.first(), Some(&pos(2, 5)));
+    assert_eq!(b.append(Bytes::new()), Err(AppendError::EmptyPayload));
+    let cmds = b.step(110, BrokerInput::Flush);
+    // Window 4 past what each store acked (4): 5..8, as two batches of 2.
+    let to_store1: Vec<_> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            BrokerCommand::Send {
+                to,
+                msg: Message::Append { prev, entries, .. },
+            } if *to == Endpoint::store(1) => Some((prev.index, entries.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(to_store1, vec![(4, 2), (6, 2)]);
+    // One store acking is not a quorum; two are.
+    let ack = Message::AppendAck {
+        epoch: 2,
+        last: pos(2, 6),
+    };
+    let cmds = b.step(111, recv(Endpoint::store(1), ack.clone()));
+    assert!(cmds.iter().all(|c| !matches!(c, BrokerCommand::Stable(_))));
+    let cmds = b.step(112, recv(Endpoint::store(3), ack));
+    assert_eq!(cmds.first(), Some(&BrokerCommand::Stable(6)));
+    // The window moved for store 3: 9..10 go out, carrying the new stable.
+    assert!(cmds.contains(&send(
+        Endpoint::store(3),
+        append_msg(
+            2,
+            pos(2, 8),
+            vec![
+                b.entry(9).cloned().expect("9"),
+                b.entry(10).cloned().expect("10")
+            ],
+            6
+        ),
+    )));
+}
+
+#[test]
+fn a_master_steps_down_at_once_on_a_higher_epoch() {
+    let mut b = elect();
+    let reject = Message::AppendReject {
+        epoch: 3,
+        reason: RejectReason::Fenced,
+    };
+    let cmds = b.step(120, recv(Endpoint::store(3), reject));
+    assert_eq!(cmds, vec![BrokerCommand::SteppedDown { epoch: 3 }]);
+    assert_eq!(b.role(), RoleKind::Slave);
+    assert!(matches!(
+        b.append(Bytes::from_static(b"late")),
+        Err(AppendError::NotMaster { epoch: 3, .. })
+    ));
+}
+
+#[test]
+fn heartbeats_and_resends_need_no_new_entries() {
+    let mut b = elect();
+    // Nothing to send before heartbeat_ms has passed since the last append.
+    assert!(b.step(110, BrokerInput::Tick).is_empty());
+    let cmds = b.step(117, BrokerInput::Tick);
+    // Store 3 never acked: its heartbeat claims only what it acked (nothing),
+    // and the unacked marker is resent only after retry_ms.
+    assert!(cmds.contains(&send(
+        Endpoint::store(3),
+        append_msg(2, pos(0, 0), vec![], 4)
+    )));
+    let cmds = b.step(160, BrokerInput::Tick);
+    assert!(cmds.contains(&send(
+        Endpoint::store(3),
+        append_msg(2, pos(0, 0), vec![entry(1, 1), entry(1, 2)], 4)
+    )));
+}
+
+#[test]
+fn a_competing_candidate_loses_to_the_master_of_its_epoch() {
+    let mut b = slave();
+    let cmds = b.step(101, BrokerInput::Tick);
+    assert_eq!(cmds[0], BrokerCommand::Campaign { epoch: 2 });
+    // OTHER won epoch 2 first: its append makes us its slave.
+    let from = Endpoint::broker(OTHER);
+    let cmds = b.step(
+        102,
+        recv(from, append_msg(2, pos(1, 1), vec![marker(2, 2)], 1)),
+    );
+    assert_eq!(
+        cmds,
+        vec![send(
+            from,
+            Message::AppendAck {
+                epoch: 2,
+                last: pos(2, 2)
+            }
+        )]
+    );
+    assert_eq!(b.role(), RoleKind::Slave);
+}

@@ -1,0 +1,135 @@
+//! Deterministic simulation of the replication engine.
+//!
+//! One thread, one seeded PRNG: a cluster of store and broker nodes (some
+//! co-located) exchanging messages over a network that drops, delays, reorders
+//! and duplicates them, with symmetric and asymmetric partitions, crashes that
+//! lose unsynced disk writes, and restarts. A client oracle submits payloads to
+//! whoever is master and records what was confirmed. One checker per invariant
+//! runs as events happen ([`check`]); at the end every node is crashed at once
+//! and restarted, and a new master must hold everything confirmed.
+//!
+//! A run is a pure function of its seed: `STABLEMQ_SIM_SEED=<seed>` replays a
+//! failing one exactly (see `cluster/tests/sim_invariants.rs`), and
+//! `STABLEMQ_SIM_TRACE=1` prints every event.
+//!
+//! This module is test support: it is public so the integration tests can drive
+//! it, and it is not for use in the broker.
+
+pub mod check;
+mod disk;
+mod faults;
+mod net;
+mod oracle;
+mod world;
+
+pub use disk::{DiskState, SimDisk};
+pub use net::NetParams;
+pub use world::{SimStats, World};
+
+use crate::replication::{Config, NodeId, SplitMix64};
+
+use self::check::Violation;
+
+/// Everything a run depends on; all drawn from the seed by
+/// [`SimParams::from_seed`].
+#[derive(Debug, Clone)]
+pub struct SimParams {
+    /// The seed of every random choice in the run.
+    pub seed: u64,
+    /// Members and (short) timings.
+    pub cfg: Config,
+    /// Network unreliability during the fault phase.
+    pub net: NetParams,
+    /// Length of the fault phase.
+    pub main_ms: u64,
+    /// Length of the recovery phase after it (no faults, all nodes restarted).
+    pub heal_ms: u64,
+    /// Range of the gap between two faults.
+    pub fault_every_ms: (u64, u64),
+    /// Range of the gap between two client bursts.
+    pub client_every_ms: (u64, u64),
+    /// Broker timer period.
+    pub tick_ms: u64,
+    /// Longest simulated fsync.
+    pub fsync_max_ms: u64,
+    /// Period of the store-log (I3) check.
+    pub check_every_ms: u64,
+    /// A run processing more events than this fails (a message storm).
+    pub max_events: u64,
+    /// Print every event to stderr.
+    pub trace: bool,
+}
+
+impl SimParams {
+    /// Topology, network and fault rates drawn from `seed`: 1, 3 or 5 stores,
+    /// 1 to 3 brokers, some of them co-located with stores.
+    pub fn from_seed(seed: u64) -> Self {
+        let mut rng = SplitMix64::new(seed ^ 0xC1A5_7E55_EED5_0000);
+        let stores_n = [1, 3, 3, 3, 5, 5][rng.below(6) as usize];
+        let brokers_n = rng.between(1, 3);
+        let colocated = rng.between(0, brokers_n.min(stores_n));
+        let stores: Vec<NodeId> = (1..=stores_n).collect();
+        let brokers: Vec<NodeId> = (1..=colocated)
+            .chain(stores_n + 1..=stores_n + brokers_n - colocated)
+            .collect();
+        let mut cfg = Config::new(stores, brokers);
+        cfg.heartbeat_ms = 10;
+        cfg.election_timeout_ms = 100;
+        cfg.election_jitter_ms = 100;
+        cfg.retry_ms = 25;
+        cfg.batch_entries_max = 16;
+        cfg.window_entries_max = 64;
+        cfg.fetch_entries_max = 512;
+        let delay_max_ms = rng.between(2, 12);
+        let fault_lo = rng.between(20, 120);
+        SimParams {
+            seed,
+            cfg,
+            net: NetParams {
+                drop_per_mille: rng.below(60),
+                dup_per_mille: rng.below(40),
+                delay_min_ms: 1,
+                delay_max_ms,
+            },
+            main_ms: 2_500,
+            heal_ms: 1_500,
+            fault_every_ms: (fault_lo, fault_lo * 3),
+            client_every_ms: (1, 6),
+            tick_ms: 5,
+            fsync_max_ms: 4,
+            check_every_ms: 250,
+            max_events: 2_000_000,
+            trace: false,
+        }
+    }
+}
+
+/// The result of one seed.
+#[derive(Debug)]
+pub struct SimOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// What the run did.
+    pub stats: SimStats,
+    /// The first invariant violation, if any.
+    pub result: Result<(), Violation>,
+}
+
+/// Run one seed with the parameters it implies.
+pub fn run_seed(seed: u64, trace: bool) -> SimOutcome {
+    let mut params = SimParams::from_seed(seed);
+    params.trace = trace;
+    run(params)
+}
+
+/// Run with explicit parameters.
+pub fn run(params: SimParams) -> SimOutcome {
+    let seed = params.seed;
+    let mut world = World::new(params);
+    let result = world.run();
+    SimOutcome {
+        seed,
+        stats: world.stats.clone(),
+        result,
+    }
+}
