@@ -2,9 +2,13 @@
 //!
 //! The broker turns every state change into an event and may act on it only once
 //! the event is *stable*: on disk on a quorum of event stores. This crate owns
-//! that promise. For now it holds the single-node version: one master with one
-//! local store in the same process, a quorum of one.
+//! that promise.
 //!
+//! - [`replication`] is the sans-IO replication engine: store nodes, and broker
+//!   nodes that are master, slave or candidate, as pure `step` functions that
+//!   return commands. [`sim`] drives it deterministically under drops, delays,
+//!   partitions and crashes, with one checker per invariant. The TCP transport
+//!   that runs it for real is not built yet.
 //! - [`LocalLog`] assigns log positions and group-commits appends on a dedicated
 //!   store thread (one fsync per batch), reporting the stable index by callback.
 //! - [`EventStore`] is the synchronous storage trait, with [`FjallStore`] (the
@@ -15,8 +19,8 @@
 //!
 //! - aware of AMQP: payloads are opaque [`bytes::Bytes`], encoded and decoded by
 //!   the broker;
-//! - networked (yet): remote stores, slaves, epochs changing hands and election
-//!   come with the cluster issue, behind the same `append` / `on_stable` shape;
+//! - networked (yet): the engine is ready, the transport and the broker wiring
+//!   come next; the broker runs the single-node [`LocalLog`] today;
 //! - async: fjall blocks, so the store runs on its own thread and the crate needs
 //!   no runtime.
 //!
