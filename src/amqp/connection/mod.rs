@@ -6,15 +6,14 @@
 //! Channel semantics live in the master: this side only checks that frames arrive
 //! on open channels in a valid order, as RabbitMQ's reader does.
 
-use crate::auth;
 use crate::config::Config;
 use crate::error::{AmqpError, ReplyCode};
 use crate::master::io::{ConnId, Input, ToConn};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use stablemq_protocol::methods::{basic, channel as mch, connection as mconn};
 use stablemq_protocol::{
-    AMQPClass, AMQPValue, BasicProperties, FRAME_MIN_SIZE, FieldTable, Frame, FrameError,
-    HeaderCheck, LongString, PROTOCOL_HEADER, ShortString,
+    AMQPClass, AMQPValue, BasicProperties, FieldTable, Frame, FrameError, HeaderCheck,
+    PROTOCOL_HEADER, ShortString,
 };
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -213,45 +212,6 @@ impl Connection {
                     AMQPClass::Connection(mconn::AMQPMethod::Start(self.start_method())),
                 ));
             }
-        }
-    }
-
-    fn start_method(&self) -> mconn::Start {
-        let mut caps = FieldTable::default();
-        for c in [
-            "publisher_confirms",
-            "exchange_exchange_bindings",
-            "basic.nack",
-            "consumer_cancel_notify",
-            "per_consumer_qos",
-            "authentication_failure_close",
-            "connection.blocked",
-            "consumer_priorities",
-            "direct_reply_to",
-        ] {
-            caps.insert(ShortString::from(c), AMQPValue::Boolean(true));
-        }
-        let mut props = FieldTable::default();
-        let s = |v: &str| AMQPValue::LongString(LongString::from(v));
-        props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
-        props.insert("product".into(), s("StableMQ"));
-        props.insert("version".into(), s(env!("CARGO_PKG_VERSION")));
-        props.insert(
-            "platform".into(),
-            s(&format!("Rust / {}", std::env::consts::OS)),
-        );
-        props.insert("cluster_name".into(), s(&self.config.cluster_name));
-        props.insert("copyright".into(), s("StableMQ contributors"));
-        props.insert(
-            "information".into(),
-            s("Licensed under the Apache License 2.0"),
-        );
-        mconn::Start {
-            version_major: 0,
-            version_minor: 9,
-            server_properties: props,
-            mechanisms: LongString::from(auth::MECHANISMS),
-            locales: LongString::from("en_US"),
         }
     }
 
@@ -458,115 +418,6 @@ impl Connection {
         }
     }
 
-    fn handshake_frame(&mut self, frame: Frame, out: &mut Vec<Action>) {
-        let Frame::Method { channel: 0, method } = frame else {
-            if let Frame::Heartbeat { .. } = frame {
-                return;
-            }
-            let e = AmqpError::new(
-                ReplyCode::UnexpectedFrame,
-                "expected a connection method during the handshake",
-            );
-            return self.close_connection(&e, out);
-        };
-        let (cid, mid) = (method.get_amqp_class_id(), method.get_amqp_method_id());
-        match (self.phase, method) {
-            (Phase::AwaitStartOk, AMQPClass::Connection(mconn::AMQPMethod::StartOk(s))) => {
-                self.client_properties = s.client_properties;
-                let mech = s.mechanism.as_str();
-                let result =
-                    auth::parse_response(mech, s.response.as_bytes()).and_then(|(u, p)| {
-                        auth::authenticate(&self.config, &u, &p, self.peer).map(|u| u.name.clone())
-                    });
-                match result {
-                    Ok(user) => {
-                        self.user = Some(user);
-                        self.phase = Phase::AwaitTuneOk;
-                        out.push(self.method(
-                            0,
-                            AMQPClass::Connection(mconn::AMQPMethod::Tune(mconn::Tune {
-                                channel_max: self.config.channel_max,
-                                frame_max: self.config.frame_max,
-                                heartbeat: self.config.heartbeat_secs,
-                            })),
-                        ));
-                    }
-                    Err(e) => {
-                        tracing::info!(conn = self.id, peer = %self.peer, "login refused: {}", e.reply_text());
-                        // authentication_failure_close: tell the client why, then close.
-                        self.close_connection(&e.on(cid, mid), out)
-                    }
-                }
-            }
-            (Phase::AwaitTuneOk, AMQPClass::Connection(mconn::AMQPMethod::TuneOk(t))) => {
-                let server_frame_max = self.config.frame_max;
-                let server_channel_max = self.config.channel_max;
-                let refuse =
-                    |text: String| AmqpError::new(ReplyCode::NotAllowed, text).on(cid, mid);
-                if t.frame_max != 0 && t.frame_max < FRAME_MIN_SIZE {
-                    return self.close_connection(
-                        &refuse(format!(
-                            "frame_max={} < {} min size",
-                            t.frame_max, FRAME_MIN_SIZE
-                        )),
-                        out,
-                    );
-                }
-                if server_frame_max != 0 && t.frame_max > server_frame_max {
-                    return self.close_connection(
-                        &refuse(format!(
-                            "frame_max={} > {} max size",
-                            t.frame_max, server_frame_max
-                        )),
-                        out,
-                    );
-                }
-                if server_channel_max != 0 && t.channel_max > server_channel_max {
-                    return self.close_connection(
-                        &refuse(format!(
-                            "channel_max={} > {} max",
-                            t.channel_max, server_channel_max
-                        )),
-                        out,
-                    );
-                }
-                self.frame_max = if t.frame_max == 0 {
-                    server_frame_max
-                } else {
-                    t.frame_max
-                };
-                self.channel_max = if t.channel_max == 0 {
-                    server_channel_max
-                } else {
-                    t.channel_max
-                };
-                self.heartbeat = t.heartbeat;
-                self.phase = Phase::AwaitOpen;
-            }
-            (Phase::AwaitOpen, AMQPClass::Connection(mconn::AMQPMethod::Open(o))) => {
-                self.phase = Phase::AwaitOpenOk;
-                self.told_master = true;
-                out.push(Action::ToMaster(Input::Open {
-                    conn: self.id,
-                    user: self.user.clone().unwrap_or_default(),
-                    vhost: o.virtual_host.to_string(),
-                }));
-            }
-            (_, AMQPClass::Connection(mconn::AMQPMethod::Close(_))) => {
-                out.push(self.method(
-                    0,
-                    AMQPClass::Connection(mconn::AMQPMethod::CloseOk(mconn::CloseOk {})),
-                ));
-                self.linger(out);
-            }
-            (_, _) => {
-                let e = AmqpError::command_invalid("unexpected method during the handshake")
-                    .on(cid, mid);
-                self.close_connection(&e, out);
-            }
-        }
-    }
-
     fn open_frame(&mut self, frame: Frame, out: &mut Vec<Action>) {
         let ch = frame.channel();
         if ch == 0 {
@@ -731,104 +582,6 @@ impl Connection {
             })),
         }
     }
-
-    fn content_frame(&mut self, ch: u16, frame: Frame, out: &mut Vec<Action>) {
-        let Some(slot) = self.channels.get_mut(&ch) else {
-            return;
-        };
-        let Some(pending) = slot.content.as_mut() else {
-            return;
-        };
-        match (frame, pending.header.is_some()) {
-            (
-                Frame::Header {
-                    class_id,
-                    body_size,
-                    properties,
-                    ..
-                },
-                false,
-            ) => {
-                if class_id != 60 {
-                    let e = AmqpError::new(
-                        ReplyCode::FrameError,
-                        format!("content header for class {class_id}, expected 60"),
-                    );
-                    return self.close_connection(&e, out);
-                }
-                if body_size > MAX_MESSAGE_SIZE {
-                    slot.content = None;
-                    let e = AmqpError::precondition(format!(
-                        "message size {body_size} is larger than configured max size {MAX_MESSAGE_SIZE}"
-                    ))
-                    .on(60, 40);
-                    out.push(Action::ToMaster(Input::ChannelError {
-                        conn: self.id,
-                        ch,
-                        error: e,
-                    }));
-                    return;
-                }
-                pending.header = Some((properties, body_size));
-            }
-            (Frame::Body { payload, .. }, true) => {
-                pending.received += payload.len() as u64;
-                if !payload.is_empty() {
-                    pending.parts.push(payload);
-                }
-            }
-            (_, has_header) => {
-                let text = if has_header {
-                    "expected content body, got non content body frame instead"
-                } else {
-                    "expected content header for class 60, got non content header frame instead"
-                };
-                let e = AmqpError::new(ReplyCode::UnexpectedFrame, text);
-                return self.close_connection(&e, out);
-            }
-        }
-        let Some((_, size)) = pending.header else {
-            return;
-        };
-        if pending.received > size {
-            let e = AmqpError::new(
-                ReplyCode::FrameError,
-                format!("content body exceeds declared size {size}"),
-            );
-            return self.close_connection(&e, out);
-        }
-        if pending.received == size {
-            let Some(done) = slot.content.take() else {
-                return;
-            };
-            let Some((properties, _)) = done.header else {
-                return;
-            };
-            let body = join(done.parts, size);
-            out.push(Action::ToMaster(Input::Publish {
-                conn: self.id,
-                ch,
-                publish: done.publish,
-                properties,
-                body,
-            }));
-        }
-    }
-}
-
-/// One body frame stays a zero-copy slice; several are joined once.
-fn join(mut parts: Vec<Bytes>, size: u64) -> Bytes {
-    match parts.len() {
-        0 => Bytes::new(),
-        1 => parts.pop().unwrap_or_default(),
-        _ => {
-            let mut b = BytesMut::with_capacity(usize::try_from(size).unwrap_or(0));
-            for p in parts {
-                b.extend_from_slice(&p);
-            }
-            b.freeze()
-        }
-    }
 }
 
 fn method_ids(f: &Frame) -> (u16, u16) {
@@ -838,6 +591,8 @@ fn method_ids(f: &Frame) -> (u16, u16) {
     }
 }
 
+mod content;
+mod handshake;
+
 #[cfg(test)]
-#[path = "connection_tests.rs"]
 mod tests;

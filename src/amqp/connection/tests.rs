@@ -1,6 +1,7 @@
 //! The connection machine, driven frame by frame.
 
 use super::*;
+use stablemq_protocol::LongString;
 use stablemq_protocol::methods::connection as c;
 
 fn now() -> Instant {
