@@ -7,8 +7,11 @@
 //! - [`replication`] is the sans-IO replication engine: store nodes, and broker
 //!   nodes that are master, slave or candidate, as pure `step` functions that
 //!   return commands. [`sim`] drives it deterministically under drops, delays,
-//!   partitions and crashes, with one checker per invariant. The TCP transport
-//!   that runs it for real is not built yet.
+//!   partitions and crashes, with one checker per invariant.
+//! - [`wire`] frames the engine's messages (length prefix, version byte);
+//!   [`transport`] moves them over TCP with reconnect and backoff; [`driver`]
+//!   runs a store node over fjall ([`driver::run_store_node`]) and a broker node
+//!   ([`driver::BrokerNodeDriver`]) on tokio.
 //! - [`LocalLog`] assigns log positions and group-commits appends on a dedicated
 //!   store thread (one fsync per batch), reporting the stable index by callback.
 //! - [`EventStore`] is the synchronous storage trait, with [`FjallStore`] (the
@@ -19,10 +22,11 @@
 //!
 //! - aware of AMQP: payloads are opaque [`bytes::Bytes`], encoded and decoded by
 //!   the broker;
-//! - networked (yet): the engine is ready, the transport and the broker wiring
-//!   come next; the broker runs the single-node [`LocalLog`] today;
-//! - async: fjall blocks, so the store runs on its own thread and the crate needs
-//!   no runtime.
+//! - wired into the broker (yet): the broker runs the single-node [`LocalLog`]
+//!   today;
+//! - async at its core: the engine and the stores are synchronous (fjall blocks,
+//!   so a store runs on its own thread); only [`transport`] and [`driver`] need
+//!   a tokio runtime.
 //!
 //! ```
 //! use stablemq_cluster::{FjallStore, LocalLog};
@@ -44,11 +48,14 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod driver;
 mod local;
 mod position;
 pub mod replication;
 pub mod sim;
 pub mod store;
+pub mod transport;
+pub mod wire;
 
 pub use local::LocalLog;
 pub use position::{Entry, LogPosition};

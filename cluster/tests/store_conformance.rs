@@ -249,6 +249,72 @@ fn synced_entries_survive_restart(h: &mut dyn Harness) {
     h.store().append(&entries(1, 1001..=1001)).unwrap();
 }
 
+fn append_as_checks_the_writer_epoch_not_the_entries(h: &mut dyn Harness) {
+    let s = h.store();
+    s.append(&entries(1, 1..=2)).unwrap();
+    s.set_promised_epoch(3).unwrap();
+    // The epoch-3 master re-replicates adopted epoch-1 entries, then its marker.
+    let mut adopted = entries(1, 3..=4);
+    adopted.extend(entries(3, 5..=5));
+    s.append_as(3, &adopted).unwrap();
+    assert_eq!(s.last_position(), LogPosition::new(3, 5));
+    // `append` refuses the same kind of batch: it checks each entry's epoch.
+    assert!(matches!(
+        s.append(&entries(1, 6..=6)),
+        Err(StoreError::Fenced {
+            promised: 3,
+            got: 1
+        })
+    ));
+    // A deposed writer is fenced, even with entries of a new-looking epoch.
+    let err = s.append_as(2, &entries(3, 6..=6)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Fenced {
+                promised: 3,
+                got: 2
+            }
+        ),
+        "{err}"
+    );
+    // An entry newer than its writer, a gap, or an epoch going back: refused.
+    for (writer, bad) in [
+        (3, entries(4, 6..=6)),
+        (3, entries(3, 7..=7)),
+        (3, entries(2, 6..=6)),
+    ] {
+        let err = s.append_as(writer, &bad).unwrap_err();
+        assert!(matches!(err, StoreError::OutOfOrder { .. }), "{err}");
+    }
+    assert_eq!(s.last_position(), LogPosition::new(3, 5));
+    // A writer above the promise: a master elected without this store's vote.
+    s.append_as(5, &entries(4, 6..=6)).unwrap();
+    s.append_as(5, &[]).unwrap();
+    s.sync().unwrap();
+    h.restart();
+    let mut expected = entries(1, 1..=4);
+    expected.extend(entries(3, 5..=5));
+    expected.extend(entries(4, 6..=6));
+    assert_eq!(read_all(h.store()), expected);
+    assert_eq!(h.store().promised_epoch(), 3);
+}
+
+fn read_range_is_clamped_to_the_log(h: &mut dyn Harness) {
+    let s = h.store();
+    let mut all = entries(1, 1..=4);
+    all.extend(entries(2, 5..=10));
+    s.append(&all).unwrap();
+    assert_eq!(s.read_range(3, 5).unwrap(), all[2..5]);
+    assert_eq!(s.read_range(0, 2).unwrap(), all[..2]);
+    assert_eq!(s.read_range(8, u64::MAX).unwrap(), all[7..]);
+    assert_eq!(s.read_range(1, 10).unwrap(), all);
+    assert!(s.read_range(11, 20).unwrap().is_empty());
+    assert!(s.read_range(5, 4).unwrap().is_empty());
+    assert!(s.read_range(0, 0).unwrap().is_empty());
+    assert!(s.read_range(u64::MAX, u64::MAX).unwrap().is_empty());
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -273,6 +339,8 @@ conformance!(
     truncate_to_empty_and_restart,
     truncate_below_stable_is_refused,
     synced_entries_survive_restart,
+    append_as_checks_the_writer_epoch_not_the_entries,
+    read_range_is_clamped_to_the_log,
 );
 
 /// fjall only: a clean drop (no explicit sync) keeps everything, because the
@@ -295,6 +363,13 @@ enum Op {
         epoch: u64,
         skew: i8,
     },
+    /// The replicated store's write: checked against `writer`, not the entries.
+    AppendAs {
+        count: u64,
+        epoch: u64,
+        writer: u64,
+        skew: i8,
+    },
     Sync,
     Truncate(u64),
     Promise(u64),
@@ -306,6 +381,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..4u64, 0..5u64, prop_oneof![4 => Just(0i8), 1 => -1..=1i8])
             .prop_map(|(count, epoch, skew)| Op::Append { count, epoch, skew }),
+        3 => (0..4u64, 0..5u64, 0..6u64, prop_oneof![4 => Just(0i8), 1 => -1..=1i8])
+            .prop_map(|(count, epoch, writer, skew)| Op::AppendAs { count, epoch, writer, skew }),
         2 => Just(Op::Sync),
         1 => (0..16u64).prop_map(Op::Truncate),
         1 => (0..6u64).prop_map(Op::Promise),
@@ -335,6 +412,22 @@ fn apply(h: &mut dyn Harness, op: &Op) -> Result<(), String> {
                 .map(|i| Entry::new(*epoch, i, format!("{epoch}/{i}")))
                 .collect();
             s.append(&batch).map_err(name)
+        }
+        Op::AppendAs {
+            count,
+            epoch,
+            writer,
+            skew,
+        } => {
+            let first = s
+                .last_position()
+                .index
+                .saturating_add_signed(i64::from(*skew))
+                + 1;
+            let batch: Vec<Entry> = (first..first + count)
+                .map(|i| Entry::new(*epoch, i, format!("{epoch}/{i}")))
+                .collect();
+            s.append_as(*writer, &batch).map_err(name)
         }
         Op::Sync => s.sync().map_err(name),
         Op::Truncate(i) => s.truncate_after(*i).map_err(name),

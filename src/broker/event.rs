@@ -97,6 +97,9 @@ pub struct ExchangeSpec {
 
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// Messages move once through a channel; boxing the big variants would add an
+// allocation per message on the hot path.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     /// A vhost exists (from config or, later, the management API).
     VhostCreated {

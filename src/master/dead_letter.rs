@@ -282,12 +282,12 @@ impl Master {
         if q.args.overflow != Overflow::DropHead || !q.is_over_limit() {
             return;
         }
-        let mut count = 0u64;
         let mut bytes = 0u64;
         let mut ids = Vec::new();
         let (len, total) = (q.ready.len() as u64, q.ready_bytes);
         for m in q.ready.values() {
-            let fits_len = q.args.max_length.is_none_or(|max| len - count <= max);
+            let dropped = ids.len() as u64;
+            let fits_len = q.args.max_length.is_none_or(|max| len - dropped <= max);
             let fits_bytes = q
                 .args
                 .max_length_bytes
@@ -295,7 +295,6 @@ impl Master {
             if fits_len && fits_bytes {
                 break;
             }
-            count += 1;
             bytes += m.msg.body.len() as u64;
             ids.push(m.msg.id);
         }
@@ -331,18 +330,4 @@ impl Master {
                 .insert((vhost.to_string(), queue.to_string()), self.now_ms);
         }
     }
-}
-
-/// Used by tests: the dead-letter headers of a message, without a master.
-#[cfg(test)]
-pub(super) fn dead_letter_headers(
-    msg: &Message,
-    queue: &str,
-    reason: &str,
-    now_ms: u64,
-) -> FieldTable {
-    dead_letter_properties(msg, queue, reason, now_ms)
-        .headers()
-        .clone()
-        .unwrap_or_default()
 }

@@ -7,7 +7,7 @@ use crate::broker::event::Event;
 use crate::broker::message::{Message, QueuedMessage};
 use crate::broker::queue::Queue;
 use crate::metrics as m;
-use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
+use stablemq_protocol::{AMQPValue, ShortString};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -17,12 +17,7 @@ pub(super) fn with_delivery_count(q: &Queue, qm: &QueuedMessage) -> Arc<Message>
     if !q.args.quorum || qm.delivery_count == 0 {
         return qm.msg.clone();
     }
-    let mut headers = qm
-        .msg
-        .properties
-        .headers()
-        .clone()
-        .unwrap_or_else(FieldTable::default);
+    let mut headers = qm.msg.properties.headers().clone().unwrap_or_default();
     headers.insert(
         ShortString::from("x-delivery-count"),
         AMQPValue::LongLongInt(i64::from(qm.delivery_count)),

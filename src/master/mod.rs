@@ -35,6 +35,7 @@ type QueueKey = (String, String);
 
 /// An effect that waits for the stable index.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // moved once; boxing would allocate per message
 enum Completion {
     /// A method reply on a channel (declare-ok, commit-ok, ...).
     Reply(AMQPClass),

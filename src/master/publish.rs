@@ -70,10 +70,10 @@ impl Master {
             });
             return Ok(());
         }
-        let tag = chan.confirm_next.map(|t| {
+        let tag = chan.confirm_next;
+        if let Some(t) = tag {
             chan.confirm_next = Some(t + 1);
-            t
-        });
+        }
         if tag.is_some() {
             metrics::counter!(m::RECEIVED_CONFIRM).increment(1);
         }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Messages into the master task.
+#[allow(clippy::large_enum_variant)] // moved once; boxing would allocate per message
 pub enum MasterMsg {
     /// An input for the core.
     Input(Input),

@@ -17,7 +17,10 @@ use std::time::Instant;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
-use super::{EventStore, StoreError, check_append, check_promise, check_stable, check_truncate};
+use super::{
+    EventStore, StoreError, check_append, check_append_as, check_promise, check_stable,
+    check_truncate,
+};
 use crate::metrics as m;
 use crate::position::{Entry, LogPosition};
 
@@ -93,6 +96,22 @@ impl FjallStore {
         })
     }
 
+    /// Writes already-checked entries as one atomic batch (not yet durable).
+    fn write_entries(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        let Some(last) = entries.last() else {
+            return Ok(());
+        };
+        let mut batch = self.db.batch();
+        for entry in entries {
+            batch.insert(&self.log, index_key(entry.pos.index), encode_value(entry));
+        }
+        batch.commit()?;
+        self.last = last.pos;
+        self.unsynced_entries += entries.len() as u64;
+        self.dirty = true;
+        Ok(())
+    }
+
     /// One fsync of the whole journal, measured.
     fn persist(&mut self) -> Result<(), StoreError> {
         let started = Instant::now();
@@ -108,18 +127,32 @@ impl FjallStore {
 impl EventStore for FjallStore {
     fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
         check_append(self.last, self.promised_epoch, entries)?;
-        let Some(last) = entries.last() else {
-            return Ok(());
-        };
-        let mut batch = self.db.batch();
-        for entry in entries {
-            batch.insert(&self.log, index_key(entry.pos.index), encode_value(entry));
+        self.write_entries(entries)
+    }
+
+    fn append_as(&mut self, writer_epoch: u64, entries: &[Entry]) -> Result<(), StoreError> {
+        check_append_as(self.last, self.promised_epoch, writer_epoch, entries)?;
+        self.write_entries(entries)
+    }
+
+    fn read_range(&self, from: u64, to: u64) -> Result<Vec<Entry>, StoreError> {
+        let from = from.max(1);
+        if to < from {
+            return Ok(Vec::new());
         }
-        batch.commit()?;
-        self.last = last.pos;
-        self.unsynced_entries += entries.len() as u64;
-        self.dirty = true;
-        Ok(())
+        let mut entries = Vec::new();
+        for guard in self.log.range(index_key(from)..=index_key(to)) {
+            let (key, value) = guard.into_inner()?;
+            let index = decode_index(&key)?;
+            let expected = from + entries.len() as u64;
+            if index != expected {
+                return Err(StoreError::Corrupt(format!(
+                    "log entry {index} where {expected} was expected"
+                )));
+            }
+            entries.push(decode_entry(index, &value)?);
+        }
+        Ok(entries)
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {

@@ -5,7 +5,10 @@
 //! semantics against a second implementation. It mirrors fjall's durability
 //! model (what a `sync` covers, what a crash loses) rather than being "a Vec".
 
-use super::{EventStore, StoreError, check_append, check_promise, check_stable, check_truncate};
+use super::{
+    EventStore, StoreError, check_append, check_append_as, check_promise, check_stable,
+    check_truncate,
+};
 use crate::position::{Entry, LogPosition};
 
 /// An [`EventStore`] held in memory, with crash simulation.
@@ -97,6 +100,28 @@ impl EventStore for MemoryStore {
             self.stable_index = index;
         }
         Ok(())
+    }
+
+    fn append_as(&mut self, writer_epoch: u64, entries: &[Entry]) -> Result<(), StoreError> {
+        check_append_as(
+            self.last_position(),
+            self.promised_epoch,
+            writer_epoch,
+            entries,
+        )?;
+        self.entries.extend_from_slice(entries);
+        Ok(())
+    }
+
+    fn read_range(&self, from: u64, to: u64) -> Result<Vec<Entry>, StoreError> {
+        let lo = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
+        let hi = usize::try_from(to)
+            .unwrap_or(usize::MAX)
+            .min(self.entries.len());
+        Ok(self
+            .entries
+            .get(lo..hi)
+            .map_or_else(Vec::new, <[Entry]>::to_vec))
     }
 }
 

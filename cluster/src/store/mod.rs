@@ -10,9 +10,11 @@
 
 mod fjall;
 mod memory;
+mod runner;
 
 pub use self::fjall::FjallStore;
 pub use self::memory::MemoryStore;
+pub use self::runner::{DiskRunner, RecoveredStore};
 
 use crate::position::{Entry, LogPosition};
 
@@ -96,6 +98,79 @@ pub trait EventStore: Send + 'static {
     /// `sync`. A lower value than the current one is ignored (stability never goes
     /// back); a value beyond `last_position().index` is `Misuse`.
     fn set_stable_index(&mut self, index: u64) -> Result<(), StoreError>;
+
+    /// Append entries on behalf of the master of `writer_epoch` (the replicated
+    /// store's write). Not yet durable, like [`EventStore::append`].
+    ///
+    /// Unlike `append`, the *writer's* epoch is checked against the promise, not
+    /// each entry's: a new master re-replicates the entries it adopted, whose
+    /// epochs are older than the promise it holds. The entries themselves must
+    /// still continue the log (contiguous indexes, epochs non-decreasing) and may
+    /// not claim an epoch above their writer's. See [`check_append_as`].
+    ///
+    /// The default serves stores that only have `append`: it accepts what both
+    /// checks accept and refuses adopted older-epoch entries with `Misuse`, so it
+    /// is never more permissive than the contract. Both stores of this crate
+    /// implement it fully.
+    fn append_as(&mut self, writer_epoch: u64, entries: &[Entry]) -> Result<(), StoreError> {
+        check_append_as(
+            self.last_position(),
+            self.promised_epoch(),
+            writer_epoch,
+            entries,
+        )?;
+        let promised = self.promised_epoch();
+        if entries.iter().any(|e| e.pos.epoch < promised) {
+            return Err(StoreError::Misuse(
+                "this store cannot append entries older than its promise".into(),
+            ));
+        }
+        self.append(entries)
+    }
+
+    /// Entries with `from <= index <= to`, in order; fewer (or none) where the
+    /// log is shorter. Serves a candidate's Fetch without reading the whole tail.
+    /// The default reads from `from` and cuts; stores override it to stop early.
+    fn read_range(&self, from: u64, to: u64) -> Result<Vec<Entry>, StoreError> {
+        if to < from.max(1) {
+            return Ok(Vec::new());
+        }
+        let mut entries = self.read_from(from)?;
+        entries.retain(|e| e.pos.index <= to);
+        Ok(entries)
+    }
+}
+
+/// Checks that `entries`, sent by the master of `writer_epoch`, may follow a log
+/// ending at `last` on a store that has promised `promised` (I2: the writer must
+/// not be deposed). Each entry must continue the log and may not be newer than
+/// its writer. Shared by every store so they reject identically.
+pub fn check_append_as(
+    last: LogPosition,
+    promised: u64,
+    writer_epoch: u64,
+    entries: &[Entry],
+) -> Result<(), StoreError> {
+    if writer_epoch < promised {
+        return Err(StoreError::Fenced {
+            promised,
+            got: writer_epoch,
+        });
+    }
+    let mut prev = last;
+    for entry in entries {
+        if entry.pos.index != prev.index.saturating_add(1)
+            || entry.pos.epoch < prev.epoch
+            || entry.pos.epoch > writer_epoch
+        {
+            return Err(StoreError::OutOfOrder {
+                last: prev,
+                got: entry.pos,
+            });
+        }
+        prev = entry.pos;
+    }
+    Ok(())
 }
 
 /// Checks that `entries` may follow a log ending at `last` on a store that has
@@ -188,6 +263,30 @@ mod tests {
         ));
         // A bad entry late in the batch rejects the whole batch.
         assert!(check_append(last, 2, &[Entry::new(2, 6, "a"), Entry::new(2, 8, "b")]).is_err());
+    }
+
+    #[test]
+    fn check_append_as_checks_the_writer_not_the_entries() {
+        let last = LogPosition::new(1, 2);
+        // Adopted epoch-1 entries re-sent by the epoch-3 master: accepted.
+        assert!(
+            check_append_as(last, 3, 3, &[Entry::new(1, 3, "a"), Entry::new(3, 4, "m")]).is_ok()
+        );
+        // A deposed writer is fenced even with no entries (a heartbeat).
+        assert!(matches!(
+            check_append_as(last, 3, 2, &[]),
+            Err(StoreError::Fenced {
+                promised: 3,
+                got: 2
+            })
+        ));
+        // An entry newer than its writer is malformed.
+        assert!(matches!(
+            check_append_as(last, 3, 3, &[Entry::new(4, 3, "x")]),
+            Err(StoreError::OutOfOrder { .. })
+        ));
+        assert!(check_append_as(last, 0, 3, &[Entry::new(1, 4, "gap")]).is_err());
+        assert!(check_append_as(last, 0, 3, &[Entry::new(0, 3, "back")]).is_err());
     }
 
     #[test]

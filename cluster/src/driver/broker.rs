@@ -1,0 +1,326 @@
+//! The tokio driver of a [`BrokerNode`].
+//!
+//! One task owns the node and its [`Transport`]; everyone else talks to it
+//! through a [`BrokerHandle`]: `append` goes over a channel (answered with the
+//! assigned position), engine events come out on another, and the status is a
+//! `watch` the task updates after every step. The task drains every append
+//! already queued before it steps `Flush`, so a burst leaves as one Append
+//! message per peer: the batch is what the clients produced meanwhile.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use crate::position::{Entry, LogPosition};
+use crate::replication::{
+    AppendError, BrokerCommand, BrokerInput, BrokerNode, Config, Endpoint, NodeId, RoleKind,
+    Service,
+};
+use crate::transport::{Transport, TransportOptions};
+use crate::wire::Envelope;
+
+use super::{Clock, DriverError};
+
+/// What the engine tells the broker; see [`BrokerCommand`] for each meaning.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BrokerEvent {
+    /// Master: everything up to this index is stable; release confirms.
+    Stable(u64),
+    /// Slave, or a candidate taking over: apply these stable entries in order
+    /// (skip epoch markers, [`crate::replication::is_epoch_marker`]).
+    Apply(Vec<Entry>),
+    /// This node started an election.
+    Campaign {
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// This node is master of `epoch` and may serve clients; everything up to
+    /// `stable` was applied first.
+    BecameMaster {
+        /// The new epoch.
+        epoch: u64,
+        /// The stable index the mastership starts from.
+        stable: u64,
+    },
+    /// This node was master and was deposed: close clients (320) and drop every
+    /// effect past the last `Stable`.
+    SteppedDown {
+        /// The epoch that deposed it.
+        epoch: u64,
+    },
+}
+
+/// A snapshot for status pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerStatus {
+    /// Master, slave or candidate.
+    pub role: RoleKind,
+    /// Highest epoch seen.
+    pub epoch: u64,
+    /// Highest index handed to the broker as stable.
+    pub stable: u64,
+}
+
+/// Why [`BrokerHandle::append`] failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DriverAppendError {
+    /// The engine refused (not master, or an empty payload).
+    #[error(transparent)]
+    Engine(#[from] AppendError),
+    /// The driver task is gone (aborted, or the driver dropped).
+    #[error("broker node driver stopped")]
+    Stopped,
+}
+
+struct AppendRequest {
+    payload: Bytes,
+    reply: oneshot::Sender<Result<LogPosition, AppendError>>,
+}
+
+/// A cheap, cloneable way to talk to a running broker node.
+#[derive(Clone)]
+pub struct BrokerHandle {
+    requests: mpsc::UnboundedSender<AppendRequest>,
+    status: watch::Receiver<BrokerStatus>,
+}
+
+impl BrokerHandle {
+    /// Master only: give `payload` the next log position. It is sent with
+    /// whatever else is queued; a later [`BrokerEvent::Stable`] at or beyond the
+    /// returned index says it is on a quorum.
+    pub async fn append(&self, payload: Bytes) -> Result<LogPosition, DriverAppendError> {
+        let (reply, rx) = oneshot::channel();
+        self.requests
+            .send(AppendRequest { payload, reply })
+            .map_err(|_| DriverAppendError::Stopped)?;
+        Ok(rx.await.map_err(|_| DriverAppendError::Stopped)??)
+    }
+
+    /// The current status.
+    pub fn status(&self) -> BrokerStatus {
+        *self.status.borrow()
+    }
+
+    /// Master, slave or candidate.
+    pub fn role(&self) -> RoleKind {
+        self.status().role
+    }
+
+    /// Highest epoch seen.
+    pub fn epoch(&self) -> u64 {
+        self.status().epoch
+    }
+
+    /// Highest index handed to the broker as stable.
+    pub fn stable(&self) -> u64 {
+        self.status().stable
+    }
+
+    /// A receiver that sees every status change (to wait for a role, say).
+    pub fn watch_status(&self) -> watch::Receiver<BrokerStatus> {
+        self.status.clone()
+    }
+}
+
+/// A running broker node; dropping it stops the node (the task is aborted, its
+/// sockets closed). See the module docs.
+pub struct BrokerNodeDriver {
+    handle: BrokerHandle,
+    task: JoinHandle<()>,
+}
+
+impl BrokerNodeDriver {
+    /// Bind `listen_addr` and start broker node `node_id`. `peers` maps every
+    /// other node to its address; `seed` seeds the election jitter (use
+    /// different seeds on different nodes). Events arrive on the returned
+    /// channel, which the owner must keep draining.
+    pub async fn start(
+        config: Config,
+        node_id: NodeId,
+        listen_addr: SocketAddr,
+        peers: HashMap<NodeId, SocketAddr>,
+        seed: u64,
+    ) -> Result<(BrokerNodeDriver, mpsc::UnboundedReceiver<BrokerEvent>), DriverError> {
+        let listener = TcpListener::bind(listen_addr).await?;
+        Self::start_on(
+            config,
+            node_id,
+            listener,
+            peers,
+            seed,
+            TransportOptions::default(),
+        )
+    }
+
+    /// [`BrokerNodeDriver::start`] on an already bound listener, with transport
+    /// options. Must be called inside a tokio runtime.
+    pub fn start_on(
+        config: Config,
+        node_id: NodeId,
+        listener: TcpListener,
+        peers: HashMap<NodeId, SocketAddr>,
+        seed: u64,
+        opts: TransportOptions,
+    ) -> Result<(BrokerNodeDriver, mpsc::UnboundedReceiver<BrokerEvent>), DriverError> {
+        if !config.brokers.contains(&node_id) {
+            return Err(DriverError::NotAMember(node_id, "broker"));
+        }
+        // Several ticks per heartbeat and per retry, so neither is late by much.
+        let tick = Duration::from_millis((config.heartbeat_ms.min(config.retry_ms) / 5).max(1));
+        let clock = Clock::start();
+        let node = BrokerNode::new(node_id, config, seed, clock.now_ms());
+        let (status_tx, status) = watch::channel(status_of(&node));
+        let (requests_tx, requests) = mpsc::unbounded_channel();
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let (transport, inbound) = Transport::start(node_id, listener, peers, opts);
+        let state = Running {
+            node,
+            transport,
+            clock,
+            events: events_tx,
+            status: status_tx,
+        };
+        let task = tokio::spawn(state.run(inbound, requests, tick));
+        let handle = BrokerHandle {
+            requests: requests_tx,
+            status,
+        };
+        Ok((BrokerNodeDriver { handle, task }, events))
+    }
+
+    /// A handle to append and read the status; it outlives nothing: once the
+    /// driver is dropped, its appends fail with `Stopped`.
+    pub fn handle(&self) -> BrokerHandle {
+        self.handle.clone()
+    }
+
+    /// See [`BrokerHandle::append`].
+    pub async fn append(&self, payload: Bytes) -> Result<LogPosition, DriverAppendError> {
+        self.handle.append(payload).await
+    }
+
+    /// Master, slave or candidate.
+    pub fn role(&self) -> RoleKind {
+        self.handle.role()
+    }
+
+    /// Highest epoch seen.
+    pub fn epoch(&self) -> u64 {
+        self.handle.epoch()
+    }
+
+    /// Highest index handed to the broker as stable.
+    pub fn stable(&self) -> u64 {
+        self.handle.stable()
+    }
+
+    /// Stop the node now, as a crash would: nothing is flushed (a broker holds
+    /// nothing durable; the stores do).
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for BrokerNodeDriver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn status_of(node: &BrokerNode) -> BrokerStatus {
+    BrokerStatus {
+        role: node.role(),
+        epoch: node.epoch(),
+        stable: node.applied(),
+    }
+}
+
+/// Everything the driver task owns.
+struct Running {
+    node: BrokerNode,
+    transport: Transport,
+    clock: Clock,
+    events: mpsc::UnboundedSender<BrokerEvent>,
+    status: watch::Sender<BrokerStatus>,
+}
+
+impl Running {
+    async fn run(
+        mut self,
+        mut inbound: mpsc::Receiver<Envelope>,
+        mut requests: mpsc::UnboundedReceiver<AppendRequest>,
+        tick: Duration,
+    ) {
+        let mut ticker = tokio::time::interval(tick);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let input = tokio::select! {
+                Some(env) = inbound.recv() => {
+                    if env.to.service != Service::Broker {
+                        continue; // a broker-only node hosts no store
+                    }
+                    BrokerInput::Receive { from: env.from, msg: env.msg }
+                }
+                request = requests.recv() => {
+                    let Some(first) = request else {
+                        return; // every handle is gone: nobody can use the node
+                    };
+                    self.append(first);
+                    while let Ok(next) = requests.try_recv() {
+                        self.append(next);
+                    }
+                    BrokerInput::Flush
+                }
+                _ = ticker.tick() => BrokerInput::Tick,
+            };
+            let commands = self.node.step(self.clock.now_ms(), input);
+            self.carry_out(commands);
+            let now = status_of(&self.node);
+            self.status.send_if_modified(|status| {
+                let changed = *status != now;
+                *status = now;
+                changed
+            });
+        }
+    }
+
+    fn append(&mut self, request: AppendRequest) {
+        // The requester may have given up (dropped its future): nothing to do.
+        let _ = request.reply.send(self.node.append(request.payload));
+    }
+
+    fn carry_out(&mut self, commands: Vec<BrokerCommand>) {
+        let me = Endpoint::broker(self.node.id());
+        for cmd in commands {
+            let event = match cmd {
+                BrokerCommand::Send { to, msg } => {
+                    self.transport.send(Envelope { from: me, to, msg });
+                    continue;
+                }
+                BrokerCommand::Apply(entries) => BrokerEvent::Apply(entries),
+                BrokerCommand::Stable(index) => BrokerEvent::Stable(index),
+                BrokerCommand::Campaign { epoch } => {
+                    tracing::info!(node = me.node, epoch, "campaigning");
+                    BrokerEvent::Campaign { epoch }
+                }
+                BrokerCommand::BecameMaster { epoch, stable } => {
+                    tracing::info!(node = me.node, epoch, stable, "became master");
+                    BrokerEvent::BecameMaster { epoch, stable }
+                }
+                BrokerCommand::SteppedDown { epoch } => {
+                    tracing::warn!(node = me.node, epoch, "stepped down");
+                    BrokerEvent::SteppedDown { epoch }
+                }
+            };
+            // The owner dropped its receiver: it no longer cares; keep serving
+            // the cluster (a slave's acks still matter to the master).
+            let _ = self.events.send(event);
+        }
+    }
+}

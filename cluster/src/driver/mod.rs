@@ -1,0 +1,151 @@
+//! Tokio drivers: run the sans-IO engine over the TCP [`transport`](crate::transport)
+//! and a real disk.
+//!
+//! A driver decides nothing. It feeds the engine its inputs (received messages,
+//! finished disk jobs, timer ticks with a monotonic millisecond clock, the
+//! owner's appends) and carries out the commands it returns. Everything the
+//! protocol means lives in [`crate::replication`], which the simulator checks;
+//! this layer only moves bytes and fsyncs.
+//!
+//! - [`run_store_node`]: an event-store node over [`FjallStore`], its disk work
+//!   on a [`DiskRunner`] thread.
+//! - [`BrokerNodeDriver`]: a broker's replication role, with an `append` API, a
+//!   channel of [`BrokerEvent`]s and its status, for the broker to build on.
+
+mod broker;
+
+pub use broker::{BrokerEvent, BrokerHandle, BrokerNodeDriver, BrokerStatus, DriverAppendError};
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::replication::{Config, Endpoint, NodeId, Service, StoreCommand, StoreInput, StoreNode};
+use crate::store::{DiskRunner, FjallStore, StoreError};
+use crate::transport::{Transport, TransportOptions};
+use crate::wire::Envelope;
+
+/// Why a driver stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// Binding the listening address failed.
+    #[error("network: {0}")]
+    Io(#[from] std::io::Error),
+    /// The store could not be opened or recovered.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The store failed while running; the node stopped answering (see
+    /// [`StoreInput::DiskFailed`]).
+    #[error("the store failed; the node stopped")]
+    DiskFailed,
+    /// The node is not listed in the config for this role.
+    #[error("node {0} is not a {1} in the cluster config")]
+    NotAMember(NodeId, &'static str),
+}
+
+/// Milliseconds since the driver started, from a monotonic clock: the engine's
+/// `now`. Wall-clock jumps must not fire (or delay) elections.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock(Instant);
+
+impl Clock {
+    pub(crate) fn start() -> Self {
+        Clock(Instant::now())
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Run event-store node `node_id`: listen on `listen_addr`, keep the log in
+/// fjall under `data_dir`, answer `peers` (every other node's address). Returns
+/// only on failure; abort the task to stop it (the disk thread then finishes its
+/// current batch and closes the store).
+pub async fn run_store_node(
+    config: Config,
+    node_id: NodeId,
+    listen_addr: SocketAddr,
+    peers: HashMap<NodeId, SocketAddr>,
+    data_dir: PathBuf,
+) -> Result<(), DriverError> {
+    let listener = TcpListener::bind(listen_addr).await?;
+    run_store_node_on(
+        config,
+        node_id,
+        listener,
+        peers,
+        data_dir,
+        TransportOptions::default(),
+    )
+    .await
+}
+
+/// [`run_store_node`] on an already bound listener (so a caller can bind port 0
+/// and hand out the address before the node starts), with transport options.
+pub async fn run_store_node_on(
+    config: Config,
+    node_id: NodeId,
+    listener: TcpListener,
+    peers: HashMap<NodeId, SocketAddr>,
+    data_dir: PathBuf,
+    opts: TransportOptions,
+) -> Result<(), DriverError> {
+    if !config.stores.contains(&node_id) {
+        return Err(DriverError::NotAMember(node_id, "store"));
+    }
+    let (disk_tx, mut disk_rx) = mpsc::unbounded_channel();
+    // Opening and recovery read the disk: not on a runtime thread.
+    let (runner, recovered) = tokio::task::spawn_blocking(move || {
+        let store = FjallStore::open(&data_dir)?;
+        DiskRunner::start(Box::new(store), move |done| {
+            // The receiver is gone only when the node task is: nothing to tell.
+            let _ = disk_tx.send(done);
+        })
+    })
+    .await
+    .map_err(|err| StoreError::Stopped(format!("store open task: {err}")))??;
+    tracing::info!(
+        node = node_id,
+        promised = recovered.promised,
+        stable = recovered.stable,
+        last = %recovered.runs.last(),
+        "store node starting"
+    );
+    let mut node = StoreNode::new(
+        node_id,
+        recovered.promised,
+        recovered.stable,
+        recovered.runs,
+    );
+    let (mut transport, mut inbound) = Transport::start(node_id, listener, peers, opts);
+    let clock = Clock::start();
+    let me = Endpoint::store(node_id);
+    loop {
+        let input = tokio::select! {
+            Some(env) = inbound.recv() => {
+                if env.to.service != Service::Store {
+                    continue; // a store-only node hosts no broker
+                }
+                StoreInput::Receive { from: env.from, msg: env.msg }
+            }
+            Some(done) = disk_rx.recv() => done,
+            else => return Err(DriverError::DiskFailed),
+        };
+        let failed = matches!(input, StoreInput::DiskFailed);
+        for cmd in node.step(clock.now_ms(), input) {
+            match cmd {
+                StoreCommand::Send { to, msg } => transport.send(Envelope { from: me, to, msg }),
+                StoreCommand::Persist(ops) => runner.persist(ops),
+                StoreCommand::Read(req) => runner.read(req),
+            }
+        }
+        if failed {
+            return Err(DriverError::DiskFailed);
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Carries out a [`StoreNode`](crate::replication::StoreNode)'s disk commands on
+//! a real [`EventStore`], on a dedicated thread.
+//!
+//! fjall blocks on fsync, so, as with [`crate::LocalLog`], one thread owns the
+//! store and everything else talks to it over a channel. The node emits one
+//! `Persist(ops)` at a time and queues whatever arrives meanwhile into the next
+//! one, so group commit is already done by the node: the runner applies a
+//! batch's ops in order, fsyncs once, and reports `Persisted`. The batch size
+//! follows the load, never a timer.
+//!
+//! Two ops are durable on their own ([`EventStore::set_promised_epoch`],
+//! [`EventStore::truncate_after`]), so a batch that raises the promise or cuts a
+//! conflicting suffix costs one more fsync. Both happen only around a takeover,
+//! and keeping them eager means a crash can never leave entries of a new epoch
+//! on disk under an older promise.
+//!
+//! `Stable(i)` is recorded *after* the batch's fsync and rides on the next one:
+//! the stable index on disk then never exceeds the durable log, whatever order
+//! fjall's keyspaces reach the disk in (`FjallStore::open` refuses a stable index
+//! beyond the log as corruption). A stable index that lags after a crash is
+//! harmless: it is a hint, and stability itself lives on a quorum.
+//!
+//! Any store error is final: the runner reports `DiskFailed` once and stops,
+//! because after a failed fsync nothing the disk says about durability can be
+//! trusted (see [`StoreError`]).
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use crate::replication::{DiskOp, EpochRuns, ReadRequest, StoreInput};
+
+use super::{EventStore, StoreError};
+
+/// Entries read per call while rebuilding the epoch runs at start, so recovery
+/// never holds the whole log in memory at once.
+const RECOVERY_CHUNK: u64 = 4096;
+
+/// What a store holds when it starts: the arguments of
+/// [`StoreNode::new`](crate::replication::StoreNode::new).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveredStore {
+    /// The promised epoch.
+    pub promised: u64,
+    /// The stable index recorded.
+    pub stable: u64,
+    /// The epoch of every index of the log.
+    pub runs: EpochRuns,
+}
+
+enum Job {
+    Persist(Vec<DiskOp>),
+    Read(ReadRequest),
+}
+
+/// The thread that owns a store; see the module docs.
+pub struct DiskRunner {
+    /// Closing it (drop) stops the thread after the job it is on.
+    tx: mpsc::Sender<Job>,
+    thread: JoinHandle<()>,
+}
+
+impl DiskRunner {
+    /// Read the store's state (for `StoreNode::new`) and start the thread.
+    ///
+    /// `on_done` is called from the runner thread with `Persisted`, `ReadDone`
+    /// or (once, last) `DiskFailed`; it must not block for long (send it to a
+    /// channel).
+    pub fn start(
+        mut store: Box<dyn EventStore>,
+        on_done: impl Fn(StoreInput) + Send + 'static,
+    ) -> Result<(DiskRunner, RecoveredStore), StoreError> {
+        let recovered = recover(store.as_mut())?;
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("stablemq-store-node".into())
+            .spawn(move || run(store, rx, on_done))?;
+        Ok((DiskRunner { tx, thread }, recovered))
+    }
+
+    /// Apply `ops` in order, fsync, then report `Persisted`.
+    pub fn persist(&self, ops: Vec<DiskOp>) {
+        // A send error means the thread stopped on a failure it already reported.
+        let _ = self.tx.send(Job::Persist(ops));
+    }
+
+    /// Read `req.from..=req.to`, then report `ReadDone`.
+    pub fn read(&self, req: ReadRequest) {
+        let _ = self.tx.send(Job::Read(req));
+    }
+
+    /// Finish the queued jobs, then stop and close the store. Blocks: call it
+    /// from a thread that may (not from an async task). Dropping the runner
+    /// stops it too, in the background.
+    pub fn shutdown(self) {
+        drop(self.tx);
+        if self.thread.join().is_err() {
+            tracing::error!("store runner thread panicked");
+        }
+    }
+}
+
+fn recover(store: &mut dyn EventStore) -> Result<RecoveredStore, StoreError> {
+    let last = store.last_position();
+    let mut runs = EpochRuns::default();
+    let mut next = 1;
+    while next <= last.index {
+        let to = next.saturating_add(RECOVERY_CHUNK - 1).min(last.index);
+        let chunk = store.read_range(next, to)?;
+        for entry in &chunk {
+            if entry.pos.index != next || entry.pos.epoch < runs.last().epoch {
+                return Err(StoreError::Corrupt(format!(
+                    "entry {} where index {next} was expected",
+                    entry.pos
+                )));
+            }
+            runs.push(entry.pos);
+            next += 1;
+        }
+        if chunk.is_empty() {
+            return Err(StoreError::Corrupt(format!(
+                "log ends at {last} but index {next} is missing"
+            )));
+        }
+    }
+    Ok(RecoveredStore {
+        promised: store.promised_epoch(),
+        stable: store.stable_index().min(last.index),
+        runs,
+    })
+}
+
+fn run(mut store: Box<dyn EventStore>, rx: mpsc::Receiver<Job>, on_done: impl Fn(StoreInput)) {
+    while let Ok(job) = rx.recv() {
+        let result = match job {
+            Job::Persist(ops) => persist(store.as_mut(), &ops).map(|()| StoreInput::Persisted),
+            Job::Read(req) => store
+                .read_range(req.from, req.to)
+                .map(|entries| StoreInput::ReadDone { req, entries }),
+        };
+        match result {
+            Ok(input) => on_done(input),
+            Err(err) => {
+                tracing::error!(error = %err, "event store failed; store node stops answering");
+                on_done(StoreInput::DiskFailed);
+                return;
+            }
+        }
+    }
+    // Closed: make the lazily recorded stable index durable on the way out.
+    if let Err(err) = store.sync() {
+        tracing::warn!(error = %err, "final sync of the event store failed");
+    }
+}
+
+/// One Persist: the ops in order, one fsync, then the stable index (lazily).
+pub(crate) fn persist(store: &mut dyn EventStore, ops: &[DiskOp]) -> Result<(), StoreError> {
+    let mut stable = None;
+    for op in ops {
+        match op {
+            DiskOp::Promise(epoch) => store.set_promised_epoch(*epoch)?,
+            DiskOp::TruncateAfter(index) => store.truncate_after(*index)?,
+            DiskOp::Append {
+                writer_epoch,
+                entries,
+            } => store.append_as(*writer_epoch, entries)?,
+            DiskOp::Stable(index) => stable = stable.max(Some(*index)),
+        }
+    }
+    store.sync()?;
+    if let Some(index) = stable {
+        // After the fsync (see the module docs). The node never sends a stable
+        // index beyond its log; clamp anyway rather than fail the store.
+        store.set_stable_index(index.min(store.last_position().index))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::position::{Entry, LogPosition};
+    use crate::replication::Endpoint;
+    use crate::store::MemoryStore;
+
+    #[test]
+    fn persist_applies_ops_in_order_and_adopted_entries_pass() {
+        let mut store = MemoryStore::new();
+        let ops = [
+            DiskOp::Promise(3),
+            DiskOp::Append {
+                writer_epoch: 3,
+                entries: vec![Entry::new(1, 1, "adopted"), Entry::new(3, 2, "")],
+            },
+            DiskOp::Stable(2),
+        ];
+        persist(&mut store, &ops).unwrap();
+        assert_eq!(store.last_position(), LogPosition::new(3, 2));
+        assert_eq!(store.stable_index(), 2);
+        // The stable index rides on the next fsync; the entries are durable now.
+        store.crash();
+        assert_eq!(store.last_position(), LogPosition::new(3, 2));
+        assert_eq!(store.promised_epoch(), 3);
+    }
+
+    #[test]
+    fn runner_reports_results_then_failure_once() {
+        let (tx, rx) = mpsc::channel();
+        let mut store = MemoryStore::new();
+        store.append(&[Entry::new(1, 1, "a")]).unwrap();
+        store.set_promised_epoch(2).unwrap();
+        let (runner, recovered) = DiskRunner::start(Box::new(store), move |input| {
+            let _ = tx.send(input);
+        })
+        .unwrap();
+        assert_eq!(recovered.promised, 2);
+        assert_eq!(recovered.runs.last(), LogPosition::new(1, 1));
+
+        runner.persist(vec![DiskOp::Append {
+            writer_epoch: 2,
+            entries: vec![Entry::new(2, 2, "b")],
+        }]);
+        let req = ReadRequest {
+            from: 1,
+            to: 9,
+            reply_to: Endpoint::broker(7),
+            epoch: 2,
+        };
+        runner.read(req.clone());
+        // A deposed writer: the disk refuses, which is fatal for the node.
+        runner.persist(vec![DiskOp::Append {
+            writer_epoch: 1,
+            entries: vec![Entry::new(1, 3, "c")],
+        }]);
+        runner.persist(vec![DiskOp::Stable(1)]);
+        assert_eq!(rx.recv().unwrap(), StoreInput::Persisted);
+        assert_eq!(
+            rx.recv().unwrap(),
+            StoreInput::ReadDone {
+                req,
+                entries: vec![Entry::new(1, 1, "a"), Entry::new(2, 2, "b")]
+            }
+        );
+        assert_eq!(rx.recv().unwrap(), StoreInput::DiskFailed);
+        runner.shutdown();
+        assert!(rx.recv().is_err(), "nothing after DiskFailed");
+    }
+}

@@ -1,0 +1,329 @@
+//! Node-to-node TCP: framed [`Envelope`]s between the nodes of a cluster.
+//!
+//! Each node listens on one address and dials each peer it has something to send
+//! to. Connections are one-way: a node writes only on the connections it dialed
+//! and reads only on those it accepted, so there is no handshake and no
+//! "who dials whom" rule, and a restarted peer is simply dialed again. Every
+//! frame names its sender and receiver ([`crate::wire`]).
+//!
+//! The engine tolerates loss (it resends after `retry_ms`, heartbeats carry the
+//! state), so the transport never blocks the engine and never buffers without
+//! bound:
+//!
+//! - per peer, a bounded queue; when it is full, or while the peer cannot be
+//!   reached, messages are dropped (counted in the log at `debug`);
+//! - a writer task drains the queue: it waits for the first message, then takes
+//!   whatever else is already queued (up to `write_batch_bytes`) and writes it in
+//!   one `write_all`. The batch is what piled up during the previous write,
+//!   never a timer;
+//! - an unreachable peer is redialed with exponential backoff, from
+//!   `backoff_min` doubling up to `backoff_max`, reset by a successful connect;
+//! - received frames go to one bounded inbound queue; a reader waits when it is
+//!   full, which pushes back on the sender through TCP.
+//!
+//! A malformed frame, a frame for another node, or a wire version mismatch closes
+//! that connection (the stream cannot be trusted to be in sync after it); the
+//! peer redials.
+//!
+//! Everything runs in tasks owned by the [`Transport`]: dropping it aborts them,
+//! closes every socket and frees the listening port.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::replication::NodeId;
+use crate::wire::{self, Envelope, MAX_FRAME_DEFAULT};
+
+/// Tuning of the transport. The defaults suit a LAN.
+#[derive(Debug, Clone)]
+pub struct TransportOptions {
+    /// First redial delay after a failed connect or a broken connection.
+    pub backoff_min: Duration,
+    /// Cap of the redial delay: how long a restarted peer may wait to hear from us.
+    pub backoff_max: Duration,
+    /// A connect that takes longer counts as failed (a peer that is down on a
+    /// real network may not answer at all).
+    pub connect_timeout: Duration,
+    /// Messages queued per peer before new ones are dropped.
+    pub peer_queue: usize,
+    /// Messages received but not yet taken by the node before readers wait.
+    pub inbound_queue: usize,
+    /// Largest frame sent or accepted.
+    pub max_frame: usize,
+    /// A batch stops growing at this many bytes, so one write never holds a
+    /// huge buffer (it is still one write of everything queued under load).
+    pub write_batch_bytes: usize,
+}
+
+impl Default for TransportOptions {
+    fn default() -> Self {
+        TransportOptions {
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(2),
+            peer_queue: 16 * 1024,
+            inbound_queue: 16 * 1024,
+            max_frame: MAX_FRAME_DEFAULT,
+            write_batch_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// The TCP endpoint of one node; see the module docs.
+pub struct Transport {
+    me: NodeId,
+    peers: HashMap<NodeId, SocketAddr>,
+    opts: TransportOptions,
+    /// One queue per peer, created on the first message to it.
+    outbound: HashMap<NodeId, mpsc::Sender<Envelope>>,
+    /// Messages a node sends to itself (a co-located broker and store) skip TCP.
+    local: mpsc::Sender<Envelope>,
+    /// The listener and the writers; dropped (aborted) with the transport.
+    tasks: JoinSet<()>,
+}
+
+impl Transport {
+    /// Start listening on `listener` (already bound, so a caller can use port 0
+    /// and learn the address first) for node `me`, whose peers are at `peers`.
+    /// Returns the transport and the queue of received envelopes.
+    ///
+    /// Must be called inside a tokio runtime.
+    pub fn start(
+        me: NodeId,
+        listener: TcpListener,
+        peers: HashMap<NodeId, SocketAddr>,
+        opts: TransportOptions,
+    ) -> (Transport, mpsc::Receiver<Envelope>) {
+        let (inbound_tx, inbound_rx) = mpsc::channel(opts.inbound_queue.max(1));
+        let mut tasks = JoinSet::new();
+        tasks.spawn(listen(me, listener, inbound_tx.clone(), opts.max_frame));
+        let transport = Transport {
+            me,
+            peers,
+            opts,
+            outbound: HashMap::new(),
+            local: inbound_tx,
+            tasks,
+        };
+        (transport, inbound_rx)
+    }
+
+    /// Queue `env` for `env.to.node`. Never waits: if the peer's queue is full
+    /// (or the peer is unknown) the message is dropped, and the engine's resend
+    /// covers it.
+    pub fn send(&mut self, env: Envelope) {
+        let to = env.to.node;
+        if to == self.me {
+            if self.local.try_send(env).is_err() {
+                tracing::debug!(node = to, "local queue full; message dropped");
+            }
+            return;
+        }
+        let queue = match self.outbound.get(&to) {
+            Some(queue) => queue,
+            None => {
+                let Some(&addr) = self.peers.get(&to) else {
+                    tracing::warn!(node = to, "no address for node; message dropped");
+                    return;
+                };
+                let (tx, rx) = mpsc::channel(self.opts.peer_queue.max(1));
+                self.tasks
+                    .spawn(write_to_peer(to, addr, rx, self.opts.clone()));
+                self.outbound.entry(to).or_insert(tx)
+            }
+        };
+        if queue.try_send(env).is_err() {
+            tracing::debug!(node = to, "peer queue full or peer gone; message dropped");
+        }
+    }
+}
+
+/// Accept connections and read frames from each, until aborted.
+async fn listen(me: NodeId, listener: TcpListener, inbound: mpsc::Sender<Envelope>, max: usize) {
+    // Owned here so aborting the listener aborts every reader with it.
+    let mut readers = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, addr)) => {
+                    readers.spawn(read_from_peer(me, stream, addr, inbound.clone(), max));
+                }
+                Err(err) => {
+                    // Usually out of file descriptors; do not spin on it.
+                    tracing::warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = readers.join_next(), if !readers.is_empty() => {}
+        }
+    }
+}
+
+/// Decode frames from one accepted connection into the inbound queue.
+async fn read_from_peer(
+    me: NodeId,
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    inbound: mpsc::Sender<Envelope>,
+    max: usize,
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    loop {
+        loop {
+            match wire::decode(&mut buf, max) {
+                Ok(Some(env)) if env.to.node == me => {
+                    if inbound.send(env).await.is_err() {
+                        return; // the node is gone
+                    }
+                }
+                Ok(Some(env)) => {
+                    tracing::warn!(%addr, to = env.to.node, "frame for another node; closing");
+                    return;
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    tracing::warn!(%addr, error = %err, "bad frame; closing connection");
+                    return;
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(64 * 1024);
+        }
+        match stream.read_buf(&mut buf).await {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(err) => {
+                tracing::debug!(%addr, error = %err, "read failed; closing connection");
+                return;
+            }
+        }
+    }
+}
+
+/// Dial `addr` and write everything queued for `node`, redialing with backoff,
+/// until the transport is dropped.
+async fn write_to_peer(
+    node: NodeId,
+    addr: SocketAddr,
+    mut rx: mpsc::Receiver<Envelope>,
+    opts: TransportOptions,
+) {
+    let mut backoff = opts.backoff_min;
+    let mut buf = BytesMut::new();
+    loop {
+        let connected = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(addr)).await;
+        let stream = match connected {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(err)) => {
+                tracing::debug!(node, %addr, error = %err, ?backoff, "connect failed");
+                if !wait_and_discard(&mut rx, &mut backoff, &opts).await {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!(node, %addr, ?backoff, "connect timed out");
+                if !wait_and_discard(&mut rx, &mut backoff, &opts).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        if let Err(err) = stream.set_nodelay(true) {
+            // We batch ourselves; Nagle would only add latency.
+            tracing::debug!(node, error = %err, "set_nodelay failed");
+        }
+        tracing::debug!(node, %addr, "connected");
+        backoff = opts.backoff_min;
+        match write_batches(node, stream, &mut rx, &mut buf, &opts).await {
+            Closed::Queue => return,
+            Closed::Connection => {
+                if !wait_and_discard(&mut rx, &mut backoff, &opts).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+enum Closed {
+    /// The transport is gone: stop.
+    Queue,
+    /// The connection broke: redial.
+    Connection,
+}
+
+async fn write_batches(
+    node: NodeId,
+    stream: TcpStream,
+    rx: &mut mpsc::Receiver<Envelope>,
+    buf: &mut BytesMut,
+    opts: &TransportOptions,
+) -> Closed {
+    let (mut rd, mut wr) = stream.into_split();
+    let mut probe = [0u8; 1];
+    loop {
+        let first = tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(env) => env,
+                None => return Closed::Queue,
+            },
+            // The peer never writes on this connection: a read returning means it
+            // closed (or restarted). Redial now rather than lose the next batch.
+            _ = rd.read(&mut probe) => {
+                tracing::debug!(node, "peer closed the connection");
+                return Closed::Connection;
+            }
+        };
+        buf.clear();
+        encode_into(node, &first, buf, opts.max_frame);
+        while buf.len() < opts.write_batch_bytes {
+            match rx.try_recv() {
+                Ok(env) => encode_into(node, &env, buf, opts.max_frame),
+                Err(_) => break,
+            }
+        }
+        if let Err(err) = wr.write_all(buf).await {
+            tracing::debug!(node, error = %err, "write failed; redialing");
+            return Closed::Connection;
+        }
+    }
+}
+
+fn encode_into(node: NodeId, env: &Envelope, buf: &mut BytesMut, max: usize) {
+    if let Err(err) = wire::encode(env, buf, max) {
+        // Dropped like a lost message; the engine resends, and will fail the same
+        // way, so say so loudly: the batch limits do not fit `max_frame`.
+        tracing::error!(node, error = %err, "message cannot be framed; dropped");
+    }
+}
+
+/// Sleep for the backoff (doubling it), dropping what is queued meanwhile: the
+/// engine resends what matters, and stale messages would only delay it.
+/// Returns false once the transport is gone.
+async fn wait_and_discard(
+    rx: &mut mpsc::Receiver<Envelope>,
+    backoff: &mut Duration,
+    opts: &TransportOptions,
+) -> bool {
+    tokio::time::sleep(*backoff).await;
+    *backoff = (*backoff * 2).min(opts.backoff_max);
+    loop {
+        match rx.try_recv() {
+            Ok(_) => {}
+            Err(mpsc::error::TryRecvError::Empty) => return true,
+            Err(mpsc::error::TryRecvError::Disconnected) => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

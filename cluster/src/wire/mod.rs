@@ -1,0 +1,528 @@
+//! Node-to-node wire encoding: length-prefixed binary frames of
+//! [`replication::Message`](crate::replication::Message)s.
+//!
+//! A frame is
+//!
+//! ```text
+//! u32 len (big-endian, bytes after itself) | u8 WIRE_VERSION | from | to | u8 tag | fields
+//! ```
+//!
+//! `from` and `to` are endpoints (`u64` node, `u8` service). Both travel in every
+//! frame so a connection needs no handshake and a co-located node can route a
+//! frame to its store or its broker. Integers are big-endian and fixed width:
+//! the bulk of a frame is payload bytes, so varints would save little and cost a
+//! branch per field. An entry is `u64 epoch | u64 index | u32 len | payload`.
+//!
+//! Hand-written rather than derived (postcard/serde) for two reasons: decoding
+//! slices every payload out of the frame's [`Bytes`] without copying it (the
+//! socket read is the only copy), and the format is pinned here, byte for byte,
+//! instead of following a serializer's defaults across upgrades.
+//!
+//! Decoding never panics and never trusts a length: every count is checked
+//! against the bytes actually present before anything is allocated, the frame
+//! size is capped ([`MAX_FRAME_DEFAULT`]), and trailing bytes are an error, so a
+//! frame decodes exactly one way.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::position::{Entry, LogPosition};
+use crate::replication::{Endpoint, Message, RejectReason, Service, WIRE_VERSION};
+
+/// Default cap on one frame (after the length prefix). An Append carries at most
+/// `batch_entries_max` entries, so this bounds the payload size the cluster can
+/// replicate per batch; a reader refuses anything larger rather than allocate it.
+pub const MAX_FRAME_DEFAULT: usize = 64 * 1024 * 1024;
+
+/// Bytes of the length prefix.
+const LEN_BYTES: usize = 4;
+/// Smallest encoded entry: epoch, index and payload length.
+const ENTRY_MIN_BYTES: usize = 8 + 8 + 4;
+
+const TAG_APPEND: u8 = 1;
+const TAG_APPEND_ACK: u8 = 2;
+const TAG_APPEND_REJECT: u8 = 3;
+const TAG_FENCE: u8 = 4;
+const TAG_PROMISE: u8 = 5;
+const TAG_FENCE_REFUSED: u8 = 6;
+const TAG_FETCH: u8 = 7;
+const TAG_ENTRIES: u8 = 8;
+
+const REASON_FENCED: u8 = 0;
+const REASON_MISMATCH: u8 = 1;
+
+const SERVICE_STORE: u8 = 0;
+const SERVICE_BROKER: u8 = 1;
+
+/// One message with its addresses: the unit the transport moves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// The sender.
+    pub from: Endpoint,
+    /// The receiver (a node checks that `to.node` is itself).
+    pub to: Endpoint,
+    /// The message.
+    pub msg: Message,
+}
+
+/// Why a frame could not be encoded or decoded. Every variant means "drop the
+/// connection": after a bad frame the byte stream cannot be trusted to be in
+/// sync any more.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The frame is larger than the cap (on decode: as announced by its prefix).
+    #[error("frame of {len} bytes exceeds the {max}-byte limit")]
+    FrameTooLarge {
+        /// The frame's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The peer speaks another version of this encoding.
+    #[error("wire version {got}, expected {WIRE_VERSION}")]
+    Version {
+        /// The version byte received.
+        got: u8,
+    },
+    /// The frame ended inside a field (its length prefix lied, or a count did).
+    #[error("frame truncated while reading {0}")]
+    Truncated(&'static str),
+    /// A tag byte names nothing.
+    #[error("unknown {what} tag {tag}")]
+    UnknownTag {
+        /// Which tag (message, reason, service).
+        what: &'static str,
+        /// Its value.
+        tag: u8,
+    },
+    /// Bytes remained after the message: the frame does not decode one way.
+    #[error("{0} bytes after the end of the message")]
+    TrailingBytes(usize),
+    /// A payload longer than a `u32` can say (only on encode).
+    #[error("payload of {0} bytes cannot be encoded")]
+    PayloadTooLarge(usize),
+}
+
+/// Append one frame for `env` to `out`. On error `out` is left as it was.
+pub fn encode(env: &Envelope, out: &mut BytesMut, max_frame: usize) -> Result<(), WireError> {
+    let start = out.len();
+    out.put_u32(0); // patched below, once the length is known
+    out.put_u8(WIRE_VERSION);
+    put_endpoint(out, env.from);
+    put_endpoint(out, env.to);
+    if let Err(err) = put_message(out, &env.msg) {
+        out.truncate(start);
+        return Err(err);
+    }
+    let len = out.len() - start - LEN_BYTES;
+    let len32 = match u32::try_from(len) {
+        Ok(len32) if len <= max_frame => len32,
+        _ => {
+            out.truncate(start);
+            return Err(WireError::FrameTooLarge {
+                len,
+                max: max_frame,
+            });
+        }
+    };
+    out[start..start + LEN_BYTES].copy_from_slice(&len32.to_be_bytes());
+    Ok(())
+}
+
+/// Take one whole frame off the front of `buf` and decode it. `Ok(None)` means
+/// "not all of it has arrived yet" (nothing is consumed); read more and call again.
+///
+/// The frame is split off and frozen, so its payloads are slices of the read
+/// buffer: decoding copies no payload byte.
+pub fn decode(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Envelope>, WireError> {
+    let Some(prefix) = buf.get(..LEN_BYTES) else {
+        return Ok(None);
+    };
+    let mut len_bytes = [0u8; LEN_BYTES];
+    len_bytes.copy_from_slice(prefix);
+    let len = usize::try_from(u32::from_be_bytes(len_bytes)).unwrap_or(usize::MAX);
+    if len > max_frame {
+        return Err(WireError::FrameTooLarge {
+            len,
+            max: max_frame,
+        });
+    }
+    if buf.len() - LEN_BYTES < len {
+        // Make room for the rest now, so the socket reads straight into place.
+        buf.reserve(len + LEN_BYTES - buf.len());
+        return Ok(None);
+    }
+    buf.advance(LEN_BYTES);
+    let frame = buf.split_to(len).freeze();
+    decode_frame(frame).map(Some)
+}
+
+/// Decode one frame without its length prefix (version byte first).
+pub fn decode_frame(frame: Bytes) -> Result<Envelope, WireError> {
+    let mut r = Reader(frame);
+    let version = r.u8("version")?;
+    if version != WIRE_VERSION {
+        return Err(WireError::Version { got: version });
+    }
+    let from = r.endpoint()?;
+    let to = r.endpoint()?;
+    let msg = r.message()?;
+    if r.0.has_remaining() {
+        return Err(WireError::TrailingBytes(r.0.remaining()));
+    }
+    Ok(Envelope { from, to, msg })
+}
+
+fn put_endpoint(out: &mut BytesMut, ep: Endpoint) {
+    out.put_u64(ep.node);
+    out.put_u8(match ep.service {
+        Service::Store => SERVICE_STORE,
+        Service::Broker => SERVICE_BROKER,
+    });
+}
+
+fn put_pos(out: &mut BytesMut, pos: LogPosition) {
+    out.put_u64(pos.epoch);
+    out.put_u64(pos.index);
+}
+
+fn put_entries(out: &mut BytesMut, entries: &[Entry]) -> Result<(), WireError> {
+    let count = u32::try_from(entries.len()).map_err(|_| WireError::FrameTooLarge {
+        len: entries.len(),
+        max: u32::MAX as usize,
+    })?;
+    out.put_u32(count);
+    for entry in entries {
+        let len = u32::try_from(entry.payload.len())
+            .map_err(|_| WireError::PayloadTooLarge(entry.payload.len()))?;
+        put_pos(out, entry.pos);
+        out.put_u32(len);
+        out.put_slice(&entry.payload);
+    }
+    Ok(())
+}
+
+fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
+    match msg {
+        Message::Append {
+            epoch,
+            prev,
+            entries,
+            stable,
+        } => {
+            out.put_u8(TAG_APPEND);
+            out.put_u64(*epoch);
+            put_pos(out, *prev);
+            out.put_u64(*stable);
+            put_entries(out, entries)?;
+        }
+        Message::AppendAck { epoch, last } => {
+            out.put_u8(TAG_APPEND_ACK);
+            out.put_u64(*epoch);
+            put_pos(out, *last);
+        }
+        Message::AppendReject { epoch, reason } => {
+            out.put_u8(TAG_APPEND_REJECT);
+            out.put_u64(*epoch);
+            match reason {
+                RejectReason::Fenced => out.put_u8(REASON_FENCED),
+                RejectReason::Mismatch { prev, hint } => {
+                    out.put_u8(REASON_MISMATCH);
+                    put_pos(out, *prev);
+                    out.put_u64(*hint);
+                }
+            }
+        }
+        Message::Fence { epoch, nonce } => {
+            out.put_u8(TAG_FENCE);
+            out.put_u64(*epoch);
+            out.put_u64(*nonce);
+        }
+        Message::Promise {
+            epoch,
+            last,
+            stable,
+        } => {
+            out.put_u8(TAG_PROMISE);
+            out.put_u64(*epoch);
+            put_pos(out, *last);
+            out.put_u64(*stable);
+        }
+        Message::FenceRefused { promised } => {
+            out.put_u8(TAG_FENCE_REFUSED);
+            out.put_u64(*promised);
+        }
+        Message::Fetch { epoch, from, to } => {
+            out.put_u8(TAG_FETCH);
+            out.put_u64(*epoch);
+            out.put_u64(*from);
+            out.put_u64(*to);
+        }
+        Message::Entries { epoch, entries } => {
+            out.put_u8(TAG_ENTRIES);
+            out.put_u64(*epoch);
+            put_entries(out, entries)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checked reads over a frame. `Buf`'s own getters panic on short input, so
+/// every read checks what remains first.
+struct Reader(Bytes);
+
+impl Reader {
+    fn need(&self, n: usize, what: &'static str) -> Result<(), WireError> {
+        if self.0.remaining() < n {
+            return Err(WireError::Truncated(what));
+        }
+        Ok(())
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, WireError> {
+        self.need(1, what)?;
+        Ok(self.0.get_u8())
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, WireError> {
+        self.need(4, what)?;
+        Ok(self.0.get_u32())
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, WireError> {
+        self.need(8, what)?;
+        Ok(self.0.get_u64())
+    }
+
+    fn pos(&mut self, what: &'static str) -> Result<LogPosition, WireError> {
+        Ok(LogPosition::new(self.u64(what)?, self.u64(what)?))
+    }
+
+    fn endpoint(&mut self) -> Result<Endpoint, WireError> {
+        let node = self.u64("endpoint")?;
+        let service = match self.u8("endpoint")? {
+            SERVICE_STORE => Service::Store,
+            SERVICE_BROKER => Service::Broker,
+            tag => {
+                return Err(WireError::UnknownTag {
+                    what: "service",
+                    tag,
+                });
+            }
+        };
+        Ok(Endpoint { node, service })
+    }
+
+    fn entries(&mut self) -> Result<Vec<Entry>, WireError> {
+        let count = usize::try_from(self.u32("entry count")?).unwrap_or(usize::MAX);
+        // A lying count must not allocate: each entry takes at least this much.
+        if count > self.0.remaining() / ENTRY_MIN_BYTES {
+            return Err(WireError::Truncated("entries"));
+        }
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            let pos = self.pos("entry position")?;
+            let len = usize::try_from(self.u32("payload length")?).unwrap_or(usize::MAX);
+            self.need(len, "payload")?;
+            // A slice of the frame: no copy.
+            let payload = self.0.split_to(len);
+            entries.push(Entry { pos, payload });
+        }
+        Ok(entries)
+    }
+
+    fn message(&mut self) -> Result<Message, WireError> {
+        let msg = match self.u8("message tag")? {
+            TAG_APPEND => Message::Append {
+                epoch: self.u64("epoch")?,
+                prev: self.pos("prev")?,
+                stable: self.u64("stable")?,
+                entries: self.entries()?,
+            },
+            TAG_APPEND_ACK => Message::AppendAck {
+                epoch: self.u64("epoch")?,
+                last: self.pos("last")?,
+            },
+            TAG_APPEND_REJECT => {
+                let epoch = self.u64("epoch")?;
+                let reason = match self.u8("reason tag")? {
+                    REASON_FENCED => RejectReason::Fenced,
+                    REASON_MISMATCH => RejectReason::Mismatch {
+                        prev: self.pos("prev")?,
+                        hint: self.u64("hint")?,
+                    },
+                    tag => {
+                        return Err(WireError::UnknownTag {
+                            what: "reason",
+                            tag,
+                        });
+                    }
+                };
+                Message::AppendReject { epoch, reason }
+            }
+            TAG_FENCE => Message::Fence {
+                epoch: self.u64("epoch")?,
+                nonce: self.u64("nonce")?,
+            },
+            TAG_PROMISE => Message::Promise {
+                epoch: self.u64("epoch")?,
+                last: self.pos("last")?,
+                stable: self.u64("stable")?,
+            },
+            TAG_FENCE_REFUSED => Message::FenceRefused {
+                promised: self.u64("promised")?,
+            },
+            TAG_FETCH => Message::Fetch {
+                epoch: self.u64("epoch")?,
+                from: self.u64("from")?,
+                to: self.u64("to")?,
+            },
+            TAG_ENTRIES => Message::Entries {
+                epoch: self.u64("epoch")?,
+                entries: self.entries()?,
+            },
+            tag => {
+                return Err(WireError::UnknownTag {
+                    what: "message",
+                    tag,
+                });
+            }
+        };
+        Ok(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(msg: Message) -> Envelope {
+        Envelope {
+            from: Endpoint::broker(4),
+            to: Endpoint::store(1),
+            msg,
+        }
+    }
+
+    #[test]
+    fn layout_is_pinned() {
+        let mut out = BytesMut::new();
+        encode(
+            &env(Message::FenceRefused { promised: 7 }),
+            &mut out,
+            MAX_FRAME_DEFAULT,
+        )
+        .unwrap();
+        let mut expected = vec![0, 0, 0, 28, WIRE_VERSION];
+        expected.extend_from_slice(&4u64.to_be_bytes());
+        expected.push(SERVICE_BROKER);
+        expected.extend_from_slice(&1u64.to_be_bytes());
+        expected.push(SERVICE_STORE);
+        expected.push(TAG_FENCE_REFUSED);
+        expected.extend_from_slice(&7u64.to_be_bytes());
+        assert_eq!(&out[..], &expected[..]);
+    }
+
+    #[test]
+    fn payloads_are_slices_of_the_read_buffer() {
+        let msg = Message::Entries {
+            epoch: 3,
+            entries: vec![Entry::new(3, 1, "hello"), Entry::new(3, 2, "world")],
+        };
+        let mut buf = BytesMut::new();
+        encode(&env(msg.clone()), &mut buf, MAX_FRAME_DEFAULT).unwrap();
+        let range = buf.as_ptr_range();
+        let got = decode(&mut buf, MAX_FRAME_DEFAULT).unwrap().unwrap();
+        assert_eq!(got.msg, msg);
+        let Message::Entries { entries, .. } = got.msg else {
+            unreachable!()
+        };
+        for entry in entries {
+            assert!(
+                range.contains(&entry.payload.as_ptr()),
+                "payload was copied"
+            );
+        }
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_both_ways() {
+        let msg = Message::Entries {
+            epoch: 1,
+            entries: vec![Entry::new(1, 1, vec![0u8; 100])],
+        };
+        let mut out = BytesMut::from(&b"keep"[..]);
+        let err = encode(&env(msg), &mut out, 64).unwrap_err();
+        assert!(matches!(err, WireError::FrameTooLarge { max: 64, .. }));
+        assert_eq!(
+            &out[..],
+            b"keep",
+            "a failed encode leaves the buffer as it was"
+        );
+
+        let mut buf = BytesMut::from(&[0x7f, 0xff, 0xff, 0xff, WIRE_VERSION][..]);
+        assert!(matches!(
+            decode(&mut buf, MAX_FRAME_DEFAULT),
+            Err(WireError::FrameTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn a_lying_entry_count_does_not_allocate() {
+        let mut frame = BytesMut::new();
+        frame.put_u8(WIRE_VERSION);
+        put_endpoint(&mut frame, Endpoint::store(1));
+        put_endpoint(&mut frame, Endpoint::broker(2));
+        frame.put_u8(TAG_ENTRIES);
+        frame.put_u64(1);
+        frame.put_u32(u32::MAX);
+        assert_eq!(
+            decode_frame(frame.freeze()),
+            Err(WireError::Truncated("entries"))
+        );
+    }
+
+    #[test]
+    fn other_versions_and_trailing_bytes_are_refused() {
+        let mut buf = BytesMut::new();
+        encode(
+            &env(Message::Fence { epoch: 1, nonce: 2 }),
+            &mut buf,
+            MAX_FRAME_DEFAULT,
+        )
+        .unwrap();
+        let mut wrong = buf.clone();
+        wrong[LEN_BYTES] = WIRE_VERSION + 1;
+        assert_eq!(
+            decode(&mut wrong, MAX_FRAME_DEFAULT),
+            Err(WireError::Version {
+                got: WIRE_VERSION + 1
+            })
+        );
+        let mut frame = buf.split_off(LEN_BYTES);
+        frame.put_u8(0);
+        assert_eq!(
+            decode_frame(frame.freeze()),
+            Err(WireError::TrailingBytes(1))
+        );
+    }
+
+    #[test]
+    fn partial_frames_wait_for_more() {
+        let mut whole = BytesMut::new();
+        encode(
+            &env(Message::AppendAck {
+                epoch: 2,
+                last: LogPosition::new(2, 9),
+            }),
+            &mut whole,
+            MAX_FRAME_DEFAULT,
+        )
+        .unwrap();
+        for cut in 0..whole.len() {
+            let mut part = BytesMut::from(&whole[..cut]);
+            assert_eq!(decode(&mut part, MAX_FRAME_DEFAULT), Ok(None));
+            assert_eq!(part.len(), cut, "nothing consumed");
+        }
+    }
+}
