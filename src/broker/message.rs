@@ -58,8 +58,9 @@ pub struct QueuedMessage {
 }
 
 impl QueuedMessage {
-    /// Whether it has expired at `now_ms`.
+    /// Whether it has expired at `now_ms`. A message whose TTL ends exactly now
+    /// may still go to a consumer that is ready now (TTL 0 means "now or never").
     pub fn is_expired(&self, now_ms: u64) -> bool {
-        self.expires_at_ms.is_some_and(|t| t <= now_ms)
+        self.expires_at_ms.is_some_and(|t| t < now_ms)
     }
 }

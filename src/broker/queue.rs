@@ -110,12 +110,15 @@ impl Queue {
         Some(m)
     }
 
-    /// Move a delivered message back to ready, flagged redelivered.
-    pub fn requeue(&mut self, msg_id: u64) -> bool {
+    /// Move a delivered message back to ready, flagged redelivered; `counted`
+    /// returns count towards the delivery limit.
+    pub fn requeue(&mut self, msg_id: u64, counted: bool) -> bool {
         match self.unacked.remove(&msg_id) {
             Some(mut m) => {
                 m.redelivered = true;
-                m.delivery_count += 1;
+                if counted {
+                    m.delivery_count += 1;
+                }
                 self.push(m);
                 true
             }

@@ -128,10 +128,11 @@ impl QueueArgs {
                 }
                 "x-max-priority" => {
                     let n = non_negative("x-max-priority", v)?;
-                    if n == 0 || n > 255 {
-                        return Err(("x-max-priority", format!("{n} is out of range 1..255")));
+                    if n > 255 {
+                        return Err(("x-max-priority", format!("{n} is out of range 0..255")));
                     }
-                    a.max_priority = Some(n as u8);
+                    // 0 priority levels behaves like a queue without priorities.
+                    a.max_priority = (n > 0).then_some(n as u8);
                 }
                 "x-single-active-consumer" => match v {
                     AMQPValue::Boolean(b) => a.single_active_consumer = *b,
@@ -157,6 +158,12 @@ impl QueueArgs {
             ));
         }
         Ok(a)
+    }
+
+    /// The delivery limit in force: quorum queues default to 20 since RabbitMQ 4.0.
+    pub fn effective_delivery_limit(&self) -> Option<u64> {
+        self.delivery_limit
+            .or(if self.quorum { Some(20) } else { None })
     }
 
     /// The queue has a length limit.
@@ -198,6 +205,12 @@ mod tests {
         assert_eq!(a.overflow, Overflow::RejectPublish);
         assert!(QueueArgs::parse(&t(&[("x-message-ttl", AMQPValue::LongInt(-1))])).is_err());
         assert!(QueueArgs::parse(&t(&[("x-max-priority", AMQPValue::LongInt(256))])).is_err());
+        assert_eq!(
+            QueueArgs::parse(&t(&[("x-max-priority", AMQPValue::LongInt(0))]))
+                .unwrap()
+                .max_priority,
+            None
+        );
         assert!(QueueArgs::parse(&t(&[("x-expires", AMQPValue::LongInt(0))])).is_err());
         assert!(
             QueueArgs::parse(&t(&[(

@@ -69,6 +69,7 @@ impl Master {
                     tag: a.delivery_tag,
                     multiple: a.multiple,
                     reject: None,
+                    is_nack: false,
                 },
             ),
             mb::AMQPMethod::Nack(n) => self.ack(
@@ -79,6 +80,7 @@ impl Master {
                     tag: n.delivery_tag,
                     multiple: n.multiple,
                     reject: Some(n.requeue),
+                    is_nack: true,
                 },
             ),
             mb::AMQPMethod::Reject(r) => self.ack(
@@ -89,6 +91,7 @@ impl Master {
                     tag: r.delivery_tag,
                     multiple: false,
                     reject: Some(r.requeue),
+                    is_nack: false,
                 },
             ),
             mb::AMQPMethod::Recover(r) => {
@@ -351,7 +354,7 @@ impl Master {
         for (queue, ids) in by_queue {
             match a.reject {
                 Some(true) => {
-                    self.requeue_messages(vhost, &queue, &ids);
+                    self.requeue_messages(vhost, &queue, &ids, !a.is_nack);
                     consumer_queues.insert(queue);
                 }
                 Some(false) => self.remove_messages(vhost, &queue, &ids, Some("rejected")),

@@ -17,6 +17,9 @@ use stablemq_protocol::{
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+/// How many dead-letter hops one operation may cause.
+const MAX_DEAD_LETTER_DEPTH: u32 = 16;
+
 fn longstr(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s))
 }
@@ -43,10 +46,9 @@ fn dead_letter_properties(
     entry.insert("time".into(), AMQPValue::Timestamp(now_ms / 1000));
     entry.insert("exchange".into(), longstr(&msg.exchange));
     let mut keys = vec![longstr(&msg.routing_key)];
-    for h in ["CC", "BCC"] {
-        if let Some(AMQPValue::FieldArray(a)) = lookup(&headers, h) {
-            keys.extend(a.as_slice().iter().cloned());
-        }
+    // CC keys are recorded; BCC keys are secret and never are (RabbitMQ).
+    if let Some(AMQPValue::FieldArray(a)) = lookup(&headers, "CC") {
+        keys.extend(a.as_slice().iter().cloned());
     }
     entry.insert(
         "routing-keys".into(),
@@ -146,8 +148,9 @@ fn is_cycle(props: &BasicProperties, target: &str) -> bool {
     else {
         return false;
     };
-    // Skip the entry just added for the queue the message is leaving.
-    for d in deaths.as_slice().iter().skip(1) {
+    // The newest entry is the death being recorded now: a message dead-lettered
+    // back to the queue it is leaving is a cycle at once, as in RabbitMQ.
+    for d in deaths.as_slice() {
         let AMQPValue::FieldTable(t) = d else {
             return false;
         };
@@ -171,6 +174,18 @@ impl Master {
         msgs: &[Arc<Message>],
         reason: &str,
     ) {
+        // Cycle detection stops loops through x-death; this bound is the backstop for
+        // chains it cannot see (each hop re-enters here through enqueue).
+        if self.dead_letter_depth >= MAX_DEAD_LETTER_DEPTH {
+            tracing::warn!(queue, reason, "dead-letter chain too deep; dropping");
+            return;
+        }
+        self.dead_letter_depth += 1;
+        self.dead_letter_inner(vhost, queue, msgs, reason);
+        self.dead_letter_depth -= 1;
+    }
+
+    fn dead_letter_inner(&mut self, vhost: &str, queue: &str, msgs: &[Arc<Message>], reason: &str) {
         let Some(q) = self.broker.queue(vhost, queue) else {
             return;
         };
@@ -241,12 +256,18 @@ impl Master {
 
     /// Return delivered messages to their queue; ones past `x-delivery-limit` are
     /// dead-lettered with reason `delivery_limit` instead.
-    pub(super) fn requeue_messages(&mut self, vhost: &str, queue: &str, ids: &[u64]) {
+    pub(super) fn requeue_messages(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        ids: &[u64],
+        counted: bool,
+    ) {
         let mut over = Vec::new();
         if let Some(q) = self.broker.queue_mut(vhost, queue) {
             for id in ids {
-                if q.requeue(*id)
-                    && let Some(limit) = q.args.delivery_limit
+                if q.requeue(*id, counted)
+                    && let Some(limit) = q.args.effective_delivery_limit()
                     && q.ready
                         .values()
                         .any(|m| m.msg.id == *id && u64::from(m.delivery_count) > limit)
@@ -265,7 +286,7 @@ impl Master {
     pub(super) fn requeue_unacked(&mut self, vhost: &str, unacked: impl Iterator<Item = Unacked>) {
         let mut touched = BTreeSet::new();
         for u in unacked {
-            self.requeue_messages(vhost, &u.queue, &[u.msg_id]);
+            self.requeue_messages(vhost, &u.queue, &[u.msg_id], true);
             touched.insert(u.queue);
         }
         for q in touched {
@@ -304,7 +325,12 @@ impl Master {
     /// Remove expired messages from the head of a queue (RabbitMQ expires only at the
     /// head), dead-lettering them with reason `expired`.
     pub(super) fn expire_heads(&mut self, vhost: &str, queue: &str) {
-        let now = self.now_ms;
+        self.expire_heads_at(vhost, queue, self.now_ms);
+    }
+
+    /// Expire heads as if the clock read `now`; `enqueue` passes now + 1 so that a
+    /// message with TTL 0 that no consumer took at once goes.
+    pub(super) fn expire_heads_at(&mut self, vhost: &str, queue: &str, now: u64) {
         let Some(q) = self.broker.queue(vhost, queue) else {
             return;
         };

@@ -605,6 +605,11 @@ impl Master {
 
 /// Check declared arguments we act on, as RabbitMQ does at declare time.
 fn validate_queue_spec(vhost: &str, name: &str, spec: &QueueSpec) -> AmqpResult<()> {
+    if let Err((arg, why)) = crate::broker::queue_args::QueueArgs::parse(&spec.arguments) {
+        return Err(AmqpError::precondition(format!(
+            "invalid arg '{arg}' for queue '{name}' in vhost '{vhost}': {why}"
+        )));
+    }
     match queue_type(&spec.arguments).as_deref() {
         None | Some("classic") => Ok(()),
         Some("quorum") => {

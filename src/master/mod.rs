@@ -84,6 +84,8 @@ pub struct Master {
     consumer_timeout_ms: u64,
     /// When queues with `x-expires` were last used (ms).
     queue_last_used: HashMap<QueueKey, u64>,
+    /// Nesting of dead-lettering in progress (bounded, see `dead_letter`).
+    dead_letter_depth: u32,
 }
 
 impl Master {
@@ -117,6 +119,7 @@ impl Master {
             now_ms: 0,
             consumer_timeout_ms: config.consumer_timeout_ms,
             queue_last_used: HashMap::new(),
+            dead_letter_depth: 0,
         }
     }
 

@@ -6,11 +6,12 @@ use super::session::HeldPublish;
 use crate::broker::event::Event;
 use crate::broker::message::Message;
 use crate::broker::queue_args::Overflow;
+use crate::broker::queue_args::text;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::metrics as m;
 use bytes::Bytes;
-use stablemq_protocol::BasicProperties;
 use stablemq_protocol::methods::basic as mb;
+use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable};
 use std::sync::Arc;
 
 impl Master {
@@ -104,12 +105,8 @@ impl Master {
             metrics::counter!(m::ROUTED).increment(1);
             return true;
         }
-        let mut queues = self.broker.route(
-            vhost,
-            &exchange,
-            &routing_key,
-            properties.headers().as_ref(),
-        );
+        let (mut queues, properties) =
+            self.route_with_cc(vhost, &exchange, &routing_key, properties);
         // Full queues that refuse new messages drop out of the route.
         let mut refused_by = Vec::new();
         queues.retain(|qn| {
@@ -176,6 +173,45 @@ impl Master {
         accepted
     }
 
+    /// Route by the routing key and, as RabbitMQ's sender-selected distribution does,
+    /// by every key in the `CC` and `BCC` headers. `BCC` is removed from the message.
+    fn route_with_cc(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        routing_key: &str,
+        properties: BasicProperties,
+    ) -> (Vec<String>, BasicProperties) {
+        let headers = properties.headers().as_ref();
+        let mut queues = self.broker.route(vhost, exchange, routing_key, headers);
+        let Some(h) = headers else {
+            return (queues, properties);
+        };
+        let mut extra = Vec::new();
+        for name in ["CC", "BCC"] {
+            if let Some(AMQPValue::FieldArray(keys)) = h.inner().get(name) {
+                extra.extend(keys.as_slice().iter().filter_map(text));
+            }
+        }
+        if extra.is_empty() {
+            return (queues, properties);
+        }
+        for key in extra {
+            for q in self.broker.route(vhost, exchange, &key, headers) {
+                if !queues.contains(&q) {
+                    queues.push(q);
+                }
+            }
+        }
+        if h.inner().contains_key("BCC") {
+            let mut map = h.inner().clone();
+            map.remove("BCC");
+            let properties = properties.with_headers(FieldTable::from(map));
+            return (queues, properties);
+        }
+        (queues, properties)
+    }
+
     /// Emit the publish event for already-routed `queues`, then deliver, enforce
     /// length limits and expire what must not wait.
     #[allow(clippy::too_many_arguments)]
@@ -210,7 +246,7 @@ impl Master {
             self.enforce_length_limit(&v, &q);
             self.try_deliver(&v, &q);
             // A TTL of 0 means: deliver now or never.
-            self.expire_heads(&v, &q);
+            self.expire_heads_at(&v, &q, self.now_ms + 1);
         }
     }
 }

@@ -67,6 +67,9 @@ pub struct HeldAck {
     pub multiple: bool,
     /// None = ack; Some(requeue) = nack/reject.
     pub reject: Option<bool>,
+    /// basic.nack rather than basic.reject: since RabbitMQ 4.3 a nack with requeue
+    /// does not count towards a quorum queue's delivery limit.
+    pub is_nack: bool,
 }
 
 /// Work buffered in a transaction.

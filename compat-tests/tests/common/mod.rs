@@ -379,6 +379,28 @@ impl ErrorWatch {
         .await
     }
 
+    /// Like [`ErrorWatch::next_code`] with an explicit bound, for errors the broker
+    /// raises from a periodic check (consumer timeout) rather than at once.
+    pub async fn next_code_within(&mut self, bound: Duration) -> u16 {
+        let wait = async {
+            loop {
+                match self.events.next().await {
+                    Some(Event::Error(e)) => {
+                        if let Some(code) = reply_code(&e) {
+                            return code;
+                        }
+                    }
+                    Some(_) => {}
+                    None => panic!("connection event stream ended"),
+                }
+            }
+        };
+        match tokio::time::timeout(bound, wait).await {
+            Ok(code) => code,
+            Err(_) => panic!("no channel or connection close from the broker within {bound:?}"),
+        }
+    }
+
     /// Wait for the next AMQP error and assert its reply code.
     pub async fn expect(&mut self, code: u16, what: &str) {
         let got = self.next_code().await;
@@ -574,4 +596,145 @@ pub fn put_shortstr(buf: &mut Vec<u8>, s: &str) {
 pub fn put_longstr(buf: &mut Vec<u8>, s: &[u8]) {
     buf.extend_from_slice(&(s.len() as u32).to_be_bytes());
     buf.extend_from_slice(s);
+}
+
+// ---------------------------------------------------------------------------
+// Helpers for the RabbitMQ-extension tests (dead-lettering, TTL, length limits,
+// priorities, consumer extensions, alternate exchanges, direct reply-to, quorum).
+// ---------------------------------------------------------------------------
+
+/// How often the polling helpers below look again.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// A field table from (key, value) pairs.
+pub fn ftable(pairs: &[(&str, lapin::types::AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        t.insert((*k).into(), v.clone());
+    }
+    t
+}
+
+/// An AMQP long-string value.
+pub fn lstr(s: &str) -> lapin::types::AMQPValue {
+    lapin::types::AMQPValue::LongString(s.into())
+}
+
+/// Declare an exchange of `kind` with explicit arguments, expecting success.
+pub async fn declare_exchange_args(
+    ch: &Channel,
+    name: &str,
+    kind: lapin::ExchangeKind,
+    args: FieldTable,
+) {
+    within(
+        "exchange.declare",
+        ch.exchange_declare(
+            name.into(),
+            kind,
+            lapin::options::ExchangeDeclareOptions::default(),
+            args,
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("exchange.declare {name}: {e:?}"));
+}
+
+/// Bind `queue` to `exchange` with `key`, expecting success.
+pub async fn bind_queue(ch: &Channel, queue: &str, exchange: &str, key: &str) {
+    within(
+        "queue.bind",
+        ch.queue_bind(
+            queue.into(),
+            exchange.into(),
+            key.into(),
+            lapin::options::QueueBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("queue.bind {queue} -> {exchange}/{key}: {e:?}"));
+}
+
+/// Start a consumer with explicit options and consumer arguments (`x-priority`, ...).
+pub async fn consume_args(
+    ch: &Channel,
+    queue: &str,
+    tag: &str,
+    opts: BasicConsumeOptions,
+    args: FieldTable,
+) -> Consumer {
+    within(
+        "basic.consume",
+        ch.basic_consume(queue.into(), tag.into(), opts, args),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("basic.consume {queue}: {e:?}"))
+}
+
+/// Poll basic.get until `queue` yields a message, for messages the broker moves
+/// there asynchronously (dead-lettering). Fails the test after [`WAIT`].
+pub async fn get_eventually(ch: &Channel, queue: &str, no_ack: bool) -> BasicGetMessage {
+    within(&format!("a message on {queue}"), async {
+        loop {
+            let m = ch
+                .basic_get(queue.into(), BasicGetOptions { no_ack })
+                .await
+                .unwrap_or_else(|e| panic!("basic.get {queue}: {e:?}"));
+            if let Some(m) = m {
+                return m;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await
+}
+
+/// Poll the passive-declare message count of `queue` until it equals `n`.
+pub async fn wait_message_count(ch: &Channel, queue: &str, n: u32) {
+    within(&format!("{queue} to hold {n} messages"), async {
+        loop {
+            if queue_counts(ch, queue).await.0 == n {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await
+}
+
+/// A message header, if present.
+pub fn header_value<'a>(
+    props: &'a BasicProperties,
+    key: &str,
+) -> Option<&'a lapin::types::AMQPValue> {
+    props.headers().as_ref().and_then(|h| h.inner().get(key))
+}
+
+/// A long-string header (or table field) as a Rust string.
+pub fn as_text(v: Option<&lapin::types::AMQPValue>) -> Option<String> {
+    match v {
+        Some(lapin::types::AMQPValue::LongString(s)) => {
+            Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
+        }
+        Some(lapin::types::AMQPValue::ShortString(s)) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}
+
+/// The entries of the `x-death` header (an array of tables), most recent first.
+/// Fails the test if the header is missing or not an array of tables.
+#[track_caller]
+pub fn x_death(props: &BasicProperties) -> Vec<FieldTable> {
+    match header_value(props, "x-death") {
+        Some(lapin::types::AMQPValue::FieldArray(a)) => a
+            .as_slice()
+            .iter()
+            .map(|v| match v {
+                lapin::types::AMQPValue::FieldTable(t) => t.clone(),
+                other => panic!("x-death entry is not a table: {other:?}"),
+            })
+            .collect(),
+        other => panic!("x-death header: expected an array of tables, got {other:?}"),
+    }
 }
