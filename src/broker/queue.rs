@@ -111,19 +111,17 @@ impl Queue {
     }
 
     /// Move a delivered message back to ready, flagged redelivered; `counted`
-    /// returns count towards the delivery limit.
-    pub fn requeue(&mut self, msg_id: u64, counted: bool) -> bool {
-        match self.unacked.remove(&msg_id) {
-            Some(mut m) => {
-                m.redelivered = true;
-                if counted {
-                    m.delivery_count += 1;
-                }
-                self.push(m);
-                true
-            }
-            None => false,
+    /// returns count towards the delivery limit. Returns the message's delivery
+    /// count, or None when it was not out for delivery.
+    pub fn requeue(&mut self, msg_id: u64, counted: bool) -> Option<u32> {
+        let mut m = self.unacked.remove(&msg_id)?;
+        m.redelivered = true;
+        if counted {
+            m.delivery_count += 1;
         }
+        let count = m.delivery_count;
+        self.push(m);
+        Some(count)
     }
 
     /// Remove a message wherever it is; returns it if it was here.

@@ -162,7 +162,7 @@ fn requeue_restores_original_position() {
     let q = b.queue_mut("/", "q").unwrap();
     let m1 = q.pop().unwrap();
     q.unacked.insert(m1.msg.id, m1);
-    assert!(q.requeue(1, true));
+    assert_eq!(q.requeue(1, true), Some(1));
     let first = q.pop().unwrap();
     assert_eq!(first.msg.id, 1);
     assert!(first.redelivered);

@@ -266,11 +266,10 @@ impl Master {
         let mut over = Vec::new();
         if let Some(q) = self.broker.queue_mut(vhost, queue) {
             for id in ids {
-                if q.requeue(*id, counted)
-                    && let Some(limit) = q.args.effective_delivery_limit()
-                    && q.ready
-                        .values()
-                        .any(|m| m.msg.id == *id && u64::from(m.delivery_count) > limit)
+                if let Some(count) = q.requeue(*id, counted)
+                    && q.args
+                        .effective_delivery_limit()
+                        .is_some_and(|limit| u64::from(count) > limit)
                 {
                     over.push(*id);
                 }
