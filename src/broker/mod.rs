@@ -45,6 +45,9 @@ pub struct Applied {
 pub struct Broker {
     /// Vhosts by name.
     pub vhosts: BTreeMap<String, Vhost>,
+    /// Highest message id ever published, so ids keep increasing across restarts
+    /// and failovers even when every queue is empty.
+    pub max_msg_id: u64,
 }
 
 impl Broker {
@@ -153,6 +156,7 @@ impl Broker {
                 body,
                 queues,
             } => {
+                self.max_msg_id = self.max_msg_id.max(*msg_id);
                 if let Some(v) = self.vhosts.get_mut(vhost) {
                     let msg = Arc::new(Message {
                         id: *msg_id,

@@ -95,14 +95,7 @@ impl Master {
         for v in &config.vhosts {
             broker.apply(&Event::VhostCreated { vhost: v.clone() }, 0);
         }
-        let next_msg_id = broker
-            .vhosts
-            .values()
-            .flat_map(|v| v.queues.values())
-            .flat_map(|q| q.ready.keys().map(|k| k.id))
-            .max()
-            .unwrap_or(0)
-            + 1;
+        let next_msg_id = broker.max_msg_id + 1;
         Master {
             broker,
             sessions: HashMap::new(),
