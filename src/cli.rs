@@ -21,6 +21,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the broker (single node with a local event store by default).
     Serve(ServeArgs),
+    /// Load generator: publish and consume against any AMQP 0-9-1 broker and
+    /// report rates, latencies and the client's CPU time.
+    Perf(crate::perf::PerfArgs),
 }
 
 /// Flags of `stablemq serve`.
@@ -52,6 +55,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => run_serve(args),
+        Command::Perf(args) => crate::perf::main(args),
     }
 }
 

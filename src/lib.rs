@@ -18,4 +18,5 @@ pub mod config;
 pub mod error;
 pub mod master;
 pub mod metrics;
+pub mod perf;
 pub mod server;

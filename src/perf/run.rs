@@ -1,0 +1,255 @@
+//! One run: declare and purge the queue, start the consumers and producers,
+//! wait until all are ready, give the start, sample the counters every second,
+//! stop on completion, deadline, timeout or error, and gather the report.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use stablemq_protocol::methods::queue;
+use stablemq_protocol::{AMQPClass, FieldTable};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use super::client::{AmqpUri, Conn};
+use super::report::{self, Report};
+use super::stats::{Clock, Counters, Latency, Sample, Snapshot, cpu_seconds, latency_histogram};
+use super::{Phase, Plan, TaskCtx, TaskReport, consumer, producer};
+
+/// Declare the queue (durable if persistent) and purge it, through every URI
+/// (idempotent on a cluster; needed when the URIs are separate brokers).
+async fn setup_queue(plan: &Plan) -> Result<(), String> {
+    let mut done: Vec<&AmqpUri> = Vec::new();
+    for uri in &plan.uris {
+        if !done.contains(&uri) {
+            setup_queue_at(plan, uri).await?;
+            done.push(uri);
+        }
+    }
+    Ok(())
+}
+
+async fn setup_queue_at(plan: &Plan, uri: &AmqpUri) -> Result<(), String> {
+    let mut conn = Conn::open(uri, "stablemq perf setup").await?;
+    let mut arguments = FieldTable::default();
+    for (k, v) in &plan.args.queue_args {
+        arguments.insert(k.as_str().into(), v.to_amqp());
+    }
+    let q = plan.args.queue.as_str();
+    let declare = AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+        queue: q.into(),
+        passive: false,
+        durable: plan.args.persistent,
+        exclusive: false,
+        auto_delete: false,
+        nowait: false,
+        arguments,
+    }));
+    conn.rpc(declare)
+        .await
+        .map_err(|e| format!("queue.declare {q}: {e}"))?;
+    if plan.purge {
+        let purge = AMQPClass::Queue(queue::AMQPMethod::Purge(queue::Purge {
+            queue: q.into(),
+            nowait: false,
+        }));
+        conn.rpc(purge)
+            .await
+            .map_err(|e| format!("queue.purge {q}: {e}"))?;
+    }
+    conn.close(Duration::from_secs(2)).await;
+    Ok(())
+}
+
+/// Run the plan and gather the report. Errors end the run early and are listed
+/// in the report.
+pub async fn run(plan: &Plan, live: bool) -> Report {
+    let clock = Clock::new();
+    let mut report = Report::new(plan);
+    if let Err(e) = setup_queue(plan).await {
+        report.errors.push(e);
+        return report;
+    }
+    let counters = Arc::new(Counters::default());
+    let (phase_tx, phase_rx) = watch::channel(Phase::Setup);
+    let tasks = (plan.producers + plan.consumers) as usize;
+    let (ready_tx, mut ready_rx) = mpsc::channel(tasks);
+    let ctx = TaskCtx {
+        clock,
+        counters: counters.clone(),
+        phase: phase_rx,
+        ready: ready_tx,
+        duration_ns: plan.duration_ns,
+    };
+    let mut set = JoinSet::new();
+    for k in 0..tasks {
+        let uri = plan.uris[k % plan.uris.len()].clone();
+        let ctx = ctx.clone();
+        if k < plan.producers as usize {
+            let name = format!("perf producer {k}");
+            set.spawn(producer::run(uri, name, plan.producer.clone(), ctx));
+        } else {
+            let name = format!("perf consumer {}", k - plan.producers as usize);
+            set.spawn(consumer::run(uri, name, plan.consumer.clone(), ctx));
+        }
+    }
+    drop(ctx);
+
+    // Wait until every task is connected and subscribed.
+    let mut ready = 0;
+    let setup_deadline = tokio::time::sleep(Duration::from_secs(60));
+    tokio::pin!(setup_deadline);
+    while ready < tasks {
+        tokio::select! {
+            Some(()) = ready_rx.recv() => ready += 1,
+            Some(r) = set.join_next() => {
+                report.errors.push(match r {
+                    Ok(Err(e)) => e,
+                    Ok(Ok(_)) => "a task ended before the start".into(),
+                    Err(e) => format!("task failed: {e}"),
+                });
+                break;
+            }
+            () = &mut setup_deadline => {
+                report.errors.push("connecting the clients timed out".into());
+                break;
+            }
+        }
+    }
+    if !report.errors.is_empty() {
+        let _ = phase_tx.send(Phase::Stop { done: false });
+        finish_tasks(&mut set, &mut report).await;
+        return report;
+    }
+
+    let go_ns = clock.now_ns();
+    let cpu0 = cpu_seconds();
+    let _ = phase_tx.send(Phase::Go(go_ns));
+    let timeout_at = go_ns + plan.timeout.as_nanos() as u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut prev = (go_ns, Snapshot::default());
+    let mut producers_done = 0;
+    let mut stopped_at: Option<u64> = None;
+    let mut ends = Ends::default();
+    let mut aborted = false;
+    // CPU time and clock when the measurement ended (before the connections close).
+    let mut cpu_end: Option<((f64, f64), u64)> = None;
+    loop {
+        tokio::select! {
+            r = set.join_next() => match r {
+                None => break,
+                Some(Ok(Ok(t))) => {
+                    if t.publish_end_ns.is_some() {
+                        producers_done += 1;
+                    }
+                    ends.add(t);
+                }
+                Some(Ok(Err(e))) => {
+                    report.errors.push(e);
+                    let _ = phase_tx.send(Phase::Stop { done: false });
+                    stopped_at.get_or_insert(clock.now_ns());
+                }
+                Some(Err(e)) => report.errors.push(format!("task failed: {e}")),
+            },
+            _ = tick.tick() => {
+                let now = clock.now_ns();
+                if cpu_end.is_none()
+                    && (stopped_at.is_some() || plan.duration_ns.is_some_and(|d| now - go_ns >= d))
+                {
+                    cpu_end = Some((cpu_seconds(), now));
+                }
+                let measuring = stopped_at.is_none()
+                    && plan.duration_ns.is_none_or(|d| now - go_ns <= d + 500_000_000);
+                if measuring && now - prev.0 >= 1_000_000_000 {
+                    let snap = counters.snapshot();
+                    let s = Sample::between((now - go_ns) as f64 / 1e9, &prev.1, &snap, now - prev.0);
+                    if live {
+                        println!("{}", report::sample_line(&s));
+                    }
+                    report.samples.push(s);
+                    prev = (now, snap);
+                }
+                let all_in = plan.consume_target.is_some_and(|target| {
+                    producers_done == plan.producers
+                        && (plan.consumers == 0 || counters.snapshot().consumed >= target)
+                });
+                if stopped_at.is_none() && all_in {
+                    let _ = phase_tx.send(Phase::Stop { done: true });
+                    stopped_at = Some(now);
+                }
+                if stopped_at.is_none() && now >= timeout_at {
+                    report.timed_out = true;
+                    let _ = phase_tx.send(Phase::Stop { done: false });
+                    stopped_at = Some(now);
+                }
+                if !aborted && stopped_at.is_some_and(|s| now - s > 10_000_000_000) {
+                    report.errors.push("tasks did not stop within 10 s; aborted".into());
+                    set.abort_all();
+                    aborted = true;
+                }
+            }
+        }
+    }
+    let (cpu1, end_ns) = cpu_end.unwrap_or_else(|| (cpu_seconds(), clock.now_ns()));
+    report.fill(&counters.snapshot(), &ends, go_ns, end_ns, cpu0, cpu1);
+    report
+}
+
+/// Collect what is left of the tasks after an early stop.
+async fn finish_tasks(set: &mut JoinSet<Result<TaskReport, String>>, report: &mut Report) {
+    let wait = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(r) = set.join_next().await {
+            if let Ok(Err(e)) = r {
+                report.errors.push(e);
+            }
+        }
+    });
+    if wait.await.is_err() {
+        set.abort_all();
+    }
+}
+
+/// The task reports merged: latest end per measure, and merged histograms.
+#[derive(Debug)]
+pub struct Ends {
+    pub publish_ns: Option<u64>,
+    pub confirm_ns: Option<u64>,
+    pub consume_ns: Option<u64>,
+    pub confirm: Histogram<u64>,
+    pub e2e: Histogram<u64>,
+}
+
+impl Default for Ends {
+    fn default() -> Self {
+        Ends {
+            publish_ns: None,
+            confirm_ns: None,
+            consume_ns: None,
+            confirm: latency_histogram(),
+            e2e: latency_histogram(),
+        }
+    }
+}
+
+impl Ends {
+    pub fn add(&mut self, t: TaskReport) {
+        let later = |a: Option<u64>, b: Option<u64>| a.max(b);
+        self.publish_ns = later(self.publish_ns, t.publish_end_ns);
+        self.confirm_ns = later(self.confirm_ns, t.confirm_end_ns);
+        self.consume_ns = later(self.consume_ns, t.consume_end_ns);
+        if let Some(h) = &t.confirm_hist {
+            self.confirm.add(h).expect("same histogram bounds");
+        }
+        if let Some(h) = &t.e2e_hist {
+            self.e2e.add(h).expect("same histogram bounds");
+        }
+    }
+
+    pub fn confirm_latency(&self) -> Option<Latency> {
+        Latency::of(&self.confirm)
+    }
+
+    pub fn e2e_latency(&self) -> Option<Latency> {
+        Latency::of(&self.e2e)
+    }
+}
