@@ -26,11 +26,27 @@ pub fn binary_path() -> PathBuf {
     root.join("target").join("release").join("stablemq")
 }
 
-/// Ask the kernel for a free loopback port. The port is released before the
-/// broker binds it; a collision is possible but rare, and shows as a start failure.
+/// A free loopback port for a broker under test.
+///
+/// Ports come from 20000–31999, below Linux's ephemeral range (32768+), so a
+/// client socket's local port can never take the port a broker is about to bind.
+/// Each process walks the range from its own pid-derived start, and a port is
+/// handed out only once per process and only if it can be bound right now.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const BASE: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = BASE + (start + n) % SPAN;
+        let port = u16::try_from(port).expect("port range fits u16");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {BASE}..{}", BASE + SPAN);
 }
 
 /// Options for starting a broker.

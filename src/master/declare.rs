@@ -191,6 +191,12 @@ impl Master {
     ) -> AmqpResult<()> {
         let name = d.exchange.as_str().to_string();
         let ok = AMQPClass::Exchange(mx::AMQPMethod::DeclareOk(mx::DeclareOk {}));
+        if name.is_empty() {
+            // Even a passive declare of the default exchange is refused, as in RabbitMQ.
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
         if d.passive {
             if self.broker.exchange(vhost, &name).is_none() {
                 return Err(AmqpError::no_exchange(vhost, &name));
@@ -277,6 +283,19 @@ impl Master {
             || AmqpError::access_refused("operation not permitted on the default exchange");
         if binding.source.is_empty() {
             return Err(default_refused());
+        }
+        if !add {
+            // Unbinding is idempotent in RabbitMQ: a binding whose queue or exchange
+            // is already gone (an auto-deleted queue, say) is simply not there.
+            let dest_missing = match &binding.destination {
+                Destination::Queue(q) => self.broker.queue(vhost, q).is_none(),
+                Destination::Exchange(x) => {
+                    !x.is_empty() && self.broker.exchange(vhost, x).is_none()
+                }
+            };
+            if dest_missing || self.broker.exchange(vhost, &binding.source).is_none() {
+                return Ok(());
+            }
         }
         let dest_logged = match &binding.destination {
             Destination::Queue(q) => {
@@ -384,7 +403,8 @@ impl Master {
                             "queue '{name}' in vhost '{vhost}' in use"
                         )));
                     }
-                    if d.if_empty && !q.is_empty() {
+                    // RabbitMQ counts ready messages only: unacked ones do not make a queue non-empty.
+                    if d.if_empty && !q.ready.is_empty() {
                         return Err(AmqpError::precondition(format!(
                             "queue '{name}' in vhost '{vhost}' is not empty"
                         )));
@@ -511,10 +531,12 @@ impl Master {
                     return Err(bad("auto_delete", spec.auto_delete, cur.auto_delete));
                 }
                 if cur.exclusive_owner.is_some() != spec.exclusive_owner.is_some() {
-                    return Err(bad(
-                        "exclusive",
-                        spec.exclusive_owner.is_some(),
-                        cur.exclusive_owner.is_some(),
+                    // RabbitMQ answers an exclusive mismatch as a lock: 405.
+                    return Err(AmqpError::new(
+                        ReplyCode::ResourceLocked,
+                        format!(
+                            "cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
+                        ),
                     ));
                 }
                 for arg in EQUIVALENCE_ARGS {

@@ -41,6 +41,9 @@ enum Completion {
     Reply(AMQPClass),
     /// A publisher confirm: (tag, ack) where ack=false sends basic.nack.
     Confirm(u64, bool),
+    /// A method the broker sends on its own (basic.cancel of a deleted queue's
+    /// consumer); unlike `Reply` it does not hold back the channel.
+    Notify(AMQPClass),
     /// A method that arrived while earlier replies of its channel were waiting;
     /// it runs once they are sent, so replies keep their order.
     Rerun(Input),
@@ -86,6 +89,8 @@ pub struct Master {
     queue_last_used: HashMap<QueueKey, u64>,
     /// Nesting of dead-lettering in progress (bounded, see `dead_letter`).
     dead_letter_depth: u32,
+    /// Consumer cancel notifications to send after this step's replies.
+    cancels: Vec<(ConnId, u16, Arc<str>)>,
 }
 
 impl Master {
@@ -113,6 +118,7 @@ impl Master {
             consumer_timeout_ms: config.consumer_timeout_ms,
             queue_last_used: HashMap::new(),
             dead_letter_depth: 0,
+            cancels: Vec::new(),
         }
     }
 
@@ -169,6 +175,11 @@ impl Master {
 
     /// Handle one input.
     pub fn handle(&mut self, input: Input) {
+        self.handle_inner(input);
+        self.flush_cancels();
+    }
+
+    fn handle_inner(&mut self, input: Input) {
         match input {
             Input::Open { conn, user, vhost } => self.open(conn, user, vhost),
             Input::Disconnected { conn } => self.disconnect(conn),
@@ -351,17 +362,31 @@ impl Master {
                 for ck in qc.list {
                     if let Some(chan) = self.channel_mut(ck.conn, ck.ch) {
                         chan.consumers.remove(&ck.tag);
-                        let cancel = AMQPClass::Basic(mbasic::AMQPMethod::Cancel(mbasic::Cancel {
-                            consumer_tag: ck.tag.as_ref().into(),
-                            nowait: true,
-                        }));
-                        self.send(ck.conn, ToConn::Method(ck.ch, cancel));
+                        self.cancels.push((ck.conn, ck.ch, ck.tag));
                     }
                 }
             }
             self.stalled.remove(&key);
         }
         applied
+    }
+
+    /// Tell consumers of deleted queues they are cancelled (consumer_cancel_notify).
+    /// It goes after the reply to the operation that deleted the queue, as in
+    /// RabbitMQ, so a client deleting a queue it consumes from sees delete-ok first.
+    fn flush_cancels(&mut self) {
+        for (conn, ch, tag) in std::mem::take(&mut self.cancels) {
+            let cancel = AMQPClass::Basic(mbasic::AMQPMethod::Cancel(mbasic::Cancel {
+                consumer_tag: tag.as_ref().into(),
+                nowait: true,
+            }));
+            if self.stable >= self.last_appended && self.waiting.is_empty() {
+                self.send(conn, ToConn::Method(ch, cancel));
+            } else {
+                let index = self.last_appended;
+                self.push_waiting(index, conn, ch, Completion::Notify(cancel));
+            }
+        }
     }
 
     /// Send a reply once everything appended so far is stable.
@@ -433,6 +458,7 @@ impl Master {
             }
             match w.what {
                 Completion::Confirm(tag, ack) => self.send_confirm(w.conn, w.ch, tag, ack),
+                Completion::Notify(m) => self.send(w.conn, ToConn::Method(w.ch, m)),
                 Completion::Reply(m) => {
                     if let Some(chan) = self.channel_mut(w.conn, w.ch) {
                         chan.pending_replies -= 1;

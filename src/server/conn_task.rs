@@ -135,7 +135,7 @@ fn decode_all(conn: &mut Connection, rbuf: &mut BytesMut, now: Instant, actions:
             rbuf.clear();
             return;
         }
-        match decode_frame(rbuf, conn.frame_max()) {
+        match decode_frame(rbuf, conn.decode_limit()) {
             Ok(Some(f)) => conn.on_frame(f, now, actions),
             Ok(None) => return,
             Err(e) => {

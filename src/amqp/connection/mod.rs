@@ -136,9 +136,20 @@ impl Connection {
         }
     }
 
-    /// frame_max to enforce on incoming frames now.
+    /// Negotiated frame_max: the limit for frames we send.
     pub fn frame_max(&self) -> u32 {
         self.frame_max
+    }
+
+    /// The limit for frames we accept: frame_max plus the 8 bytes of frame overhead,
+    /// the slack RabbitMQ allows (FRAME_SIZE_FUDGE) because some clients fill the
+    /// payload up to frame_max.
+    pub fn decode_limit(&self) -> u32 {
+        if self.frame_max == 0 {
+            0
+        } else {
+            self.frame_max.saturating_add(8)
+        }
     }
 
     /// Whether the protocol header is still expected.
@@ -430,19 +441,26 @@ impl Connection {
             );
             return self.close_connection(&e, out);
         }
-        if ch > self.channel_max && self.channel_max != 0 {
-            let e = AmqpError::new(
-                ReplyCode::ChannelError,
-                format!("channel {ch} exceeds channel_max {}", self.channel_max),
-            );
-            return self.close_connection(&e, out);
-        }
         let Some(slot) = self.channels.get_mut(&ch) else {
             return match frame {
                 Frame::Method {
                     method: AMQPClass::Channel(mch::AMQPMethod::Open(_)),
                     ..
                 } => {
+                    // RabbitMQ limits how many channels are open, not their numbers.
+                    if self.channel_max != 0 && self.channels.len() >= usize::from(self.channel_max)
+                    {
+                        let e = AmqpError::new(
+                            ReplyCode::NotAllowed,
+                            format!(
+                                "number of channels opened ({}) has reached the negotiated channel_max ({})",
+                                self.channels.len(),
+                                self.channel_max
+                            ),
+                        )
+                        .on(20, 10);
+                        return self.close_connection(&e, out);
+                    }
                     self.channels.insert(
                         ch,
                         Slot {
@@ -520,7 +538,16 @@ impl Connection {
                 ));
                 self.linger(out);
             }
-            // Clients may tell us they are blocked/unblocked or refresh a secret; ignore.
+            // A new secret (token refresh): with password logins there is nothing to
+            // re-check, so accept it as RabbitMQ's internal backend does.
+            Frame::Method {
+                method: AMQPClass::Connection(mconn::AMQPMethod::UpdateSecret(_)),
+                ..
+            } => out.push(self.method(
+                0,
+                AMQPClass::Connection(mconn::AMQPMethod::UpdateSecretOk(mconn::UpdateSecretOk {})),
+            )),
+            // Clients may tell us they are blocked/unblocked; ignore.
             Frame::Method {
                 method:
                     AMQPClass::Connection(
