@@ -1,0 +1,262 @@
+"""pytest plugin for running third-party client test suites against a broker we start.
+
+Loaded with ``-p stablemq_fixtures`` (this directory is on PYTHONPATH) by
+``scripts/suites.sh``. It does three things:
+
+1. Broker fixtures from the environment. aio-pika's and aiormq's suites get their
+   broker from Docker (``rabbitmq_container`` -> ``amqp_direct_url`` -> ``amqp_url``).
+   This plugin supplies ``rabbitmq_container`` and ``amqp_direct_url`` built from
+   ``AMQP_URL`` (e.g. ``amqp://guest:guest@127.0.0.1:5672/``) instead, and a
+   ``docker`` fixture that fails saying Docker is not used here. aiormq's conftest
+   does not define those fixtures, so ours are used as they are. aio-pika's conftest
+   does define them (and its ``pytest_configure`` refuses to run without Docker);
+   a conftest fixture would win over a plugin fixture, so when that conftest module
+   is registered we replace its Docker check and its fixture functions in the module
+   itself, before pytest's fixture manager reads them.
+
+2. Deselection. ``STABLEMQ_DESELECT_FILE`` names ``deselected.txt`` and
+   ``STABLEMQ_SUITE`` the suite being run; every entry of that suite is removed from
+   the run (reported as deselected, as with ``-k``). An entry matches a test id
+   exactly, or every test under it (a file or class id followed by ``::``, a test
+   without its ``[params]``), or as
+   a pattern when it contains ``*`` (the only wildcard).
+
+3. A machine-readable result. ``STABLEMQ_RESULT_FILE`` receives a JSON object with
+   the counts (passed, failed, skipped, deselected), the failed test ids with their
+   error message, and the deselected ids with their reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+# --------------------------------------------------------------------------- #
+# 1. Broker fixtures                                                          #
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class BrokerEndpoint:
+    """Stands in for aio-pika's ``tests.docker_client.ContainerInfo``."""
+
+    id: str
+    ports: dict[str, int] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+
+
+def _amqp_url_parts() -> tuple[str, int, str, str]:
+    url = os.environ.get("AMQP_URL")
+    if not url:
+        raise pytest.UsageError(
+            "stablemq_fixtures: AMQP_URL is not set (scripts/suites.sh sets it)"
+        )
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or 5672
+    user = unquote(parts.username or "guest")
+    password = unquote(parts.password or "guest")
+    return host, port, user, password
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_container() -> BrokerEndpoint:
+    host, port, _, _ = _amqp_url_parts()
+    # No TLS listener: the amqps variants are deselected with -k "not amqps and not
+    # ssl". 5671/tcp points at the plain port only so that building those URLs in
+    # fixtures does not raise KeyError.
+    tls_port = int(os.environ.get("AMQPS_PORT", port))
+    return BrokerEndpoint(
+        id="stablemq-suites", ports={"5672/tcp": port, "5671/tcp": tls_port}, host=host
+    )
+
+
+@pytest.fixture(scope="session")
+def amqp_direct_url():
+    from yarl import URL
+
+    host, port, user, password = _amqp_url_parts()
+    # Same shape as the suites' own fixture: path "//" is the vhost "/".
+    return URL.build(
+        scheme="amqp", user=user, password=password, host=host, port=port, path="//"
+    )
+
+
+@pytest.fixture(scope="session")
+def docker():
+    pytest.fail(
+        "this test starts its own RabbitMQ container through Docker; Docker is not "
+        "used by scripts/suites.sh (list the test in compat-tests/suites/deselected.txt)"
+    )
+
+
+_OVERRIDES = {
+    "rabbitmq_container": rabbitmq_container,
+    "amqp_direct_url": amqp_direct_url,
+    "docker": docker,
+}
+
+
+def _no_docker_check(*_args, **_kwargs):
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_plugin_registered(plugin, manager):
+    """Neutralise a conftest's Docker dependence before pytest reads its fixtures."""
+    mod_file = getattr(plugin, "__file__", "") or ""
+    if os.path.basename(mod_file) != "conftest.py":
+        return
+    if hasattr(plugin, "check_docker_available"):
+        # aio-pika's pytest_configure calls this module global and raises a
+        # UsageError when Docker is missing.
+        plugin.check_docker_available = _no_docker_check
+    for name, fixture in _OVERRIDES.items():
+        if name in vars(plugin):
+            setattr(plugin, name, fixture)
+
+
+# --------------------------------------------------------------------------- #
+# 2. Deselection                                                              #
+# --------------------------------------------------------------------------- #
+
+
+def load_deselections(path: str, suite: str) -> list[tuple[str, str]]:
+    """Entries of ``suite`` in the deselection file: (test id pattern, reason)."""
+    entries = []
+    with open(path, encoding="utf-8") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            cols = [c.strip() for c in line.split("|", 2)]
+            if len(cols) != 3 or not all(cols):
+                raise pytest.UsageError(
+                    f"{path}: malformed line (want 'suite | test id | reason'): {line}"
+                )
+            if cols[0] == suite:
+                entries.append((cols[1], cols[2]))
+    return entries
+
+
+def _matches(nodeid: str, pattern: str) -> bool:
+    if "*" in pattern:
+        # Only "*" is a wildcard: test ids contain brackets ("[connect]").
+        regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+        if re.fullmatch(regex, nodeid):
+            return True
+    # A test id without parameters covers all its parametrisations ("[...]"), and a
+    # file or class id every test under it.
+    return nodeid == pattern or nodeid.startswith((pattern + "::", pattern + "["))
+
+
+class _State:
+    def __init__(self):
+        self.start = time.monotonic()
+        self.outcomes: dict[str, str] = {}
+        self.errors: dict[str, str] = {}
+        self.deselected: dict[str, str] = {}
+        self.unused: list[str] = []
+        self.deselected_total = 0
+
+
+_state = _State()
+
+
+def pytest_deselected(items):
+    # Everything deselected, by -k (the TLS variants) or by the deselection file.
+    _state.deselected_total += len(items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    path = os.environ.get("STABLEMQ_DESELECT_FILE")
+    suite = os.environ.get("STABLEMQ_SUITE")
+    if not path or not suite:
+        return
+    entries = load_deselections(path, suite)
+    used = set()
+    keep, drop = [], []
+    for item in items:
+        reason = None
+        for pattern, why in entries:
+            if _matches(item.nodeid, pattern):
+                reason = why
+                used.add(pattern)
+                break
+        if reason is None:
+            keep.append(item)
+        else:
+            drop.append(item)
+            _state.deselected[item.nodeid] = reason
+    _state.unused = [p for p, _ in entries if p not in used]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# --------------------------------------------------------------------------- #
+# 3. Result file                                                              #
+# --------------------------------------------------------------------------- #
+
+
+def _message(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message)
+    text = str(report.longrepr or "")
+    return text.strip().splitlines()[-1] if text.strip() else ""
+
+
+def pytest_runtest_logreport(report):
+    nodeid = report.nodeid
+    prev = _state.outcomes.get(nodeid)
+    if report.failed:
+        if prev != "failed":
+            phase = "" if report.when == "call" else f"[{report.when}] "
+            _state.errors[nodeid] = phase + _message(report)[:2000]
+        _state.outcomes[nodeid] = "failed"
+    elif report.skipped:
+        if prev is None:
+            # xfail counts as skipped, like pytest's own "xfailed" line.
+            _state.outcomes[nodeid] = "skipped"
+    elif report.when == "call" and prev is None:
+        _state.outcomes[nodeid] = "passed"
+    elif report.when == "teardown" and prev is None:
+        _state.outcomes[nodeid] = "passed"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get("STABLEMQ_RESULT_FILE")
+    if not out:
+        return
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for outcome in _state.outcomes.values():
+        counts[outcome] += 1
+    result = {
+        "suite": os.environ.get("STABLEMQ_SUITE", ""),
+        **counts,
+        "deselected": len(_state.deselected),
+        # Not collected into the run by -k "not amqps and not ssl" / "not tls".
+        "tls_not_run": _state.deselected_total - len(_state.deselected),
+        "pytest_exit_status": int(exitstatus),
+        "seconds": round(time.monotonic() - _state.start, 1),
+        "failures": [
+            {"id": nid, "error": _state.errors.get(nid, "")}
+            for nid, o in _state.outcomes.items()
+            if o == "failed"
+        ],
+        "deselected_tests": [
+            {"id": nid, "reason": why} for nid, why in _state.deselected.items()
+        ],
+        "unused_deselections": _state.unused,
+    }
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, indent=2)
+        fh.write("\n")

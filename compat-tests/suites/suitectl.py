@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Small helpers for scripts/suites.sh (standard library only).
+
+  suitectl.py free-ports N
+      print N distinct free TCP ports on 127.0.0.1
+  suitectl.py wait-amqp PORT TIMEOUT PID
+      wait until 127.0.0.1:PORT answers an AMQP 0-9-1 protocol header with a
+      connection.start frame; fail early if process PID exits
+  suitectl.py deselected SUITE FILE
+      print the test ids of SUITE in the deselection file, one a line
+  suitectl.py cargo-result SUITE LOG DESELECT_FILE OUT_JSON EXIT_STATUS
+      turn the output of `cargo test` into the same JSON the pytest plugin writes
+  suitectl.py summarize RESULTS_DIR BROKER OUT_JSON WALL_SECONDS SUITE...
+      print the per-suite table, write the summary JSON, exit 1 if a suite failed
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+import time
+
+
+def free_ports(n: int) -> None:
+    socks, ports = [], []
+    try:
+        while len(ports) < n:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    print(" ".join(map(str, ports)))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by the shell) still answers kill -0.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def wait_amqp(port: int, timeout: float, pid: int) -> None:
+    deadline = time.monotonic() + timeout
+    last = "no attempt"
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            sys.exit(f"broker process {pid} exited before it listened on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.settimeout(5)
+                s.sendall(b"AMQP\x00\x00\x09\x01")
+                data = s.recv(7)
+                # A method frame (type 1) on channel 0: connection.start.
+                if len(data) >= 3 and data[0] == 1 and data[1:3] == b"\x00\x00":
+                    return
+                last = f"unexpected reply {data!r}"
+        except OSError as e:
+            last = str(e)
+        time.sleep(0.25)
+    sys.exit(f"broker did not answer AMQP on 127.0.0.1:{port} within {timeout:.0f} s ({last})")
+
+
+def load_deselections(path: str, suite: str) -> list[tuple[str, str]]:
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            cols = [c.strip() for c in line.split("|", 2)]
+            if len(cols) != 3 or not all(cols):
+                sys.exit(f"{path}: malformed line (want 'suite | test id | reason'): {line}")
+            if cols[0] == suite:
+                out.append((cols[1], cols[2]))
+    return out
+
+
+def deselected(suite: str, path: str) -> None:
+    for test_id, _ in load_deselections(path, suite):
+        print(test_id)
+
+
+_RUNNING = re.compile(r"^\s*Running (?:unittests )?(\S+)")
+_RESULT = re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)")
+_PANIC_HEAD = re.compile(r"^---- (\S+) stdout ----$")
+
+
+def cargo_result(suite: str, log: str, desel_path: str, out: str, status: int) -> None:
+    """Test ids are '<target>::<test name>' with target the test file's stem or 'lib'."""
+    with open(log, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().splitlines()
+    target = "?"
+    outcomes: dict[str, str] = {}
+    tid_of: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines:
+        m = _RUNNING.match(line)
+        if m:
+            src = m.group(1)
+            target = "lib" if src.startswith("src/") else os.path.splitext(os.path.basename(src))[0]
+            current = None
+            continue
+        m = _RESULT.match(line)
+        if m:
+            name, res = m.groups()
+            tid = f"{target}::{name}"
+            outcomes[tid] = {"ok": "passed", "FAILED": "failed", "ignored": "skipped"}[res]
+            tid_of[name] = tid
+            continue
+        m = _PANIC_HEAD.match(line)
+        if m:
+            current = sections.setdefault(tid_of.get(m.group(1), f"{target}::{m.group(1)}"), [])
+            continue
+        if line.startswith("failures:") or line.startswith("test result:"):
+            current = None
+        elif current is not None:
+            current.append(line.strip())
+    errors: dict[str, str] = {}
+    for tid, body in sections.items():
+        text = [l for l in body if l]
+        for i, l in enumerate(text):
+            if "panicked at" in l:
+                errors[tid] = " ".join(text[i:i + 2])[:2000]
+                break
+        else:
+            errors[tid] = " ".join(text[-2:])[:2000]
+    desel = load_deselections(desel_path, suite)
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for o in outcomes.values():
+        counts[o] += 1
+    result = {
+        "suite": suite,
+        **counts,
+        "deselected": len(desel),
+        "cargo_exit_status": status,
+        "failures": [{"id": t, "error": errors.get(t, "")} for t, o in outcomes.items() if o == "failed"],
+        "deselected_tests": [{"id": t, "reason": r} for t, r in desel],
+    }
+    if status != 0 and counts["failed"] == 0:
+        # A build error or a test binary that crashed.
+        tail = [l for l in lines if l.startswith("error")][-5:]
+        result["failures"].append({"id": f"{suite}::<cargo>", "error": f"cargo test exited with {status}: {' / '.join(tail)}"})
+        result["failed"] += 1
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, indent=2)
+        fh.write("\n")
+
+
+def summarize(results_dir: str, broker: str, out: str, wall: float, suites: list[str]) -> None:
+    rows, any_failed = [], False
+    per_suite = {}
+    for suite in suites:
+        path = os.path.join(results_dir, f"{suite}.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                r = json.load(fh)
+        except (OSError, ValueError):
+            r = {"suite": suite, "passed": 0, "failed": 1, "skipped": 0, "deselected": 0,
+                 "failures": [{"id": f"{suite}::<run>", "error": "the suite produced no result (crashed, or the broker did not start)"}]}
+        meta_path = os.path.join(results_dir, f"{suite}.meta.json")
+        if os.path.exists(meta_path):
+            with open(meta_path, encoding="utf-8") as fh:
+                r.update(json.load(fh))
+        exit_status = r.get("pytest_exit_status", r.get("cargo_exit_status", 0))
+        if r.get("failed", 0) == 0 and exit_status not in (0, None):
+            # Collection error, interruption, usage error, or no test collected (5).
+            r["failed"] = 1
+            r.setdefault("failures", []).append({"id": f"{suite}::<run>", "error": f"test runner exited with {exit_status} without a failed test"})
+        if r.get("broker_died"):
+            r["failed"] = max(1, r.get("failed", 0))
+            r.setdefault("failures", []).append({"id": f"{suite}::<broker>", "error": "the broker process exited during the suite"})
+        any_failed |= r.get("failed", 0) > 0
+        per_suite[suite] = r
+        rows.append((suite, r.get("version", ""), r.get("passed", 0), r.get("failed", 0), r.get("deselected", 0),
+                     r.get("skipped", 0), r.get("tls_not_run", 0), r.get("wall_seconds", r.get("seconds", 0))))
+    print()
+    print(f"==> third-party suites against {broker}")
+    print(f"{'suite':<10} {'version':<8} {'passed':>7} {'failed':>7} {'deselected':>11} {'skipped':>8} {'TLS (not run)':>14} {'seconds':>8}")
+    tot = [0, 0, 0, 0, 0]
+    for suite, ver, p, f, d, s, tls, sec in rows:
+        print(f"{suite:<10} {ver:<8} {p:>7} {f:>7} {d:>11} {s:>8} {tls:>14} {sec:>8.0f}")
+        tot = [tot[0] + p, tot[1] + f, tot[2] + d, tot[3] + s, tot[4] + tls]
+    print(f"{'total':<10} {'':<8} {tot[0]:>7} {tot[1]:>7} {tot[2]:>11} {tot[3]:>8} {tot[4]:>14} {wall:>8.0f}")
+    print("(deselected: listed in compat-tests/suites/deselected.txt; TLS (not run): -k excludes the TLS variants, no TLS listener yet)")
+    for suite in suites:
+        fails = per_suite[suite].get("failures", [])
+        if fails:
+            print(f"\nfailed in {suite} ({len(fails)}):")
+            for f in fails[:200]:
+                print(f"  {f['id']}: {f.get('error', '').splitlines()[0][:160] if f.get('error') else ''}")
+            if len(fails) > 200:
+                print(f"  ... and {len(fails) - 200} more (see {out})")
+        unused = per_suite[suite].get("unused_deselections") or []
+        if unused:
+            print(f"\nwarning: deselection entries of {suite} that matched no test: {', '.join(unused)}")
+    summary = {
+        "broker": broker,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "wall_seconds": round(wall, 1),
+        "passed": tot[0], "failed": tot[1], "deselected": tot[2], "skipped": tot[3], "tls_not_run": tot[4],
+        "suites": per_suite,
+    }
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+        fh.write("\n")
+    print()
+    # The plain closing line that CI-style readers understand.
+    print(f"suites: {tot[0]} passed, {tot[1]} failed, {tot[3]} skipped")
+    sys.exit(1 if any_failed else 0)
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        sys.exit(__doc__)
+    cmd, args = argv[0], argv[1:]
+    if cmd == "free-ports":
+        free_ports(int(args[0]))
+    elif cmd == "wait-amqp":
+        wait_amqp(int(args[0]), float(args[1]), int(args[2]))
+    elif cmd == "deselected":
+        deselected(args[0], args[1])
+    elif cmd == "cargo-result":
+        cargo_result(args[0], args[1], args[2], args[3], int(args[4]))
+    elif cmd == "summarize":
+        summarize(args[0], args[1], args[2], float(args[3]), args[4:])
+    else:
+        sys.exit(f"unknown command {cmd}\n{__doc__}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,383 @@
+#!/usr/bin/env bash
+# Run third-party AMQP client test suites against a freshly started broker.
+#
+#   scripts/suites.sh [--against-rabbitmq] [SUITE...]
+#
+# SUITE is any of: aio-pika aiormq lapin kombu py-amqp rabbitpy (default: all, in
+# that order; commas work too). Each suite gets a broker of its own: a fresh
+# StableMQ (target/release/stablemq; built with `cargo build --release` only if it
+# is missing) with a fresh data dir on free 127.0.0.1 ports, or with
+# --against-rabbitmq a fresh Debian RabbitMQ 3.10 node (baseline comparison; the
+# package is installed with apt-get if missing). The broker is stopped by pid after
+# the suite, also on failure or Ctrl-C.
+#
+# Everything is pinned and fetched by this script: the suites' sdists from PyPI
+# (pip download --no-binary), lapin's crate source from crates.io, and the Python
+# test dependencies (compat-tests/suites/requirements.txt) into a virtualenv at
+# compat-tests/.cache/venv. Tests listed in compat-tests/suites/deselected.txt are
+# not run (each with its reason there).
+#
+# Prints per-suite counts and the total wall time, writes
+# compat-tests/.cache/suites-summary.json (with --against-rabbitmq:
+# suites-summary-rabbitmq.json), keeps each suite's log under
+# compat-tests/.cache/logs/, and exits non-zero if any test that is not deselected
+# failed.
+#
+# Environment: SUITES_TEST_TIMEOUT (seconds a single test may take, default 120),
+# STABLEMQ_BIN (broker binary, default target/release/stablemq), SUITES_K (a pytest
+# -k expression ANDed with the suite's own, to run fewer tests while debugging, e.g.
+# SUITES_K=dead_letter scripts/suites.sh aio-pika), SUITES_PYTEST_ARGS (more pytest
+# arguments, e.g. "-x").
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+START=$SECONDS
+
+SUITES_DIR="$ROOT/compat-tests/suites"
+CACHE="$ROOT/compat-tests/.cache"
+DESELECT="$SUITES_DIR/deselected.txt"
+REQUIREMENTS="$SUITES_DIR/requirements.txt"
+CTL="$SUITES_DIR/suitectl.py"
+TEST_TIMEOUT="${SUITES_TEST_TIMEOUT:-120}"
+
+ALL_SUITES=(aio-pika aiormq lapin kombu py-amqp rabbitpy)
+# suite -> PyPI distribution and version (lapin: crates.io)
+declare -A DIST=([aio-pika]=aio-pika [aiormq]=aiormq [kombu]=kombu [py-amqp]=amqp [rabbitpy]=rabbitpy [lapin]=lapin)
+declare -A VERSION=([aio-pika]=10.2.1 [aiormq]=7.2.4 [kombu]=5.7.0 [py-amqp]=5.4.2 [rabbitpy]=3.0.2 [lapin]=4.12.3)
+
+log() { printf '==> %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 2; }
+
+usage() {
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+# --- arguments ----------------------------------------------------------------
+BROKER=stablemq
+SUITES=()
+for arg in "$@"; do
+    case "$arg" in
+        --against-rabbitmq) BROKER=rabbitmq ;;
+        -h|--help) usage; exit 0 ;;
+        -*) die "unknown option $arg (see --help)" ;;
+        *)
+            IFS=',' read -r -a names <<<"$arg"
+            for n in "${names[@]}"; do
+                [[ -n "${DIST[$n]:-}" ]] || die "unknown suite '$n' (one of: ${ALL_SUITES[*]})"
+                SUITES+=("$n")
+            done
+            ;;
+    esac
+done
+[[ ${#SUITES[@]} -gt 0 ]] || SUITES=("${ALL_SUITES[@]}")
+
+mkdir -p "$CACHE"/{sdists,src,logs,run}
+RESULTS="$CACHE/results/$BROKER"
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+if [[ $BROKER == rabbitmq ]]; then
+    SUMMARY="$CACHE/suites-summary-rabbitmq.json"
+else
+    SUMMARY="$CACHE/suites-summary.json"
+fi
+
+# --- cleanup: every process we start is stopped by its pid ----------------------
+BROKER_PID=""
+BROKER_BEAM_PIDFILE=""
+EPMD_PID=""
+RUN_DIR=""
+
+stop_pid() { # pid, seconds to wait after SIGTERM before SIGKILL
+    local pid=$1 wait=${2:-10} i
+    [[ -n "$pid" ]] || return 0
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < wait * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        # reap it if it is our child, so that kill -0 stops answering
+        if ! ps -p "$pid" -o stat= 2>/dev/null | grep -qv Z; then break; fi
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+stop_broker() {
+    local beam=""
+    if [[ -n "$BROKER_BEAM_PIDFILE" && -s "$BROKER_BEAM_PIDFILE" ]]; then
+        beam=$(cat "$BROKER_BEAM_PIDFILE")
+    fi
+    stop_pid "$BROKER_PID" 30
+    # RabbitMQ: the start script forwards SIGTERM to the Erlang VM; make sure it is gone.
+    if [[ -n "$beam" ]] && kill -0 "$beam" 2>/dev/null; then
+        kill -KILL "$beam" 2>/dev/null || true
+    fi
+    stop_pid "$EPMD_PID" 5
+    BROKER_PID="" BROKER_BEAM_PIDFILE="" EPMD_PID=""
+    if [[ -n "$RUN_DIR" ]]; then
+        rm -rf "$RUN_DIR"
+        RUN_DIR=""
+    fi
+}
+trap stop_broker EXIT
+trap 'stop_broker; exit 130' INT
+trap 'stop_broker; exit 143' TERM
+
+# --- Python virtualenv with the pinned test dependencies -------------------------
+VENV="$CACHE/venv"
+PY="$VENV/bin/python"
+setup_venv() {
+    local host
+    host="$(command -v python3.11 || command -v python3 || true)"
+    [[ -n "$host" ]] || die "python3 (3.11 or newer) is needed"
+    "$host" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+        die "$host is older than Python 3.11 (aio-pika 10 needs 3.11)"
+    if [[ ! -x "$PY" ]]; then
+        log "creating $VENV with $host"
+        if ! "$host" -m venv "$VENV"; then
+            # Some distributions ship Python without ensurepip; virtualenv does not need it.
+            rm -rf "$VENV"
+            "$host" -m pip install --quiet --user virtualenv
+            "$host" -m virtualenv --quiet "$VENV"
+        fi
+    fi
+    local stamp="$VENV/.requirements.sha256" want
+    want="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
+    if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+        log "installing $REQUIREMENTS into $VENV"
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --quiet --no-deps -r "$REQUIREMENTS"
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip check
+        echo "$want" >"$stamp"
+    fi
+}
+
+# --- sources ------------------------------------------------------------------------
+# Prints the directory of the unpacked sdist of a suite.
+fetch_sdist() {
+    local suite=$1 dist=${DIST[$1]} ver=${VERSION[$1]} tarball top
+    tarball=$(find "$CACHE/sdists" -maxdepth 1 \( -iname "$(echo "$dist" | tr - _)-$ver.tar.gz" -o -iname "$dist-$ver.tar.gz" \) | head -n 1)
+    if [[ -z "$tarball" ]]; then
+        log "downloading the $dist $ver sdist" >&2
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip download --quiet --no-binary "$dist" --no-deps \
+            -d "$CACHE/sdists" "$dist==$ver" >&2
+        tarball=$(find "$CACHE/sdists" -maxdepth 1 \( -iname "$(echo "$dist" | tr - _)-$ver.tar.gz" -o -iname "$dist-$ver.tar.gz" \) | head -n 1)
+        [[ -n "$tarball" ]] || die "pip download did not leave a $dist-$ver sdist in $CACHE/sdists"
+    fi
+    top=$(tar tzf "$tarball" | head -n 1 | cut -d/ -f1)
+    if [[ ! -f "$CACHE/src/$top/.unpacked" ]]; then
+        rm -rf "${CACHE:?}/src/$top"
+        tar xzf "$tarball" -C "$CACHE/src"
+        touch "$CACHE/src/$top/.unpacked"
+    fi
+    echo "$CACHE/src/$top"
+}
+
+# Prints the directory of a private copy of lapin's crate source.
+fetch_lapin() {
+    local ver=${VERSION[lapin]} dest="$CACHE/src/lapin-${VERSION[lapin]}" home="${CARGO_HOME:-$HOME/.cargo}" src crate
+    if [[ -f "$dest/.unpacked" ]]; then
+        echo "$dest"
+        return
+    fi
+    src=$(ls -d "$home"/registry/src/*/"lapin-$ver" 2>/dev/null | head -n 1 || true)
+    crate=$(ls "$home"/registry/cache/*/"lapin-$ver.crate" 2>/dev/null | head -n 1 || true)
+    if [[ -z "$src" && -z "$crate" ]]; then
+        log "fetching lapin $ver from crates.io" >&2
+        local probe="$CACHE/lapin-fetch"
+        rm -rf "$probe"
+        mkdir -p "$probe/src"
+        printf '[package]\nname = "lapin-fetch"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n[dependencies]\nlapin = "=%s"\n\n[workspace]\n' "$ver" >"$probe/Cargo.toml"
+        : >"$probe/src/lib.rs"
+        cargo fetch --manifest-path "$probe/Cargo.toml" >&2
+        rm -rf "$probe"
+        src=$(ls -d "$home"/registry/src/*/"lapin-$ver" 2>/dev/null | head -n 1 || true)
+        crate=$(ls "$home"/registry/cache/*/"lapin-$ver.crate" 2>/dev/null | head -n 1 || true)
+    fi
+    rm -rf "$dest"
+    if [[ -n "$crate" ]]; then
+        tar xzf "$crate" -C "$CACHE/src"
+    elif [[ -n "$src" ]]; then
+        cp -r "$src" "$dest"
+    else
+        die "could not find lapin $ver in cargo's registry after cargo fetch"
+    fi
+    # The copy lives inside this repository's workspace: make it a workspace of its own.
+    grep -q '^\[workspace\]' "$dest/Cargo.toml" || printf '\n[workspace]\n' >>"$dest/Cargo.toml"
+    touch "$dest/.unpacked"
+    echo "$dest"
+}
+
+# --- brokers ------------------------------------------------------------------------
+AMQP_PORT=""
+
+start_stablemq() {
+    local suite=$1 bin="${STABLEMQ_BIN:-$ROOT/target/release/stablemq}" prom
+    RUN_DIR=$(mktemp -d "$CACHE/run/stablemq-$suite.XXXXXX")
+    read -r AMQP_PORT prom < <("$PY" "$CTL" free-ports 2)
+    "$bin" serve --bind 127.0.0.1 --amqp-port "$AMQP_PORT" --prometheus-port "$prom" \
+        --data-dir "$RUN_DIR/data" >"$CACHE/logs/stablemq-$suite.broker.log" 2>&1 &
+    BROKER_PID=$!
+    "$PY" "$CTL" wait-amqp "$AMQP_PORT" 60 "$BROKER_PID" ||
+        { tail -n 20 "$CACHE/logs/stablemq-$suite.broker.log" >&2; return 1; }
+}
+
+RABBITMQ_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
+ensure_rabbitmq() {
+    [[ -x $RABBITMQ_SERVER ]] && return 0
+    [[ $(id -u) -eq 0 ]] || die "RabbitMQ is not installed and installing it needs root (apt-get install rabbitmq-server)"
+    log "installing Debian's rabbitmq-server"
+    # Keep the package's own service from starting (it would listen on all interfaces).
+    local policy=/usr/sbin/policy-rc.d added=""
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+        added=1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null
+    [[ -n $added ]] && rm -f "$policy"
+    [[ -x $RABBITMQ_SERVER ]] || die "apt-get installed rabbitmq-server but $RABBITMQ_SERVER is missing"
+}
+
+start_rabbitmq() {
+    local suite=$1 dist epmd_port
+    RUN_DIR=$(mktemp -d "$CACHE/run/rabbitmq-$suite.XXXXXX")
+    read -r AMQP_PORT dist epmd_port < <("$PY" "$CTL" free-ports 3)
+    mkdir -p "$RUN_DIR"/{home,mnesia,log}
+    echo '[].' >"$RUN_DIR/enabled_plugins"
+    : >"$RUN_DIR/rabbitmq-env.conf"
+    printf 'loopback_users.guest = true\nlog.console = false\nlog.file.level = info\n' >"$RUN_DIR/rabbitmq.conf"
+    local rlog="$CACHE/logs/rabbitmq-$suite.broker.log"
+    # Our own epmd on loopback, on a port of its own, stopped by pid afterwards.
+    epmd -address 127.0.0.1 -port "$epmd_port" >"$RUN_DIR/epmd.log" 2>&1 &
+    EPMD_PID=$!
+    BROKER_BEAM_PIDFILE="$RUN_DIR/rabbitmq.pid"
+    env HOME="$RUN_DIR/home" \
+        ERL_EPMD_ADDRESS=127.0.0.1 ERL_EPMD_PORT="$epmd_port" \
+        RABBITMQ_NODENAME="suites-$suite-$$@localhost" \
+        RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT="$AMQP_PORT" \
+        RABBITMQ_DIST_PORT="$dist" \
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
+        RABBITMQ_CONF_ENV_FILE="$RUN_DIR/rabbitmq-env.conf" \
+        RABBITMQ_CONFIG_FILE="$RUN_DIR/rabbitmq.conf" \
+        RABBITMQ_ADVANCED_CONFIG_FILE="$RUN_DIR/advanced.config" \
+        RABBITMQ_ENABLED_PLUGINS_FILE="$RUN_DIR/enabled_plugins" \
+        RABBITMQ_PLUGINS_EXPAND_DIR="$RUN_DIR/plugins-expand" \
+        RABBITMQ_MNESIA_BASE="$RUN_DIR/mnesia" \
+        RABBITMQ_LOG_BASE="$RUN_DIR/log" \
+        RABBITMQ_PID_FILE="$BROKER_BEAM_PIDFILE" \
+        "$RABBITMQ_SERVER" >"$rlog" 2>&1 &
+    BROKER_PID=$!
+    "$PY" "$CTL" wait-amqp "$AMQP_PORT" 180 "$BROKER_PID" ||
+        { tail -n 20 "$rlog" "$RUN_DIR"/log/*.log >&2 || true; return 1; }
+}
+
+start_broker() {
+    if [[ $BROKER == rabbitmq ]]; then start_rabbitmq "$1"; else start_stablemq "$1"; fi
+}
+
+broker_alive() {
+    [[ -n "$BROKER_PID" ]] && kill -0 "$BROKER_PID" 2>/dev/null &&
+        ps -p "$BROKER_PID" -o stat= 2>/dev/null | grep -qv Z
+}
+
+# --- suites -------------------------------------------------------------------------
+PYTEST_COMMON=(-p stablemq_fixtures -p no:cacheprovider -q -rfE -o log_cli=false
+    --disable-warnings --timeout "$TEST_TIMEOUT")
+
+run_pytest_suite() { # suite, source dir, -k expression or "", pytest args...
+    local suite=$1 dir=$2 k=$3
+    shift 3
+    if [[ -n "${SUITES_K:-}" ]]; then
+        k="${k:+($k) and }(${SUITES_K})"
+    fi
+    local kargs=()
+    [[ -z "$k" ]] || kargs=(-k "$k")
+    (
+        cd "$dir"
+        export PYTHONPATH="$SUITES_DIR" STABLEMQ_SUITE="$suite" STABLEMQ_DESELECT_FILE="$DESELECT" \
+            STABLEMQ_RESULT_FILE="$RESULTS/$suite.json" AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/" \
+            RABBITMQ_HOST=127.0.0.1 RABBITMQ_5672_TCP="$AMQP_PORT" \
+            RABBITMQ_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f"
+        # shellcheck disable=SC2086 # SUITES_PYTEST_ARGS is split on purpose
+        "$PY" -m pytest "${PYTEST_COMMON[@]}" ${kargs[@]+"${kargs[@]}"} "$@" ${SUITES_PYTEST_ARGS:-}
+    )
+}
+
+run_suite() {
+    local suite=$1 dir status=0 t0=$SECONDS log="$CACHE/logs/$BROKER-$suite.log"
+    log "$suite ${VERSION[$suite]} against $BROKER (log: ${log#"$ROOT"/})"
+    if [[ $suite == lapin ]]; then
+        dir=$(fetch_lapin)
+        # Build the test binaries before the broker starts.
+        log "building lapin's tests"
+        CARGO_TARGET_DIR="$CACHE/lapin-target" cargo test --locked --release --tests --no-run \
+            --manifest-path "$dir/Cargo.toml" >"$CACHE/logs/lapin-build.log" 2>&1 ||
+            { tail -n 30 "$CACHE/logs/lapin-build.log" >&2; die "building lapin's tests failed"; }
+    else
+        dir=$(fetch_sdist "$suite")
+    fi
+    if ! start_broker "$suite"; then
+        echo "{\"suite\": \"$suite\", \"passed\": 0, \"failed\": 1, \"skipped\": 0, \"deselected\": 0, \"failures\": [{\"id\": \"$suite::<broker>\", \"error\": \"the broker did not start\"}]}" >"$RESULTS/$suite.json"
+        stop_broker
+        return
+    fi
+    case "$suite" in
+        aio-pika)
+            run_pytest_suite "$suite" "$dir" "not amqps and not ssl" tests 2>&1 | tee "$log" | grep -v '^\s*$' | tail -n 40 || status=$?
+            ;;
+        aiormq)
+            run_pytest_suite "$suite" "$dir" "not amqps and not ssl" tests 2>&1 | tee "$log" | grep -v '^\s*$' | tail -n 40 || status=$?
+            ;;
+        kombu)
+            run_pytest_suite "$suite" "$dir" "" t/integration/test_py_amqp.py 2>&1 | tee "$log" | tail -n 30 || status=$?
+            ;;
+        py-amqp)
+            run_pytest_suite "$suite" "$dir" "not tls" t/integration/test_rmq.py 2>&1 | tee "$log" | tail -n 30 || status=$?
+            ;;
+        rabbitpy)
+            run_pytest_suite "$suite" "$dir" "" tests/test_integration.py tests/integration 2>&1 | tee "$log" | tail -n 30 || status=$?
+            ;;
+        lapin)
+            local skips=() name
+            while read -r name; do
+                [[ -n $name ]] && skips+=(--skip "${name#*::}")
+            done < <("$PY" "$CTL" deselected lapin "$DESELECT")
+            set +e
+            AMQP_ADDR="amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f" CARGO_TARGET_DIR="$CACHE/lapin-target" \
+                timeout 900 cargo test --locked --release --tests --no-fail-fast --manifest-path "$dir/Cargo.toml" \
+                -- ${skips[@]+"${skips[@]}"} ${skips[@]+--exact} >"$log" 2>&1
+            status=$?
+            set -e
+            grep -E '^test result:|FAILED|panicked' "$log" | tail -n 30 || true
+            "$PY" "$CTL" cargo-result lapin "$log" "$DESELECT" "$RESULTS/$suite.json" "$status"
+            ;;
+    esac
+    local died=false
+    broker_alive || died=true
+    stop_broker
+    printf '{"version": "%s", "wall_seconds": %d, "broker_died": %s}\n' \
+        "${VERSION[$suite]}" "$((SECONDS - t0))" "$died" >"$RESULTS/$suite.meta.json"
+    log "$suite done in $((SECONDS - t0)) s"
+}
+
+# --- main -------------------------------------------------------------------------------
+setup_venv
+if [[ $BROKER == rabbitmq ]]; then
+    ensure_rabbitmq
+    command -v epmd >/dev/null || die "epmd (Erlang) is missing"
+    log "broker: RabbitMQ $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?') (fresh node per suite)"
+else
+    if [[ -z "${STABLEMQ_BIN:-}" && ! -x "$ROOT/target/release/stablemq" ]]; then
+        log "building target/release/stablemq"
+        cargo build --release --bin stablemq
+    fi
+    log "broker: ${STABLEMQ_BIN:-target/release/stablemq} (fresh data dir per suite)"
+fi
+
+for suite in "${SUITES[@]}"; do
+    run_suite "$suite"
+done
+
+"$PY" "$CTL" summarize "$RESULTS" "$BROKER" "$SUMMARY" "$((SECONDS - START))" "${SUITES[@]}"
