@@ -67,6 +67,17 @@ log "running all tests (STABLEMQ_BIN=$STABLEMQ_BIN, STABLEMQ_PYTHON=$STABLEMQ_PY
 status=0
 cargo test --release --workspace --no-fail-fast 2>&1 | tee "$LOG" || status=$?
 
+# --- Third-party client suites -----------------------------------------------------
+# The quick suites run here on every test run (issue 5 wires in the rest: aio-pika
+# and aiormq take about ten minutes together; run them with scripts/suites.sh).
+SUITES_IN_TEST_COMMAND=${SUITES_IN_TEST_COMMAND:-"kombu py-amqp rabbitpy"}
+suites_status=0
+if [[ -n "$SUITES_IN_TEST_COMMAND" ]]; then
+    log "third-party client suites: $SUITES_IN_TEST_COMMAND"
+    # shellcheck disable=SC2086
+    bash scripts/suites.sh $SUITES_IN_TEST_COMMAND || suites_status=$?
+fi
+
 # --- Summary -------------------------------------------------------------------
 # Sum cargo's "test result:" lines over all test binaries and doc tests.
 read -r passed failed ignored suites < <(
@@ -92,7 +103,15 @@ if [[ $status -ne 0 && $failed -eq 0 ]]; then
     echo "cargo test exited with status $status:"
     grep -E '^error' "$LOG" | tail -n 20 || true
 fi
+SUMMARY_JSON="$ROOT/compat-tests/.cache/suites-summary.json"
+if [[ -n "$SUITES_IN_TEST_COMMAND" && -f "$SUMMARY_JSON" ]]; then
+    read -r sp sf ss < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("passed",0), d.get("failed",0), d.get("skipped",0))' "$SUMMARY_JSON" || echo "0 0 0")
+    passed=$((passed + sp)); failed=$((failed + sf)); ignored=$((ignored + ss))
+fi
 echo "total: $passed passed, $failed failed, $ignored skipped"
-if [[ $status -ne 0 || $failed -ne 0 ]]; then
+if [[ $suites_status -ne 0 ]]; then
+    echo "third-party suites failed (exit $suites_status); see compat-tests/.cache/logs/"
+fi
+if [[ $status -ne 0 || $failed -ne 0 || $suites_status -ne 0 ]]; then
     exit 1
 fi
