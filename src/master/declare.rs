@@ -148,15 +148,8 @@ impl Master {
                     routing_key: b.routing_key.to_string(),
                     arguments: b.arguments,
                 };
-                self.bind(conn, &vhost, binding, true)?;
-                if !b.nowait {
-                    self.reply(
-                        conn,
-                        ch,
-                        AMQPClass::Exchange(mx::AMQPMethod::BindOk(mx::BindOk {})),
-                    );
-                }
-                Ok(())
+                let ok = AMQPClass::Exchange(mx::AMQPMethod::BindOk(mx::BindOk {}));
+                self.bind_and_reply(conn, ch, &vhost, binding, true, b.nowait, ok)
             }
             mx::AMQPMethod::Unbind(b) => {
                 let binding = Binding {
@@ -165,15 +158,8 @@ impl Master {
                     routing_key: b.routing_key.to_string(),
                     arguments: b.arguments,
                 };
-                self.bind(conn, &vhost, binding, false)?;
-                if !b.nowait {
-                    self.reply(
-                        conn,
-                        ch,
-                        AMQPClass::Exchange(mx::AMQPMethod::UnbindOk(mx::UnbindOk {})),
-                    );
-                }
-                Ok(())
+                let ok = AMQPClass::Exchange(mx::AMQPMethod::UnbindOk(mx::UnbindOk {}));
+                self.bind_and_reply(conn, ch, &vhost, binding, false, b.nowait, ok)
             }
             other => Err(AmqpError::command_invalid(format!(
                 "unexpected exchange method {}",
@@ -277,6 +263,25 @@ impl Master {
         Ok(())
     }
 
+    /// Add or remove a binding, then answer with `ok` unless `nowait`.
+    #[allow(clippy::too_many_arguments)]
+    fn bind_and_reply(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        vhost: &str,
+        binding: Binding,
+        add: bool,
+        nowait: bool,
+        ok: AMQPClass,
+    ) -> AmqpResult<()> {
+        self.bind(conn, vhost, binding, add)?;
+        if !nowait {
+            self.reply(conn, ch, ok);
+        }
+        Ok(())
+    }
+
     /// Add (`add`) or remove a binding after checking both ends exist.
     fn bind(&mut self, conn: ConnId, vhost: &str, binding: Binding, add: bool) -> AmqpResult<()> {
         let default_refused =
@@ -353,15 +358,8 @@ impl Master {
                     routing_key: b.routing_key.to_string(),
                     arguments: b.arguments,
                 };
-                self.bind(conn, &vhost, binding, true)?;
-                if !b.nowait {
-                    self.reply(
-                        conn,
-                        ch,
-                        AMQPClass::Queue(mq::AMQPMethod::BindOk(mq::BindOk {})),
-                    );
-                }
-                Ok(())
+                let ok = AMQPClass::Queue(mq::AMQPMethod::BindOk(mq::BindOk {}));
+                self.bind_and_reply(conn, ch, &vhost, binding, true, b.nowait, ok)
             }
             mq::AMQPMethod::Unbind(b) => {
                 let binding = Binding {
@@ -370,13 +368,9 @@ impl Master {
                     routing_key: b.routing_key.to_string(),
                     arguments: b.arguments,
                 };
-                self.bind(conn, &vhost, binding, false)?;
-                self.reply(
-                    conn,
-                    ch,
-                    AMQPClass::Queue(mq::AMQPMethod::UnbindOk(mq::UnbindOk {})),
-                );
-                Ok(())
+                // queue.unbind has no nowait flag.
+                let ok = AMQPClass::Queue(mq::AMQPMethod::UnbindOk(mq::UnbindOk {}));
+                self.bind_and_reply(conn, ch, &vhost, binding, false, false, ok)
             }
             mq::AMQPMethod::Purge(p) => {
                 let name = p.queue.to_string();
