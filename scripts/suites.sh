@@ -212,10 +212,11 @@ fetch_lapin() {
 AMQP_PORT=""
 
 start_stablemq() {
-    local suite=$1 bin="${STABLEMQ_BIN:-$ROOT/target/release/stablemq}" prom
+    local suite=$1 bin="${STABLEMQ_BIN:-$ROOT/target/release/stablemq}" prom mgmt
     RUN_DIR=$(mktemp -d "$CACHE/run/stablemq-$suite.XXXXXX")
-    read -r AMQP_PORT prom < <("$PY" "$CTL" free-ports 2)
+    read -r AMQP_PORT prom mgmt < <("$PY" "$CTL" free-ports 3)
     "$bin" serve --bind 127.0.0.1 --amqp-port "$AMQP_PORT" --prometheus-port "$prom" \
+        --management-port "$mgmt" \
         --data-dir "$RUN_DIR/data" >"$CACHE/logs/stablemq-$suite.broker.log" 2>&1 &
     BROKER_PID=$!
     "$PY" "$CTL" wait-amqp "$AMQP_PORT" 60 "$BROKER_PID" ||

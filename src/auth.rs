@@ -113,7 +113,7 @@ fn is_loopback(ip: IpAddr) -> bool {
 }
 
 /// Compare secrets without an early exit, so timing does not leak the prefix length.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

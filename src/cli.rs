@@ -1,6 +1,6 @@
 //! The command line: `stablemq serve` and friends.
 
-use crate::config::Config;
+use crate::config::{Config, NodeRole};
 use crate::server::{ServeOptions, serve};
 use clap::{Parser, Subcommand};
 use std::net::{IpAddr, SocketAddr};
@@ -19,11 +19,17 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the broker (single node with a local event store by default).
+    /// Run the broker (single node with a local event store by default; a
+    /// cluster node when the config has a `[cluster]` section).
     Serve(ServeArgs),
+    /// Run a store-only cluster node: the config's `[cluster]` node must have
+    /// the `store` role; a broker role in the file is ignored.
+    Store(ServeArgs),
     /// Load generator: publish and consume against any AMQP 0-9-1 broker and
     /// report rates, latencies and the client's CPU time.
     Perf(crate::perf::PerfArgs),
+    /// Operator commands against a running node (cluster-status).
+    Ctl(crate::ctl::CtlArgs),
 }
 
 /// Flags of `stablemq serve`.
@@ -36,43 +42,75 @@ pub struct ServeArgs {
     /// address (0.0.0.0 and ::), as RabbitMQ does. Metrics use the first one.
     #[arg(long)]
     pub bind: Vec<IpAddr>,
-    /// Directory of the event store.
-    #[arg(long, default_value = "./stablemq-data")]
-    pub data_dir: PathBuf,
+    /// Directory of the event store [default: the config's `data_dir`, else
+    /// ./stablemq-data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
     /// TOML configuration file (users, vhosts, limits).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Log level or tracing filter (error, warn, info, debug, trace).
     #[arg(long, default_value = "info")]
     pub log_level: String,
-    /// Port of the Prometheus `/metrics` endpoint (0 turns it off).
-    #[arg(long, default_value_t = 15692)]
-    pub prometheus_port: u16,
+    /// Port of the Prometheus `/metrics` endpoint, 0 turns it off [default:
+    /// the config's `prometheus_port`, else 15692].
+    #[arg(long)]
+    pub prometheus_port: Option<u16>,
+    /// Port of the management HTTP API, 0 turns it off [default: the config's
+    /// `management_port`; in a cluster the node's `management_addr`; else 15672].
+    #[arg(long)]
+    pub management_port: Option<u16>,
 }
 
 /// Parse arguments and run; returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => run_serve(args),
+        Command::Serve(args) => run_serve(args, false),
+        Command::Store(args) => run_serve(args, true),
         Command::Perf(args) => crate::perf::main(args),
+        Command::Ctl(args) => crate::ctl::main(args),
     }
 }
 
-fn run_serve(args: ServeArgs) -> i32 {
+fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
         .init();
-    let config = match Config::load(args.config.as_deref()) {
-        Ok(c) => Arc::new(c),
+    let mut config = match Config::load(args.config.as_deref()) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("stablemq: {e}");
             return 2;
         }
     };
+    if store_only {
+        let Some(cluster) = config.cluster.as_mut() else {
+            eprintln!("stablemq: `store` needs a config with a [cluster] section");
+            return 2;
+        };
+        let me = cluster.node;
+        if let Some(n) = cluster.nodes.iter_mut().find(|n| n.id == me) {
+            if !n.runs(NodeRole::Store) {
+                eprintln!("stablemq: node {me} has no store role in the config");
+                return 2;
+            }
+            n.roles = vec![NodeRole::Store];
+        }
+    }
+    let data_dir = args
+        .data_dir
+        .or_else(|| config.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from("./stablemq-data"));
+    let prometheus_port = args
+        .prometheus_port
+        .or(config.prometheus_port)
+        .unwrap_or(15692);
+    let management_port = args.management_port.or(config.management_port);
+    let config = Arc::new(config);
     let ipv6_optional = args.bind.is_empty();
     let ips = if args.bind.is_empty() {
         vec![IpAddr::from([0, 0, 0, 0]), IpAddr::from([0u16; 8])]
@@ -80,12 +118,16 @@ fn run_serve(args: ServeArgs) -> i32 {
         args.bind
     };
     let opts = ServeOptions {
-        prometheus_addr: (args.prometheus_port != 0)
-            .then(|| SocketAddr::new(ips[0], args.prometheus_port)),
+        prometheus_addr: (prometheus_port != 0).then(|| SocketAddr::new(ips[0], prometheus_port)),
+        management_addr: match (management_port, config.cluster.is_some()) {
+            (Some(0), _) | (None, true) => None,
+            (Some(port), _) => Some(SocketAddr::new(ips[0], port)),
+            (None, false) => Some(SocketAddr::new(ips[0], 15672)),
+        },
         amqp_ips: ips,
         amqp_port: args.amqp_port,
         ipv6_optional,
-        data_dir: args.data_dir,
+        data_dir,
         config,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()

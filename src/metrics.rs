@@ -55,6 +55,13 @@ pub const IDENTITY: &str = "rabbitmq_identity_info";
 pub const RSS: &str = "rabbitmq_process_resident_memory_bytes";
 /// The stable index of the log.
 pub const STABLE_INDEX: &str = "stablemq_stable_index";
+/// Gauge: this node's broker role (1 on the series of the current role: label
+/// `role` = master, slave or candidate).
+pub const ROLE: &str = "stablemq_role";
+/// Gauge: the highest epoch this node has seen.
+pub const EPOCH: &str = "stablemq_epoch";
+/// Counter: times this node became master after an election.
+pub const FAILOVERS: &str = "stablemq_failovers_total";
 
 /// Install the global recorder and serve `/metrics` on `addr`.
 pub fn install(addr: SocketAddr) -> Result<(), String> {
@@ -86,6 +93,23 @@ fn describe() {
         STABLE_INDEX,
         "Highest log index stable on a quorum of stores"
     );
+    describe_gauge!(ROLE, "1 for this node's current broker role");
+    describe_gauge!(EPOCH, "Highest replication epoch this node has seen");
+    describe_counter!(FAILOVERS, "Times this node became master by election");
+}
+
+/// This node's name, RabbitMQ style: `stablemq@host` for the single node,
+/// `stablemq-N@host` for cluster node N (several may share a host).
+pub fn node_name(cluster_node: Option<u64>) -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    match cluster_node {
+        None => format!("stablemq@{host}"),
+        Some(id) => format!("stablemq-{id}@{host}"),
+    }
 }
 
 /// Resident set size of this process in bytes, from /proc (0 where unavailable).

@@ -9,6 +9,8 @@
 //! used to check that a test encodes RabbitMQ's real behaviour. Tests that must
 //! kill or restart the broker cannot run in that mode and panic saying so.
 
+pub mod cluster;
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -66,6 +68,8 @@ pub struct Broker {
     pub amqp_port: u16,
     /// Port of the Prometheus `/metrics` listener.
     pub prometheus_port: u16,
+    /// Port of the management HTTP API.
+    pub management_port: u16,
     data_dir: tempfile::TempDir,
     opts: BrokerOptions,
 }
@@ -85,6 +89,7 @@ impl Broker {
             external,
             amqp_port: free_port(),
             prometheus_port: free_port(),
+            management_port: free_port(),
             data_dir,
             opts,
         };
@@ -156,6 +161,8 @@ impl Broker {
             .arg(self.amqp_port.to_string())
             .arg("--prometheus-port")
             .arg(self.prometheus_port.to_string())
+            .arg("--management-port")
+            .arg(self.management_port.to_string())
             .arg("--data-dir")
             .arg(self.data_dir.path().join("data"));
         if let Some(toml) = &self.opts.config_toml {

@@ -56,6 +56,22 @@ impl Broker {
         Broker::default()
     }
 
+    /// Flag every queued message redelivered. A new master calls this on the
+    /// state it rebuilt: deliveries are not events, so it cannot tell which
+    /// messages the old master had handed out, and AMQP's flag means "may have
+    /// been delivered before" (RabbitMQ's quorum queues likewise return a
+    /// deposed leader's checked-out messages as redelivered).
+    pub fn mark_redelivered(&mut self) {
+        for v in self.vhosts.values_mut() {
+            for q in v.queues.values_mut() {
+                for m in q.ready.values_mut() {
+                    m.redelivered = true;
+                }
+                debug_assert!(q.unacked.is_empty(), "only a master delivers");
+            }
+        }
+    }
+
     /// Look up a vhost.
     pub fn vhost(&self, name: &str) -> Option<&Vhost> {
         self.vhosts.get(name)

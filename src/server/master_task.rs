@@ -1,10 +1,21 @@
 //! The task that owns the master core and the log.
+//!
+//! On a single node it always serves. In a cluster it follows the replication
+//! engine's role: while a slave it keeps a replica of the broker state from the
+//! stable entries it is handed, becomes the master from that replica when the
+//! engine wins an election, and falls back to a replica rebuilt from the stable
+//! log when deposed.
 
+use super::replica::{self, Core};
+use crate::broker::Broker;
 use crate::config::Config;
+use crate::error::{AmqpError, ReplyCode};
 use crate::master::Master;
 use crate::master::io::{ConnId, Input, Output, ToConn};
 use crate::metrics as m;
+use bytes::Bytes;
 use stablemq_cluster::LocalLog;
+use stablemq_cluster::driver::{BrokerEvent, BrokerHandle};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,16 +28,65 @@ pub enum MasterMsg {
     Input(Input),
     /// A new connection's outbox.
     Register(ConnId, mpsc::UnboundedSender<ToConn>),
-    /// Stop and hand back the log for flushing.
-    Shutdown(oneshot::Sender<LocalLog>),
+    /// Stop and hand back the local log (if any) for flushing.
+    Shutdown(oneshot::Sender<Option<LocalLog>>),
+}
+
+/// Where the master's events go, and where stability comes from.
+pub enum Backend {
+    /// The embedded single node: one local store, a quorum of one.
+    Local {
+        /// The store thread.
+        log: LocalLog,
+        /// Its durable index.
+        stable: watch::Receiver<u64>,
+    },
+    /// A cluster: the replication engine's driver.
+    Replicated {
+        /// Appends and status.
+        handle: BrokerHandle,
+        /// Stable, Apply, BecameMaster, SteppedDown.
+        events: mpsc::UnboundedReceiver<BrokerEvent>,
+        /// Whether this node serves clients itself (true from BecameMaster
+        /// until SteppedDown); the accept loop proxies to the master otherwise.
+        serving: watch::Sender<bool>,
+    },
+}
+
+impl Backend {
+    fn append(&mut self, index: u64, payload: Bytes) {
+        match self {
+            Backend::Local { log, .. } => {
+                let pos = log.append(payload);
+                debug_assert_eq!(pos.index, index, "I3: master and log numbering");
+            }
+            Backend::Replicated { handle, .. } => {
+                // Fails only when the driver is gone, i.e. the node is stopping.
+                let _ = handle.append_expecting(index, payload);
+            }
+        }
+    }
+
+    /// The next thing the log layer has to say.
+    async fn next(&mut self) -> Option<BrokerEvent> {
+        match self {
+            Backend::Local { stable, .. } => match stable.changed().await {
+                Ok(()) => Some(BrokerEvent::Stable(*stable.borrow_and_update())),
+                Err(_) => std::future::pending().await,
+            },
+            Backend::Replicated { events, .. } => match events.recv().await {
+                Some(e) => Some(e),
+                None => std::future::pending().await,
+            },
+        }
+    }
 }
 
 /// Run until shutdown.
 pub async fn run(
-    mut master: Master,
-    mut log: LocalLog,
+    mut core: Core,
+    mut backend: Backend,
     mut rx: mpsc::Receiver<MasterMsg>,
-    mut stable_rx: watch::Receiver<u64>,
     config: Arc<Config>,
     data_dir: std::path::PathBuf,
 ) {
@@ -35,7 +95,7 @@ pub async fn run(
     let mut gauges = tokio::time::interval(Duration::from_secs(1));
     // Expiry and timeouts are checked this often; a TTL fires at most this late.
     let mut tick = tokio::time::interval(Duration::from_millis(50));
-    let node = format!("stablemq@{}", hostname());
+    let node = crate::metrics::node_name(config.cluster.as_ref().map(|c| c.node));
     let mut alarm: Option<String> = None;
     let memory_limit = config
         .memory_high_watermark_bytes
@@ -46,7 +106,6 @@ pub async fn run(
                 if n == 0 {
                     return;
                 }
-                master.set_now(now_ms());
                 for msg in batch.drain(..) {
                     match msg {
                         MasterMsg::Input(i) => {
@@ -54,38 +113,52 @@ pub async fn run(
                                 Input::Disconnected { conn } => Some(*conn),
                                 _ => None,
                             };
-                            master.handle(i);
-                            dispatch(&mut master, &mut log, &mut outboxes);
+                            match &mut core {
+                                Core::Serving(master) => {
+                                    master.set_now(now_ms());
+                                    master.handle(i);
+                                    dispatch(master, &mut backend, &mut outboxes);
+                                }
+                                // A connection accepted just before this node
+                                // stepped down: it was told to close already.
+                                Core::Following(_) => {}
+                            }
                             if let Some(c) = gone {
                                 outboxes.remove(&c);
                             }
                         }
                         MasterMsg::Register(id, tx) => {
+                            if matches!(core, Core::Following(_)) {
+                                let _ = tx.send(ToConn::CloseConnection(not_master()));
+                                continue;
+                            }
                             if alarm.is_some() {
                                 let _ = tx.send(ToConn::Alarm(alarm.clone()));
                             }
                             outboxes.insert(id, tx);
                         }
                         MasterMsg::Shutdown(done) => {
-                            let _ = done.send(log);
+                            let _ = done.send(match backend {
+                                Backend::Local { log, .. } => Some(log),
+                                Backend::Replicated { .. } => None,
+                            });
                             return;
                         }
                     }
                 }
             }
-            Ok(()) = stable_rx.changed() => {
-                master.set_now(now_ms());
-                let index = *stable_rx.borrow_and_update();
-                master.handle(Input::Stable { index });
-                dispatch(&mut master, &mut log, &mut outboxes);
+            Some(event) = backend.next() => {
+                core = on_log_event(core, event, &config, &mut backend, &mut outboxes);
             }
             _ = tick.tick() => {
-                master.set_now(now_ms());
-                master.handle(Input::Tick);
-                dispatch(&mut master, &mut log, &mut outboxes);
+                if let Core::Serving(master) = &mut core {
+                    master.set_now(now_ms());
+                    master.handle(Input::Tick);
+                    dispatch(master, &mut backend, &mut outboxes);
+                }
             }
             _ = gauges.tick() => {
-                publish_gauges(&master, &config, &node);
+                publish_gauges(core.broker(), core.master(), &config, &node);
                 let now = check_alarms(&config, &data_dir, memory_limit);
                 if now != alarm {
                     match &now {
@@ -102,17 +175,92 @@ pub async fn run(
     }
 }
 
+/// The close a client gets when the node it talks to is no longer the master.
+fn not_master() -> AmqpError {
+    AmqpError::new(
+        ReplyCode::ConnectionForced,
+        "this node is no longer the master; reconnect",
+    )
+}
+
+/// React to the log layer: stability, or (in a cluster) a role change.
+fn on_log_event(
+    core: Core,
+    event: BrokerEvent,
+    config: &Arc<Config>,
+    backend: &mut Backend,
+    outboxes: &mut HashMap<ConnId, mpsc::UnboundedSender<ToConn>>,
+) -> Core {
+    match (core, event) {
+        (Core::Serving(mut master), BrokerEvent::Stable(index)) => {
+            master.set_now(now_ms());
+            master.handle(Input::Stable { index });
+            dispatch(&mut master, backend, outboxes);
+            Core::Serving(master)
+        }
+        (Core::Following(mut broker), BrokerEvent::Apply(entries)) => {
+            replica::apply_entries(&mut broker, &entries);
+            Core::Following(broker)
+        }
+        (Core::Following(mut broker), BrokerEvent::BecameMaster { epoch, stable }) => {
+            metrics::counter!(m::FAILOVERS).increment(1);
+            broker.mark_redelivered();
+            let master = Master::new(config.clone(), broker, stable);
+            tracing::info!(epoch, stable, "serving clients as master");
+            set_serving(backend, true);
+            Core::Serving(Box::new(master))
+        }
+        (core, BrokerEvent::SteppedDown { epoch, stable_log }) => {
+            // I2: nothing past the last stable index may be shown to anyone.
+            // Pending confirms are neither acked nor nacked: the clients see
+            // their connection close (320) and republish.
+            tracing::warn!(epoch, "deposed: closing every client connection (320)");
+            set_serving(backend, false);
+            for (_, tx) in outboxes.drain() {
+                let _ = tx.send(ToConn::CloseConnection(not_master()));
+            }
+            drop(core);
+            let mut broker = Master::recover(config, []);
+            replica::apply_entries(&mut broker, &stable_log);
+            Core::Following(broker)
+        }
+        (core, BrokerEvent::Campaign { epoch }) => {
+            tracing::info!(epoch, "campaigning for mastership");
+            core
+        }
+        (core, event) => {
+            // Apply while serving, Stable while following: the engine never
+            // does this; a debug build says so.
+            debug_assert!(false, "log event {event:?} does not fit the current role");
+            core
+        }
+    }
+}
+
+fn set_serving(backend: &Backend, on: bool) {
+    if let Backend::Replicated { serving, .. } = backend {
+        serving.send_replace(on);
+    }
+}
+
 /// Carry out the core's outputs.
 fn dispatch(
     master: &mut Master,
-    log: &mut LocalLog,
+    backend: &mut Backend,
     outboxes: &mut HashMap<ConnId, mpsc::UnboundedSender<ToConn>>,
 ) {
-    for o in master.take_outputs() {
+    let outputs = master.take_outputs();
+    let appends = outputs
+        .iter()
+        .filter(|o| matches!(o, Output::Append(_)))
+        .count() as u64;
+    // The master numbered these appends already, consecutively up to its last.
+    let mut index = master.last_appended() + 1 - appends;
+    for o in outputs {
         match o {
             Output::Append(payload) => {
-                let pos = log.append(payload);
-                debug_assert!(pos.index <= master.last_appended());
+                backend.append(index, payload);
+                index += 1;
             }
             Output::ToConn(conn, msg) => {
                 let closing = matches!(msg, ToConn::CloseConnection(_));
@@ -125,20 +273,15 @@ fn dispatch(
             }
         }
     }
-    debug_assert_eq!(
-        log.last_appended(),
-        master.last_appended(),
-        "master and log disagree on the last index"
-    );
 }
 
-fn publish_gauges(master: &Master, config: &Config, node: &str) {
+fn publish_gauges(broker: &Broker, master: Option<&Master>, config: &Config, node: &str) {
     metrics::gauge!(m::IDENTITY, "rabbitmq_node" => node.to_string(), "rabbitmq_cluster" => config.cluster_name.clone())
         .set(1.0);
     metrics::gauge!(m::RSS).set(crate::metrics::resident_memory_bytes() as f64);
-    metrics::gauge!(m::CHANNELS).set(master.channel_count() as f64);
+    metrics::gauge!(m::CHANNELS).set(master.map_or(0, Master::channel_count) as f64);
     let mut queues = 0usize;
-    for (vname, v) in &master.broker.vhosts {
+    for (vname, v) in &broker.vhosts {
         for (qname, q) in &v.queues {
             queues += 1;
             let labels = [("vhost", vname.clone()), ("queue", qname.clone())];
@@ -146,7 +289,7 @@ fn publish_gauges(master: &Master, config: &Config, node: &str) {
             metrics::gauge!(m::QUEUE_UNACKED, &labels).set(q.unacked.len() as f64);
             metrics::gauge!(m::QUEUE_MESSAGES, &labels).set(q.len() as f64);
             metrics::gauge!(m::QUEUE_CONSUMERS, &labels)
-                .set(master.consumer_count(vname, qname) as f64);
+                .set(master.map_or(0, |m| m.consumer_count(vname, qname)) as f64);
         }
     }
     metrics::gauge!(m::QUEUES).set(queues as f64);
@@ -179,12 +322,4 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".into())
 }

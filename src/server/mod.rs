@@ -2,14 +2,22 @@
 //! connection and one master task, moves bytes and timers, and choreographs
 //! shutdown. No protocol decision is made here.
 
+mod cluster_node;
 mod conn_task;
 mod listen;
 mod master_task;
+mod proxy;
+mod replica;
 
 use crate::config::Config;
+use crate::management::{NodeStatusSource, Peer};
 use crate::master::Master;
-use master_task::MasterMsg;
+use master_task::{Backend, MasterMsg};
+use replica::Core;
+use stablemq_cluster::driver::BrokerStatus;
+use stablemq_cluster::replication::NodeId;
 use stablemq_cluster::{FjallStore, LocalLog};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +36,9 @@ pub struct ServeOptions {
     pub ipv6_optional: bool,
     /// Address for Prometheus `/metrics` (None = off).
     pub prometheus_addr: Option<SocketAddr>,
+    /// Address of the management HTTP API (None = off). In a cluster the
+    /// node's `management_addr` is used unless this was given.
+    pub management_addr: Option<SocketAddr>,
     /// Where the event store lives.
     pub data_dir: PathBuf,
     /// Parsed configuration.
@@ -61,14 +72,118 @@ pub enum ServeError {
 const MASTER_QUEUE: usize = 8192;
 
 /// Run the broker until SIGTERM or SIGINT.
-pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
+pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&opts.data_dir)
         .map_err(|e| ServeError::Other(format!("create {}: {e}", opts.data_dir.display())))?;
     if let Some(addr) = opts.prometheus_addr {
         crate::metrics::install(addr).map_err(ServeError::Other)?;
         stablemq_cluster::metrics::describe();
     }
+    let Some(cluster) = opts.config.cluster.clone() else {
+        let (core, backend) = recover_local(&opts)?;
+        let local_stable = match &backend {
+            Backend::Local { stable, .. } => Some(stable.clone()),
+            Backend::Replicated { .. } => None,
+        };
+        let source = NodeStatusSource {
+            me: Peer {
+                id: 1,
+                name: crate::metrics::node_name(None),
+                roles: vec!["broker".into(), "store".into()],
+                management_addr: opts.management_addr,
+            },
+            broker: None,
+            store: None,
+            local_stable,
+            peers: Vec::new(),
+        };
+        let _api = start_management(&opts, opts.management_addr, source).await?;
+        return run_broker(opts, core, backend, Router::Local, None).await;
+    };
+    let node = cluster_node::start(&cluster, &opts.data_dir).await?;
+    let me = cluster.me();
+    let peer_of = |n: &crate::config::NodeConfig| Peer {
+        id: n.id,
+        name: crate::metrics::node_name(Some(n.id)),
+        roles: n
+            .roles
+            .iter()
+            .map(|r| format!("{r:?}").to_lowercase())
+            .collect(),
+        management_addr: n.management_addr,
+    };
+    let source = NodeStatusSource {
+        me: peer_of(me),
+        broker: node.status.clone(),
+        store: node.store_status.clone(),
+        local_stable: None,
+        peers: cluster
+            .nodes
+            .iter()
+            .filter(|n| n.id != me.id)
+            .map(peer_of)
+            .collect(),
+    };
+    let api_addr = opts.management_addr.or(me.management_addr);
+    let _api = start_management(&opts, api_addr, source).await?;
+    let (Some(backend), Some(status), Some(amqp)) = (node.backend, node.status, me.amqp_addr)
+    else {
+        // A store-only node: no AMQP, no broker state.
+        tracing::info!(node = me.id, "store-only node running");
+        wait_for_signal().await?;
+        if let Some(store) = node.store {
+            store.abort();
+            let _ = store.await;
+        }
+        return Ok(());
+    };
+    opts.amqp_ips = vec![amqp.ip()];
+    opts.amqp_port = amqp.port();
+    opts.ipv6_optional = false;
+    // Until this node wins an election it is a slave: a replica built from the
+    // stable entries it is sent, and every client proxied to the master.
+    let core = Core::Following(Master::recover(&opts.config, []));
+    let router = Router::Cluster {
+        me: me.id,
+        serving: node.serving,
+        status,
+        amqp_addrs: Arc::new(node.amqp_addrs),
+    };
+    let driver = node.driver;
+    let result = run_broker(opts, core, backend, router, node.store).await;
+    drop(driver);
+    result
+}
 
+/// Serve the management API on `addr`, if any; the task stops when the
+/// returned guard drops.
+async fn start_management(
+    opts: &ServeOptions,
+    addr: Option<SocketAddr>,
+    source: NodeStatusSource,
+) -> Result<Option<AbortOnDrop>, ServeError> {
+    let Some(addr) = addr else { return Ok(None) };
+    let state = crate::management::AppState {
+        config: opts.config.clone(),
+        nodes: Arc::new(source),
+    };
+    let task = crate::management::serve(addr, state)
+        .await
+        .map_err(|source| ServeError::Listen { addr, source })?;
+    Ok(Some(AbortOnDrop(task)))
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The embedded single node: recover the broker state from the local log.
+fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
     // Recover: the stable log, applied in order, is the broker state (I4).
     let store = FjallStore::open(&opts.data_dir.join("store"))?;
     let (stable_tx, stable_rx) = watch::channel(0u64);
@@ -98,7 +213,100 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         last_index,
         "recovered broker state from the event log"
     );
+    let backend = Backend::Local {
+        log,
+        stable: stable_rx,
+    };
+    Ok((Core::Serving(Box::new(master)), backend))
+}
 
+/// Where a new client connection goes.
+#[derive(Clone)]
+enum Router {
+    /// Always served here.
+    Local,
+    /// Served here while this node is master, proxied to the master otherwise.
+    Cluster {
+        me: NodeId,
+        serving: watch::Receiver<bool>,
+        status: watch::Receiver<BrokerStatus>,
+        amqp_addrs: Arc<HashMap<NodeId, SocketAddr>>,
+    },
+}
+
+/// How long a client arriving during an election waits for a master.
+const ELECTION_WAIT: Duration = Duration::from_secs(10);
+
+/// Everything a connection task needs besides its socket.
+#[derive(Clone)]
+struct ConnContext {
+    config: Arc<Config>,
+    master_tx: mpsc::Sender<MasterMsg>,
+    shutdown: watch::Receiver<bool>,
+    router: Router,
+}
+
+async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, peer: SocketAddr) {
+    let ConnContext {
+        config,
+        master_tx,
+        shutdown,
+        router,
+    } = ctx;
+    let Router::Cluster {
+        me,
+        mut serving,
+        mut status,
+        amqp_addrs,
+    } = router
+    else {
+        return conn_task::run(id, sock, peer, config, master_tx, shutdown).await;
+    };
+    // Decide once: here while master, else the master's node. A client that
+    // arrives mid-election waits for the outcome.
+    let decided = tokio::time::timeout(ELECTION_WAIT, async {
+        loop {
+            if *serving.borrow_and_update() {
+                return None;
+            }
+            if let Some(m) = status.borrow_and_update().master.filter(|m| *m != me) {
+                return Some(m);
+            }
+            tokio::select! {
+                r = serving.changed() => if r.is_err() { return Some(0) },
+                r = status.changed() => if r.is_err() { return Some(0) },
+            }
+        }
+    })
+    .await;
+    match decided {
+        Ok(None) => conn_task::run(id, sock, peer, config, master_tx, shutdown).await,
+        Ok(Some(master)) => match amqp_addrs.get(&master) {
+            Some(&addr) => proxy::run(sock, addr, master, status, shutdown).await,
+            None => tracing::warn!(master, "no AMQP address for the master; dropping client"),
+        },
+        Err(_) => tracing::warn!(%peer, "no master elected in time; dropping client"),
+    }
+}
+
+async fn wait_for_signal() -> Result<(), ServeError> {
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ServeError::Other(format!("signal handler: {e}")))?;
+    tokio::select! {
+        _ = sigterm.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+    }
+    Ok(())
+}
+
+/// Serve AMQP with this core and log backend until a signal.
+async fn run_broker(
+    opts: ServeOptions,
+    core: Core,
+    backend: Backend,
+    router: Router,
+    store: Option<tokio::task::JoinHandle<()>>,
+) -> Result<(), ServeError> {
     let listeners = listen::bind_all(&opts.amqp_ips, opts.amqp_port, opts.ipv6_optional)
         .map_err(|(addr, source)| ServeError::Listen { addr, source })?;
     if listeners.is_empty() {
@@ -134,13 +342,18 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let (master_tx, master_rx) = mpsc::channel::<MasterMsg>(MASTER_QUEUE);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let master_handle = tokio::spawn(master_task::run(
-        master,
-        log,
+        core,
+        backend,
         master_rx,
-        stable_rx,
         opts.config.clone(),
         opts.data_dir.clone(),
     ));
+    let ctx = ConnContext {
+        config: opts.config.clone(),
+        master_tx: master_tx.clone(),
+        shutdown: shutdown_rx,
+        router,
+    };
 
     let next_id = Arc::new(AtomicU64::new(1));
     let mut conns = tokio::task::JoinSet::new();
@@ -151,9 +364,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             Some((sock, peer)) = accepted_rx.recv() => {
                 let _ = sock.set_nodelay(true);
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
-                conns.spawn(conn_task::run(
-                    id, sock, peer, opts.config.clone(), master_tx.clone(), shutdown_rx.clone(),
-                ));
+                conns.spawn(route_client(ctx.clone(), id, sock, peer));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
@@ -176,10 +387,17 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         .await
         .map_err(|_| ServeError::Other("master task ended early".into()))?;
     let _ = master_handle.await;
-    // Flush the store: everything appended becomes durable before we exit.
-    tokio::task::spawn_blocking(move || log.shutdown())
-        .await
-        .map_err(|e| ServeError::Other(format!("store shutdown: {e}")))??;
+    if let Some(log) = log {
+        // Flush the store: everything appended becomes durable before we exit.
+        tokio::task::spawn_blocking(move || log.shutdown())
+            .await
+            .map_err(|e| ServeError::Other(format!("store shutdown: {e}")))??;
+    }
+    if let Some(store) = store {
+        // The disk thread finishes its current batch and closes the store.
+        store.abort();
+        let _ = store.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The tokio driver of a [`BrokerNode`].
 //!
-//! One task owns the node and its [`Transport`]; everyone else talks to it
+//! One task owns the node and sends through the node's [`Outbox`]; everyone else talks to it
 //! through a [`BrokerHandle`]: `append` goes over a channel (answered with the
 //! assigned position), engine events come out on another, and the status is a
 //! `watch` the task updates after every step. The task drains every append
@@ -22,10 +22,10 @@ use crate::replication::{
     AppendError, BrokerCommand, BrokerInput, BrokerNode, Config, Endpoint, NodeId, RoleKind,
     Service,
 };
-use crate::transport::{Transport, TransportOptions};
+use crate::transport::TransportOptions;
 use crate::wire::Envelope;
 
-use super::{Clock, DriverError};
+use super::{Clock, DriverError, NodeNet, Outbox};
 
 /// What the engine tells the broker; see [`BrokerCommand`] for each meaning.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +53,9 @@ pub enum BrokerEvent {
     SteppedDown {
         /// The epoch that deposed it.
         epoch: u64,
+        /// Every stable entry from index 1, to rebuild the broker state from;
+        /// later entries arrive through `Apply` as from any master.
+        stable_log: Vec<Entry>,
     },
 }
 
@@ -65,6 +68,9 @@ pub struct BrokerStatus {
     pub epoch: u64,
     /// Highest index handed to the broker as stable.
     pub stable: u64,
+    /// The master this node follows (itself while master); `None` during an
+    /// election.
+    pub master: Option<NodeId>,
 }
 
 /// Why [`BrokerHandle::append`] failed.
@@ -80,7 +86,16 @@ pub enum DriverAppendError {
 
 struct AppendRequest {
     payload: Bytes,
-    reply: oneshot::Sender<Result<LogPosition, AppendError>>,
+    reply: Reply,
+}
+
+/// How an append is answered.
+enum Reply {
+    /// With the position, or why not.
+    Position(oneshot::Sender<Result<LogPosition, AppendError>>),
+    /// Not at all: the caller numbered it itself (`expected_index`) and learns
+    /// of stability, or of losing mastership, from the events.
+    Expect(u64),
 }
 
 /// A cheap, cloneable way to talk to a running broker node.
@@ -97,9 +112,32 @@ impl BrokerHandle {
     pub async fn append(&self, payload: Bytes) -> Result<LogPosition, DriverAppendError> {
         let (reply, rx) = oneshot::channel();
         self.requests
-            .send(AppendRequest { payload, reply })
+            .send(AppendRequest {
+                payload,
+                reply: Reply::Position(reply),
+            })
             .map_err(|_| DriverAppendError::Stopped)?;
         Ok(rx.await.map_err(|_| DriverAppendError::Stopped)??)
+    }
+
+    /// Master only: append `payload`, which the caller numbers `expected_index`
+    /// (the index after its previous append). Never waits, and appends keep
+    /// their call order, so a single-threaded owner can append from a
+    /// synchronous loop. A refusal (this node is no longer master) is not
+    /// reported here: [`BrokerEvent::SteppedDown`] says so. A different index
+    /// than expected means the owner and the log disagree, a bug: it is logged
+    /// (and a debug build stops).
+    pub fn append_expecting(
+        &self,
+        expected_index: u64,
+        payload: Bytes,
+    ) -> Result<(), DriverAppendError> {
+        self.requests
+            .send(AppendRequest {
+                payload,
+                reply: Reply::Expect(expected_index),
+            })
+            .map_err(|_| DriverAppendError::Stopped)
     }
 
     /// The current status.
@@ -168,6 +206,20 @@ impl BrokerNodeDriver {
         seed: u64,
         opts: TransportOptions,
     ) -> Result<(BrokerNodeDriver, mpsc::UnboundedReceiver<BrokerEvent>), DriverError> {
+        let net = NodeNet::start(node_id, listener, peers, opts);
+        Self::start_with(config, node_id, net.outbox, net.broker_inbound, seed)
+    }
+
+    /// [`BrokerNodeDriver::start`] on a node network shared with a co-located
+    /// store ([`NodeNet`]): `inbound` is the node's broker queue. Must be called
+    /// inside a tokio runtime.
+    pub fn start_with(
+        config: Config,
+        node_id: NodeId,
+        outbox: Outbox,
+        inbound: mpsc::Receiver<Envelope>,
+        seed: u64,
+    ) -> Result<(BrokerNodeDriver, mpsc::UnboundedReceiver<BrokerEvent>), DriverError> {
         if !config.brokers.contains(&node_id) {
             return Err(DriverError::NotAMember(node_id, "broker"));
         }
@@ -178,10 +230,9 @@ impl BrokerNodeDriver {
         let (status_tx, status) = watch::channel(status_of(&node));
         let (requests_tx, requests) = mpsc::unbounded_channel();
         let (events_tx, events) = mpsc::unbounded_channel();
-        let (transport, inbound) = Transport::start(node_id, listener, peers, opts);
         let state = Running {
             node,
-            transport,
+            outbox,
             clock,
             events: events_tx,
             status: status_tx,
@@ -238,13 +289,14 @@ fn status_of(node: &BrokerNode) -> BrokerStatus {
         role: node.role(),
         epoch: node.epoch(),
         stable: node.applied(),
+        master: node.master(),
     }
 }
 
 /// Everything the driver task owns.
 struct Running {
     node: BrokerNode,
-    transport: Transport,
+    outbox: Outbox,
     clock: Clock,
     events: mpsc::UnboundedSender<BrokerEvent>,
     status: watch::Sender<BrokerStatus>,
@@ -291,8 +343,28 @@ impl Running {
     }
 
     fn append(&mut self, request: AppendRequest) {
-        // The requester may have given up (dropped its future): nothing to do.
-        let _ = request.reply.send(self.node.append(request.payload));
+        let result = self.node.append(request.payload);
+        match request.reply {
+            // The requester may have given up (dropped its future): nothing to do.
+            Reply::Position(reply) => {
+                let _ = reply.send(result);
+            }
+            Reply::Expect(expected) => match result {
+                Ok(pos) if pos.index == expected => {}
+                Ok(pos) => {
+                    // I3 depends on the broker and the log numbering alike.
+                    tracing::error!(
+                        expected,
+                        got = pos.index,
+                        "append landed at an unexpected index"
+                    );
+                    debug_assert_eq!(pos.index, expected, "I3: broker and log numbering");
+                }
+                // Deposed between the owner's append and this one: the owner
+                // hears SteppedDown next and drops everything unstable.
+                Err(err) => tracing::debug!(%err, "append refused"),
+            },
+        }
     }
 
     fn carry_out(&mut self, commands: Vec<BrokerCommand>) {
@@ -300,7 +372,7 @@ impl Running {
         for cmd in commands {
             let event = match cmd {
                 BrokerCommand::Send { to, msg } => {
-                    self.transport.send(Envelope { from: me, to, msg });
+                    self.outbox.send(Envelope { from: me, to, msg });
                     continue;
                 }
                 BrokerCommand::Apply(entries) => BrokerEvent::Apply(entries),
@@ -315,7 +387,10 @@ impl Running {
                 }
                 BrokerCommand::SteppedDown { epoch } => {
                     tracing::warn!(node = me.node, epoch, "stepped down");
-                    BrokerEvent::SteppedDown { epoch }
+                    BrokerEvent::SteppedDown {
+                        epoch,
+                        stable_log: self.node.stable_entries(),
+                    }
                 }
             };
             // The owner dropped its receiver: it no longer cares; keep serving

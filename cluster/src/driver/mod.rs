@@ -13,8 +13,10 @@
 //!   channel of [`BrokerEvent`]s and its status, for the broker to build on.
 
 mod broker;
+mod net;
 
 pub use broker::{BrokerEvent, BrokerHandle, BrokerNodeDriver, BrokerStatus, DriverAppendError};
+pub use net::{NodeNet, Outbox};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,12 +24,34 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
+use crate::position::LogPosition;
 use crate::replication::{Config, Endpoint, NodeId, Service, StoreCommand, StoreInput, StoreNode};
 use crate::store::{DiskRunner, FjallStore, StoreError};
-use crate::transport::{Transport, TransportOptions};
+use crate::transport::TransportOptions;
 use crate::wire::Envelope;
+
+/// A store node's state, for status pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStatus {
+    /// The epoch it promised (a fence it answered).
+    pub promised: u64,
+    /// Its last durable entry.
+    pub last: LogPosition,
+    /// The highest stable index it has learnt.
+    pub stable: u64,
+}
+
+impl StoreStatus {
+    fn of(node: &StoreNode) -> Self {
+        StoreStatus {
+            promised: node.promised(),
+            last: node.last(),
+            stable: node.stable(),
+        }
+    }
+}
 
 /// Why a driver stopped.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +119,30 @@ pub async fn run_store_node_on(
     data_dir: PathBuf,
     opts: TransportOptions,
 ) -> Result<(), DriverError> {
+    let net = NodeNet::start(node_id, listener, peers, opts);
+    let (status, _) = watch::channel(StoreStatus::default());
+    run_store_node_with(
+        config,
+        node_id,
+        net.outbox,
+        net.store_inbound,
+        data_dir,
+        status,
+    )
+    .await
+}
+
+/// [`run_store_node`] on a node network shared with a co-located broker
+/// ([`NodeNet`]): `inbound` is the node's store queue. `status` is kept
+/// current after every step.
+pub async fn run_store_node_with(
+    config: Config,
+    node_id: NodeId,
+    outbox: Outbox,
+    mut inbound: mpsc::Receiver<Envelope>,
+    data_dir: PathBuf,
+    status: watch::Sender<StoreStatus>,
+) -> Result<(), DriverError> {
     if !config.stores.contains(&node_id) {
         return Err(DriverError::NotAMember(node_id, "store"));
     }
@@ -122,7 +170,6 @@ pub async fn run_store_node_on(
         recovered.stable,
         recovered.runs,
     );
-    let (mut transport, mut inbound) = Transport::start(node_id, listener, peers, opts);
     let clock = Clock::start();
     let me = Endpoint::store(node_id);
     loop {
@@ -139,11 +186,13 @@ pub async fn run_store_node_on(
         let failed = matches!(input, StoreInput::DiskFailed);
         for cmd in node.step(clock.now_ms(), input) {
             match cmd {
-                StoreCommand::Send { to, msg } => transport.send(Envelope { from: me, to, msg }),
+                StoreCommand::Send { to, msg } => outbox.send(Envelope { from: me, to, msg }),
                 StoreCommand::Persist(ops) => runner.persist(ops),
                 StoreCommand::Read(req) => runner.read(req),
             }
         }
+        let now = StoreStatus::of(&node);
+        status.send_if_modified(|s| std::mem::replace(s, now) != now);
         if failed {
             return Err(DriverError::DiskFailed);
         }

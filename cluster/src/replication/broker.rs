@@ -189,6 +189,23 @@ impl BrokerNode {
         self.applied
     }
 
+    /// The master this node follows, or itself while master; `None` while no
+    /// master is known (an election is under way). Slaves use it to send
+    /// clients to the master.
+    pub fn master(&self) -> Option<NodeId> {
+        match self.role {
+            Role::Slave { master, .. } => master,
+            Role::Candidate(_) => None,
+            Role::Master(_) => Some(self.id),
+        }
+    }
+
+    /// Every stable entry, from index 1: what a deposed master rebuilds its
+    /// broker state from, since its own state ran ahead of the stable index.
+    pub fn stable_entries(&self) -> Vec<Entry> {
+        self.log.range(1, self.applied)
+    }
+
     /// The entry at `index` in this node's log (stable or not).
     pub fn entry(&self, index: u64) -> Option<&Entry> {
         self.log.get(index)

@@ -3,8 +3,12 @@
 //! With no file at all the broker runs as RabbitMQ does out of the box: vhost `/`,
 //! user `guest`/`guest` allowed from loopback only.
 
+mod cluster;
+
+pub use cluster::{ClusterConfig, NodeConfig, NodeRole};
+
 use serde::Deserialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A user allowed to log in.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -56,6 +60,21 @@ pub struct Config {
     /// filesystem has less free space than this (RabbitMQ's disk_free_limit, 50 MB).
     #[serde(default = "default_disk_free_limit")]
     pub disk_free_limit_bytes: u64,
+    /// Directory of the event store when `--data-dir` is not given (lets one
+    /// file per node of a cluster on one machine say where each node keeps
+    /// its data).
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    /// Prometheus port when `--prometheus-port` is not given.
+    #[serde(default)]
+    pub prometheus_port: Option<u16>,
+    /// Management API port when `--management-port` is not given.
+    #[serde(default)]
+    pub management_port: Option<u16>,
+    /// Replication: this node's id and every node of the cluster. Absent = the
+    /// embedded single node with its own local store.
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
 }
 
 fn default_vhosts() -> Vec<String> {
@@ -103,6 +122,10 @@ impl Default for Config {
             consumer_timeout_ms: default_consumer_timeout(),
             memory_high_watermark_bytes: None,
             disk_free_limit_bytes: default_disk_free_limit(),
+            data_dir: None,
+            prometheus_port: None,
+            management_port: None,
+            cluster: None,
         }
     }
 }
@@ -147,6 +170,9 @@ impl Config {
                 c.frame_max,
                 stablemq_protocol::FRAME_MIN_SIZE
             )));
+        }
+        if let Some(cluster) = &c.cluster {
+            cluster.validate().map_err(ConfigError::Invalid)?;
         }
         Ok(c)
     }

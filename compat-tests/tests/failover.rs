@@ -1,0 +1,448 @@
+//! Failover of a real 3-node cluster (the shipped `examples/cluster/` configs):
+//! lapin clients publish persistent messages with confirms while nodes are
+//! SIGKILLed, SIGSTOPped and restarted, and every confirmed message must be
+//! consumable afterwards (I1). Duplicates (republished after a lost confirm)
+//! are allowed and reported, as with RabbitMQ quorum queues.
+//!
+//! Clients know every node's URI and nothing about roles: whichever node they
+//! reach serves them (a slave proxies to the master).
+
+use compat_tests::cluster::Cluster;
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::time::timeout;
+
+/// Messages published per round of confirms.
+const WINDOW: u64 = 200;
+/// Bound on any single wait for the broker.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// What the publisher saw.
+#[derive(Default)]
+struct Record {
+    /// Ids whose publish was acked.
+    confirmed: BTreeSet<u64>,
+    /// When each round of confirms completed.
+    confirm_times: Vec<Instant>,
+    /// Nacks received (a confirm that says "lost"): must stay 0 here.
+    nacks: u64,
+}
+
+/// Connect to any node, starting at `start`, retrying for up to `WAIT`.
+async fn connect_any(uris: &[String], start: usize) -> (Connection, Channel, usize) {
+    let deadline = Instant::now() + WAIT;
+    let mut i = start;
+    loop {
+        let uri = &uris[i % uris.len()];
+        let attempt = timeout(Duration::from_secs(5), async {
+            let conn = Connection::connect(uri, ConnectionProperties::default()).await?;
+            let ch = conn.create_channel().await?;
+            ch.confirm_select(ConfirmSelectOptions::default()).await?;
+            Ok::<_, lapin::Error>((conn, ch))
+        })
+        .await;
+        if let Ok(Ok((conn, ch))) = attempt {
+            return (conn, ch, i % uris.len());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no node accepted a client within {WAIT:?}"
+        );
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn declare(ch: &Channel, queue: &str) -> lapin::Result<u32> {
+    let q = ch
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions::durable(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(q.message_count())
+}
+
+/// Publish `WINDOW` messages and wait for every confirm; Err on any failure
+/// (the caller reconnects and republishes the same ids).
+async fn publish_round(
+    ch: &Channel,
+    queue: &str,
+    ids: std::ops::Range<u64>,
+) -> Result<u64, String> {
+    let mut confirms = Vec::with_capacity(WINDOW as usize);
+    for id in ids {
+        let c = ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                &id.to_be_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        confirms.push(c);
+    }
+    let mut nacks = 0;
+    for c in confirms {
+        match timeout(WAIT, c).await {
+            Ok(Ok(conf)) if conf.is_ack() => {}
+            Ok(Ok(_)) => nacks += 1,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("confirm timed out".into()),
+        }
+    }
+    Ok(nacks)
+}
+
+/// Publish rounds until `stop`, reconnecting to any node after a failure.
+/// Returns the record once stopped.
+async fn publisher(
+    uris: Vec<String>,
+    queue: String,
+    start: usize,
+    stop: Arc<AtomicBool>,
+    record: Arc<Mutex<Record>>,
+) {
+    let (mut _conn, mut ch, mut at) = connect_any(&uris, start).await;
+    declare(&ch, &queue).await.expect("queue.declare");
+    let mut next = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        match publish_round(&ch, &queue, next..next + WINDOW).await {
+            Ok(nacks) => {
+                let mut r = record.lock().expect("record");
+                if nacks == 0 {
+                    r.confirmed.extend(next..next + WINDOW);
+                }
+                r.nacks += nacks;
+                r.confirm_times.push(Instant::now());
+                drop(r);
+                next += WINDOW;
+            }
+            Err(_) => {
+                // The node or its master went away: reconnect anywhere and
+                // republish the round (its confirms are unknown).
+                let (c, h, i) = connect_any(&uris, at + 1).await;
+                (_conn, ch, at) = (c, h, i);
+            }
+        }
+    }
+}
+
+/// Everything in `queue`, read from any node: the ids, with repeats.
+async fn consume_all(uris: &[String], queue: &str) -> Vec<u64> {
+    let (_conn, ch, _) = connect_any(uris, 0).await;
+    let count = declare(&ch, queue).await.expect("passive declare");
+    ch.basic_qos(1000, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut consumer = ch
+        .basic_consume(
+            queue.into(),
+            "check".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("basic.consume");
+    let mut ids = Vec::with_capacity(count as usize);
+    while ids.len() < count as usize {
+        let d = timeout(WAIT, consumer.next())
+            .await
+            .expect("delivery within the bound")
+            .expect("consumer open")
+            .expect("delivery");
+        let bytes: [u8; 8] = d.data.as_slice().try_into().expect("8-byte body");
+        ids.push(u64::from_be_bytes(bytes));
+    }
+    ids
+}
+
+/// Every confirmed id is in `ids`; returns the duplicate count.
+fn assert_no_loss(confirmed: &BTreeSet<u64>, ids: &[u64], what: &str) -> usize {
+    let have: BTreeSet<u64> = ids.iter().copied().collect();
+    let lost: Vec<u64> = confirmed.difference(&have).copied().collect();
+    assert!(
+        lost.is_empty(),
+        "{what}: {} confirmed messages lost (first: {:?}) of {} confirmed",
+        lost.len(),
+        &lost[..lost.len().min(10)],
+        confirmed.len()
+    );
+    ids.len() - have.len()
+}
+
+/// Wait until the publisher has `n` more confirmed than now.
+async fn wait_confirms(record: &Arc<Mutex<Record>>, n: usize) {
+    let target = record.lock().expect("record").confirmed.len() + n;
+    let deadline = Instant::now() + WAIT;
+    while record.lock().expect("record").confirmed.len() < target {
+        assert!(
+            Instant::now() < deadline,
+            "publishing did not progress within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    record: Arc<Mutex<Record>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start_publisher(cluster: &Cluster, queue: &str, start: usize) -> Running {
+    let stop = Arc::new(AtomicBool::new(false));
+    let record = Arc::new(Mutex::new(Record::default()));
+    let task = tokio::spawn(publisher(
+        cluster.uris(),
+        queue.to_string(),
+        start,
+        stop.clone(),
+        record.clone(),
+    ));
+    Running { stop, record, task }
+}
+
+impl Running {
+    async fn finish(self) -> Record {
+        self.stop.store(true, Ordering::Relaxed);
+        timeout(WAIT, self.task)
+            .await
+            .expect("publisher stops")
+            .expect("publisher task");
+        Arc::try_unwrap(self.record)
+            .ok()
+            .expect("sole owner")
+            .into_inner()
+            .expect("record")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_master_mid_stream_loses_nothing() {
+    let mut cluster = blocking(Cluster::start_example);
+    let master = blocking(|| cluster.wait_master(WAIT));
+    // Publish through a slave, so the client is proxied and survives on its
+    // node... unless it is the master's own connection: start one on each.
+    let through_slave = start_publisher(&cluster, "failover.kill", (master + 1) % 3);
+    wait_confirms(&through_slave.record, 3000).await;
+    let killed_at = Instant::now();
+    blocking(|| cluster.kill9(master));
+    let new_master = blocking(|| cluster.wait_master_other_than(Some(master), WAIT));
+    let serving_after = killed_at.elapsed();
+    wait_confirms(&through_slave.record, 3000).await;
+    let record = through_slave.finish().await;
+    // The stall a confirming publisher sees: the longest wait between two
+    // rounds of confirms from the last round before the kill on.
+    let first_after = record
+        .confirm_times
+        .iter()
+        .position(|t| *t > killed_at)
+        .expect("a confirm after the kill");
+    let stall = record.confirm_times[first_after.saturating_sub(1)..]
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .max()
+        .unwrap_or_default();
+    let ids = consume_all(&cluster.uris(), "failover.kill").await;
+    let dups = assert_no_loss(&record.confirmed, &ids, "kill -9 master");
+    assert_eq!(record.nacks, 0, "no publish was nacked");
+    eprintln!(
+        "kill -9 master (node {}): node {} master after {serving_after:?}; publisher stall {stall:?}; \
+         {} confirmed, {} consumed, {dups} duplicates, lost 0",
+        master + 1,
+        new_master + 1,
+        record.confirmed.len(),
+        ids.len()
+    );
+    assert!(
+        serving_after < Duration::from_secs(3),
+        "a new master must serve within 3 s with the default timeouts (took {serving_after:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_one_store_publishing_continues() {
+    let mut cluster = blocking(Cluster::start_example);
+    let master = blocking(|| cluster.wait_master(WAIT));
+    let victim = (master + 1) % 3;
+    // The publisher talks to the master's node, which stays up.
+    let p = start_publisher(&cluster, "failover.minority", master);
+    wait_confirms(&p.record, 2000).await;
+    blocking(|| cluster.kill9(victim));
+    // One store of three is gone: two still make a quorum.
+    wait_confirms(&p.record, 4000).await;
+    let record = p.finish().await;
+    assert_eq!(
+        blocking(|| cluster.master()),
+        Some(master),
+        "losing a minority does not move the master"
+    );
+    let ids = consume_all(&cluster.uris(), "failover.minority").await;
+    let dups = assert_no_loss(&record.confirmed, &ids, "kill one store");
+    assert_eq!(
+        dups, 0,
+        "the master never lost its clients: nothing republished"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_down_blocks_confirms_and_restart_keeps_everything() {
+    let mut cluster = blocking(Cluster::start_example);
+    let master = blocking(|| cluster.wait_master(WAIT));
+    let uri = cluster.uri(master);
+    let (_conn, ch, _) = connect_any(std::slice::from_ref(&uri), 0).await;
+    declare(&ch, "failover.majority").await.expect("declare");
+    for round in 0..5 {
+        let nacks = publish_round(
+            &ch,
+            "failover.majority",
+            round * WINDOW..(round + 1) * WINDOW,
+        )
+        .await
+        .expect("confirmed while all stores are up");
+        assert_eq!(nacks, 0);
+    }
+    let before: BTreeSet<u64> = (0..5 * WINDOW).collect();
+    let others: Vec<usize> = (0..3).filter(|i| *i != master).collect();
+    for i in &others {
+        blocking(|| cluster.kill9(*i));
+    }
+    // One store of three cannot make anything stable: the publish must not be
+    // confirmed (neither acked nor nacked) while the others are down.
+    let pending = ch
+        .basic_publish(
+            "".into(),
+            "failover.majority".into(),
+            BasicPublishOptions::default(),
+            &u64::MAX.to_be_bytes(),
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .expect("publish is accepted");
+    let early = timeout(Duration::from_secs(2), pending).await;
+    assert!(
+        early.is_err(),
+        "a publish was confirmed with only one store of three up: {early:?}"
+    );
+    for i in &others {
+        blocking(|| cluster.start(*i));
+    }
+    let m = blocking(|| cluster.wait_master(WAIT));
+    let ids = consume_all(&cluster.uris(), "failover.majority").await;
+    assert_no_loss(&before, &ids, "two stores down, then back");
+    eprintln!(
+        "two stores down: nothing confirmed for 2 s; after restart node {} is master, {} messages there",
+        m + 1,
+        ids.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stopped_master_steps_down_after_takeover() {
+    let mut cluster = blocking(Cluster::start_example);
+    let old = blocking(|| cluster.wait_master(WAIT));
+    // Publishers on every node, so one is on the master itself.
+    let pubs: Vec<Running> = (0..3)
+        .map(|i| start_publisher(&cluster, &format!("failover.stop{i}"), i))
+        .collect();
+    for p in &pubs {
+        wait_confirms(&p.record, 1000).await;
+    }
+    blocking(|| cluster.sigstop(old));
+    let new = blocking(|| cluster.wait_master_other_than(Some(old), WAIT));
+    for (i, p) in pubs.iter().enumerate() {
+        if i != old {
+            wait_confirms(&p.record, 1000).await;
+        }
+    }
+    blocking(|| cluster.sigcont(old));
+    // The old master hears of the higher epoch and steps down: one master.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = blocking(|| cluster.status(old, Duration::from_secs(2)));
+        if s.as_ref().is_some_and(|s| s.role != "master") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "old master still claims mastership: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for p in &pubs {
+        wait_confirms(&p.record, 1000).await;
+    }
+    let masters: Vec<usize> = (0..3)
+        .filter(|i| {
+            blocking(|| cluster.status(*i, Duration::from_secs(2)))
+                .is_some_and(|s| s.role == "master")
+        })
+        .collect();
+    assert_eq!(
+        masters,
+        vec![new],
+        "exactly one master after the old one woke"
+    );
+    for (i, p) in pubs.into_iter().enumerate() {
+        let record = p.finish().await;
+        let queue = format!("failover.stop{i}");
+        let ids = consume_all(&cluster.uris(), &queue).await;
+        let dups = assert_no_loss(&record.confirmed, &ids, &queue);
+        eprintln!(
+            "{queue}: {} confirmed, {dups} duplicates",
+            record.confirmed.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn whole_cluster_restart_keeps_everything_confirmed() {
+    let mut cluster = blocking(Cluster::start_example);
+    let p = start_publisher(&cluster, "failover.restart", 0);
+    wait_confirms(&p.record, 5000).await;
+    // Every node dies at once, mid-stream.
+    for i in 0..3 {
+        blocking(|| cluster.kill9(i));
+    }
+    let record = p.finish_after_crash().await;
+    for i in 0..3 {
+        blocking(|| cluster.start(i));
+    }
+    blocking(|| cluster.wait_master(WAIT));
+    let ids = consume_all(&cluster.uris(), "failover.restart").await;
+    assert_no_loss(&record.confirmed, &ids, "whole-cluster restart");
+}
+
+impl Running {
+    /// Stop a publisher whose brokers are all dead: it is retrying connects.
+    async fn finish_after_crash(self) -> Record {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.abort();
+        let _ = self.task.await;
+        Arc::try_unwrap(self.record)
+            .ok()
+            .expect("sole owner")
+            .into_inner()
+            .expect("record")
+    }
+}

@@ -1,0 +1,191 @@
+//! The `[cluster]` section: which node this is, and every node of the cluster.
+//!
+//! Every node's file lists the same nodes; only `node` (and the data directory)
+//! differ. One node id names one machine's share of the cluster: its broker,
+//! its event store, or both (the co-located default), all reached through one
+//! replication address.
+
+use serde::Deserialize;
+use stablemq_cluster::replication::{Config as ReplicationConfig, NodeId};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// What a node runs.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeRole {
+    /// A broker: serves AMQP as master, or as a slave that proxies to it.
+    Broker,
+    /// An event store: a fjall log that counts towards the quorum.
+    Store,
+}
+
+/// One node of the cluster.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Unique, nonzero.
+    pub id: NodeId,
+    /// What it runs; both by default.
+    #[serde(default = "both_roles")]
+    pub roles: Vec<NodeRole>,
+    /// Node-to-node traffic (replication) listens here.
+    pub cluster_addr: SocketAddr,
+    /// AMQP listens here (brokers only); slaves send clients to the master's.
+    #[serde(default)]
+    pub amqp_addr: Option<SocketAddr>,
+    /// The management HTTP API listens here (status: `GET /api/nodes`).
+    #[serde(default)]
+    pub management_addr: Option<SocketAddr>,
+}
+
+fn both_roles() -> Vec<NodeRole> {
+    vec![NodeRole::Broker, NodeRole::Store]
+}
+
+impl NodeConfig {
+    /// Whether the node runs `role`.
+    pub fn runs(&self, role: NodeRole) -> bool {
+        self.roles.contains(&role)
+    }
+}
+
+/// The `[cluster]` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's id: one of `nodes`.
+    pub node: NodeId,
+    /// Every node, this one included.
+    pub nodes: Vec<NodeConfig>,
+    /// The master sends appends or heartbeats at least this often.
+    #[serde(default)]
+    pub heartbeat_ms: Option<u64>,
+    /// A slave that hears no master this long (plus jitter) campaigns.
+    #[serde(default)]
+    pub election_timeout_ms: Option<u64>,
+    /// Random extra wait before campaigning, up to this much.
+    #[serde(default)]
+    pub election_jitter_ms: Option<u64>,
+}
+
+impl ClusterConfig {
+    /// This node's entry.
+    pub fn me(&self) -> &NodeConfig {
+        // validate() guarantees it exists; a config is validated when parsed.
+        self.node(self.node)
+            .unwrap_or_else(|| panic!("validated cluster config lacks node {}", self.node))
+    }
+
+    /// A node's entry.
+    pub fn node(&self, id: NodeId) -> Option<&NodeConfig> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// The replication engine's view: members and timings.
+    pub fn replication(&self) -> ReplicationConfig {
+        let with = |role| {
+            self.nodes
+                .iter()
+                .filter(|n| n.runs(role))
+                .map(|n| n.id)
+                .collect()
+        };
+        let mut c = ReplicationConfig::new(with(NodeRole::Store), with(NodeRole::Broker));
+        if let Some(v) = self.heartbeat_ms {
+            c.heartbeat_ms = v;
+        }
+        if let Some(v) = self.election_timeout_ms {
+            c.election_timeout_ms = v;
+        }
+        if let Some(v) = self.election_jitter_ms {
+            c.election_jitter_ms = v;
+        }
+        c
+    }
+
+    /// Every other node's replication address.
+    pub fn peers(&self) -> HashMap<NodeId, SocketAddr> {
+        self.nodes
+            .iter()
+            .filter(|n| n.id != self.node)
+            .map(|n| (n.id, n.cluster_addr))
+            .collect()
+    }
+
+    /// Check the section makes a cluster that can work.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for n in &self.nodes {
+            if n.id == 0 {
+                return Err("cluster node ids start at 1".into());
+            }
+            if !seen.insert(n.id) {
+                return Err(format!("cluster node {} is listed twice", n.id));
+            }
+            if n.roles.is_empty() {
+                return Err(format!("cluster node {} has no roles", n.id));
+            }
+            if n.runs(NodeRole::Broker) && n.amqp_addr.is_none() {
+                return Err(format!("broker node {} needs amqp_addr", n.id));
+            }
+        }
+        if self.node(self.node).is_none() {
+            return Err(format!("this node ({}) is not in cluster.nodes", self.node));
+        }
+        if !self.nodes.iter().any(|n| n.runs(NodeRole::Store)) {
+            return Err("a cluster needs at least one store".into());
+        }
+        if !self.nodes.iter().any(|n| n.runs(NodeRole::Broker)) {
+            return Err("a cluster needs at least one broker".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const THREE: &str = r#"
+[cluster]
+node = 2
+heartbeat_ms = 40
+[[cluster.nodes]]
+id = 1
+cluster_addr = "127.0.0.1:25672"
+amqp_addr = "127.0.0.1:5672"
+[[cluster.nodes]]
+id = 2
+cluster_addr = "127.0.0.1:25673"
+amqp_addr = "127.0.0.1:5673"
+[[cluster.nodes]]
+id = 3
+roles = ["store"]
+cluster_addr = "127.0.0.1:25674"
+"#;
+
+    #[test]
+    fn a_three_node_section_gives_members_peers_and_timings() {
+        let c = Config::from_toml(THREE, "x").unwrap();
+        let cl = c.cluster.unwrap();
+        assert_eq!(cl.me().id, 2);
+        let r = cl.replication();
+        assert_eq!(r.stores, vec![1, 2, 3]);
+        assert_eq!(r.brokers, vec![1, 2]);
+        assert_eq!(r.heartbeat_ms, 40);
+        let peers = cl.peers();
+        assert_eq!(peers.len(), 2);
+        assert!(!peers.contains_key(&2));
+    }
+
+    #[test]
+    fn broken_sections_are_refused() {
+        let no_me = THREE.replace("node = 2", "node = 9");
+        assert!(Config::from_toml(&no_me, "x").is_err());
+        let twice = THREE.replace("id = 3", "id = 1");
+        assert!(Config::from_toml(&twice, "x").is_err());
+        let broker_without_amqp = THREE.replace("amqp_addr = \"127.0.0.1:5673\"", "");
+        assert!(Config::from_toml(&broker_without_amqp, "x").is_err());
+    }
+}

@@ -1,0 +1,238 @@
+//! `GET /api/nodes`: every node's role and replication progress.
+//!
+//! A node knows only its own state for certain, so the node asked reports
+//! itself and asks each peer's management port for its own report (forwarding
+//! the caller's credentials). A peer that does not answer within a short
+//! timeout is listed as not running and not reachable, which is what an
+//! operator needs to see during a failover.
+
+use super::{ApiError, AppState, authorize};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use stablemq_cluster::driver::{BrokerStatus, StoreStatus};
+use stablemq_cluster::replication::{NodeId, RoleKind};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How long a peer has to answer a status request.
+const PEER_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// Where this node's status comes from.
+pub struct NodeStatusSource {
+    /// This node.
+    pub me: Peer,
+    /// The broker's replication status (cluster broker nodes).
+    pub broker: Option<watch::Receiver<BrokerStatus>>,
+    /// The event store's status (cluster store nodes).
+    pub store: Option<watch::Receiver<StoreStatus>>,
+    /// The single node's local log: its stable index.
+    pub local_stable: Option<watch::Receiver<u64>>,
+    /// Every other node.
+    pub peers: Vec<Peer>,
+}
+
+/// A node as the config describes it.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// Its id (1 for the single node).
+    pub id: NodeId,
+    /// Its name, RabbitMQ style (`stablemq-1@host`).
+    pub name: String,
+    /// What it runs: `broker`, `store`.
+    pub roles: Vec<String>,
+    /// Its management API, if it has one.
+    pub management_addr: Option<SocketAddr>,
+}
+
+/// One node's status, as `/api/nodes` lists it. The first fields are
+/// RabbitMQ's; the rest say how the node stands in replication.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodeReport {
+    /// Node name.
+    pub name: String,
+    /// RabbitMQ's node type; always `disc`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Whether the node answered.
+    pub running: bool,
+    /// Whether the asking node could reach it.
+    pub reachable: bool,
+    /// Node id in the cluster config.
+    pub id: NodeId,
+    /// What it runs.
+    pub roles: Vec<String>,
+    /// `master`, `slave`, `candidate` (brokers), `store` (store-only), or
+    /// `unknown` (not reachable).
+    pub role: String,
+    /// Highest epoch the node has seen.
+    pub epoch: u64,
+    /// Highest stable index the node knows.
+    pub stable_index: u64,
+    /// The master it follows (itself while master).
+    pub master: Option<NodeId>,
+    /// Its event store, if it runs one.
+    pub store: Option<StoreReport>,
+    /// How many entries its store is behind the most advanced store.
+    pub store_lag: Option<u64>,
+}
+
+/// An event store's progress.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct StoreReport {
+    /// The epoch it promised.
+    pub promised_epoch: u64,
+    /// Epoch of its last durable entry.
+    pub last_epoch: u64,
+    /// Index of its last durable entry.
+    pub last_index: u64,
+    /// Highest stable index it has learnt.
+    pub stable_index: u64,
+}
+
+impl NodeStatusSource {
+    /// This node's report, from its own state.
+    pub fn local(&self) -> NodeReport {
+        let broker = self.broker.as_ref().map(|b| *b.borrow());
+        let store = self.store.as_ref().map(|s| {
+            let s = *s.borrow();
+            StoreReport {
+                promised_epoch: s.promised,
+                last_epoch: s.last.epoch,
+                last_index: s.last.index,
+                stable_index: s.stable,
+            }
+        });
+        let local = self.local_stable.as_ref().map(|s| *s.borrow());
+        let (role, epoch, stable_index, master) = match (broker, local) {
+            (Some(b), _) => (
+                match b.role {
+                    RoleKind::Master => "master",
+                    RoleKind::Slave => "slave",
+                    RoleKind::Candidate => "candidate",
+                },
+                b.epoch,
+                b.stable,
+                b.master,
+            ),
+            (None, Some(stable)) => ("master", 0, stable, Some(self.me.id)),
+            (None, None) => (
+                "store",
+                store.map_or(0, |s| s.promised_epoch),
+                store.map_or(0, |s| s.stable_index),
+                None,
+            ),
+        };
+        NodeReport {
+            name: self.me.name.clone(),
+            kind: "disc".into(),
+            running: true,
+            reachable: true,
+            id: self.me.id,
+            roles: self.me.roles.clone(),
+            role: role.into(),
+            epoch,
+            stable_index,
+            master,
+            store,
+            store_lag: None,
+        }
+    }
+
+    /// Every node's report: this node's, and each peer's as it answers.
+    pub async fn all(&self, authorization: &str) -> Vec<NodeReport> {
+        let mut asks = tokio::task::JoinSet::new();
+        for (i, peer) in self.peers.iter().enumerate() {
+            let (peer, auth) = (peer.clone(), authorization.to_string());
+            asks.spawn_blocking(move || (i, ask_peer(&peer, &auth)));
+        }
+        let mut peers: Vec<Option<NodeReport>> = vec![None; self.peers.len()];
+        while let Some(done) = asks.join_next().await {
+            if let Ok((i, report)) = done {
+                peers[i] = report;
+            }
+        }
+        let mut all = vec![self.local()];
+        for (peer, report) in self.peers.iter().zip(peers) {
+            all.push(report.unwrap_or_else(|| unreachable_report(peer)));
+        }
+        all.sort_by_key(|r| r.id);
+        let front = all
+            .iter()
+            .filter_map(|r| r.store.map(|s| s.last_index))
+            .max()
+            .unwrap_or(0);
+        for r in &mut all {
+            r.store_lag = r
+                .store
+                .filter(|_| r.running)
+                .map(|s| front.saturating_sub(s.last_index));
+        }
+        all
+    }
+}
+
+fn ask_peer(peer: &Peer, authorization: &str) -> Option<NodeReport> {
+    let addr = peer.management_addr?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(PEER_TIMEOUT))
+        .build()
+        .into();
+    let mut resp = agent
+        .get(format!("http://{addr}/api/stablemq/node-status"))
+        .header("authorization", authorization)
+        .call()
+        .ok()?;
+    resp.body_mut().read_json::<NodeReport>().ok()
+}
+
+fn unreachable_report(peer: &Peer) -> NodeReport {
+    NodeReport {
+        name: peer.name.clone(),
+        kind: "disc".into(),
+        running: false,
+        reachable: false,
+        id: peer.id,
+        roles: peer.roles.clone(),
+        role: "unknown".into(),
+        epoch: 0,
+        stable_index: 0,
+        master: None,
+        store: None,
+        store_lag: None,
+    }
+}
+
+/// `GET /api/nodes`.
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<NodeReport>>, ApiError> {
+    let auth = authorize(&state.config, &headers)?;
+    Ok(Json(state.nodes.all(&auth).await))
+}
+
+/// `GET /api/nodes/{name}`.
+pub async fn one(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<NodeReport>, ApiError> {
+    let auth = authorize(&state.config, &headers)?;
+    let all = state.nodes.all(&auth).await;
+    all.into_iter()
+        .find(|r| r.name == name)
+        .map(Json)
+        .ok_or(ApiError::NotFound)
+}
+
+/// `GET /api/stablemq/node-status`: this node alone, for peers' `/api/nodes`.
+pub async fn local(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<NodeReport>, ApiError> {
+    authorize(&state.config, &headers)?;
+    Ok(Json(state.nodes.local()))
+}

@@ -1,0 +1,139 @@
+//! Starting this node's share of a cluster: the node network, its event store
+//! and its broker's replication driver, from the `[cluster]` config section.
+
+use super::master_task::Backend;
+use crate::config::{ClusterConfig, NodeRole};
+use crate::metrics as m;
+use stablemq_cluster::driver::{
+    BrokerNodeDriver, BrokerStatus, NodeNet, StoreStatus, run_store_node_with,
+};
+use stablemq_cluster::replication::{NodeId, RoleKind};
+use stablemq_cluster::transport::TransportOptions;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::ServeError;
+
+/// What a started node hands the server.
+pub struct ClusterNode {
+    /// The broker's replication driver (broker nodes); dropping it stops it.
+    pub driver: Option<BrokerNodeDriver>,
+    /// The master task's log backend (broker nodes).
+    pub backend: Option<Backend>,
+    /// Whether this node serves clients itself (set by the master task).
+    pub serving: watch::Receiver<bool>,
+    /// The engine's status: who the master is.
+    pub status: Option<watch::Receiver<BrokerStatus>>,
+    /// Every broker's AMQP address, for proxying to the master.
+    pub amqp_addrs: HashMap<NodeId, SocketAddr>,
+    /// The event store (store nodes); abort it to stop.
+    pub store: Option<JoinHandle<()>>,
+    /// The event store's status (store nodes).
+    pub store_status: Option<watch::Receiver<StoreStatus>>,
+}
+
+/// Bind the cluster address and start whichever of store and broker this node
+/// runs.
+pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNode, ServeError> {
+    let me = cluster.me();
+    let repl = cluster.replication();
+    let listener = tokio::net::TcpListener::bind(me.cluster_addr)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: me.cluster_addr,
+            source,
+        })?;
+    tracing::info!(
+        node = me.id,
+        addr = %me.cluster_addr,
+        stores = ?repl.stores,
+        brokers = ?repl.brokers,
+        quorum = repl.quorum(),
+        "cluster node starting"
+    );
+    // A restarted peer must hear the master well within an election timeout,
+    // or it campaigns needlessly: redial at least 5 times a second.
+    let opts = TransportOptions {
+        backoff_max: std::time::Duration::from_millis(200),
+        ..TransportOptions::default()
+    };
+    let net = NodeNet::start(me.id, listener, cluster.peers(), opts);
+    let (store, store_status) = if me.runs(NodeRole::Store) {
+        let dir = data_dir.join("store");
+        let (repl, outbox, id) = (repl.clone(), net.outbox.clone(), me.id);
+        let (status_tx, status) = watch::channel(StoreStatus::default());
+        let inbound = net.store_inbound;
+        let task = tokio::spawn(async move {
+            if let Err(err) = run_store_node_with(repl, id, outbox, inbound, dir, status_tx).await {
+                // A store that cannot write must not pretend to be a member.
+                tracing::error!("event store stopped: {err}; exiting");
+                std::process::exit(70);
+            }
+        });
+        (Some(task), Some(status))
+    } else {
+        (None, None)
+    };
+    let (serving_tx, serving) = watch::channel(false);
+    let (driver, backend, status) = if me.runs(NodeRole::Broker) {
+        let seed = me.id ^ u64::from(std::process::id()).rotate_left(32) ^ now_nanos();
+        let (driver, events) =
+            BrokerNodeDriver::start_with(repl, me.id, net.outbox, net.broker_inbound, seed)
+                .map_err(|e| ServeError::Other(e.to_string()))?;
+        let handle = driver.handle();
+        let status = handle.watch_status();
+        tokio::spawn(export_status(status.clone()));
+        let backend = Backend::Replicated {
+            handle,
+            events,
+            serving: serving_tx,
+        };
+        (Some(driver), Some(backend), Some(status))
+    } else {
+        (None, None, None)
+    };
+    let amqp_addrs = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.id, n.amqp_addr?)))
+        .collect();
+    Ok(ClusterNode {
+        driver,
+        backend,
+        serving,
+        status,
+        amqp_addrs,
+        store,
+        store_status,
+    })
+}
+
+/// Keep the role and epoch gauges current.
+async fn export_status(mut status: watch::Receiver<BrokerStatus>) {
+    loop {
+        let s = *status.borrow_and_update();
+        for (role, name) in [
+            (RoleKind::Master, "master"),
+            (RoleKind::Slave, "slave"),
+            (RoleKind::Candidate, "candidate"),
+        ] {
+            let on = if s.role == role { 1.0 } else { 0.0 };
+            metrics::gauge!(m::ROLE, "role" => name).set(on);
+        }
+        metrics::gauge!(m::EPOCH).set(s.epoch as f64);
+        metrics::gauge!(m::STABLE_INDEX).set(s.stable as f64);
+        if status.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
