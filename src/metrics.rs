@@ -60,7 +60,8 @@ pub const STABLE_INDEX: &str = "stablemq_stable_index";
 pub const ROLE: &str = "stablemq_role";
 /// Gauge: the highest epoch this node has seen.
 pub const EPOCH: &str = "stablemq_epoch";
-/// Counter: times this node became master after an election.
+/// Counter: times this node took over as master from an earlier one (won an
+/// election in an epoch above 1).
 pub const FAILOVERS: &str = "stablemq_failovers_total";
 
 /// Install the global recorder and serve `/metrics` on `addr`.

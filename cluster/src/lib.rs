@@ -70,6 +70,9 @@ pub mod metrics {
     pub const FSYNC_SECONDS: &str = "stablemq_store_fsync_seconds";
     /// Counter: fsyncs issued by the store (group commits, promises, truncations).
     pub const FSYNCS_TOTAL: &str = "stablemq_store_fsyncs_total";
+    /// Histogram: from a master's append to its entry being stable on a quorum
+    /// of stores, in seconds (per batch of appends).
+    pub const QUORUM_ACK_SECONDS: &str = "stablemq_quorum_ack_seconds";
 
     /// Register units and help texts with the installed recorder.
     pub fn describe() {
@@ -85,5 +88,10 @@ pub mod metrics {
             "Duration of one event-store fsync"
         );
         describe_counter!(FSYNCS_TOTAL, Unit::Count, "Event-store fsyncs issued");
+        describe_histogram!(
+            QUORUM_ACK_SECONDS,
+            Unit::Seconds,
+            "Time from a master's append to the entry being stable on a quorum of stores"
+        );
     }
 }

@@ -23,6 +23,8 @@ pub struct ClusterNode {
     pub amqp_port: u16,
     /// Management API port.
     pub management_port: u16,
+    /// Prometheus port.
+    pub prometheus_port: u16,
     config: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -105,6 +107,7 @@ impl Cluster {
                 id,
                 amqp_port: me[1],
                 management_port: me[2],
+                prometheus_port: me[3],
                 config,
                 log: dir.path().join(format!("node{id}.log")),
                 child: None,
@@ -217,6 +220,15 @@ impl Cluster {
             master: v["master"].as_u64(),
             stable_index: v["stable_index"].as_u64()?,
         })
+    }
+
+    /// Node `i`'s Prometheus scrape.
+    pub fn metrics(&self, i: usize) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.nodes[i].prometheus_port);
+        let mut resp = ureq::get(&url)
+            .call()
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        resp.body_mut().read_to_string().expect("metrics text")
     }
 
     /// `GET /api/nodes` on node `i`, as JSON.

@@ -78,6 +78,10 @@ async fn higher_priority_consumer_gets_messages_while_it_has_capacity() {
     within("basic.ack", h1.acker.ack(BasicAckOptions::default()))
         .await
         .expect("basic.ack");
+    // basic.ack has no reply, and the publish travels on another connection:
+    // a round trip on the acking channel makes sure the broker has the ack
+    // before the message arrives (otherwise the low consumer rightly gets it).
+    qos(&ch_hi, 2).await;
     publish(&publisher, "", &q, b"m6").await;
     assert_eq!(text(&next_delivery(&mut hi).await), "m6");
     assert_no_delivery(&mut lo, "low-priority consumer while high has capacity").await;

@@ -278,6 +278,38 @@ async fn kill_master_mid_stream_loses_nothing() {
         serving_after < Duration::from_secs(3),
         "a new master must serve within 3 s with the default timeouts (took {serving_after:?})"
     );
+    // The new master says so in its metrics, and counts the failover.
+    let text = blocking(|| cluster.metrics(new_master));
+    for want in [
+        "stablemq_role{role=\"master\"} 1",
+        "stablemq_failovers_total 1",
+        "stablemq_quorum_ack_seconds",
+        "stablemq_store_fsync_batch_messages",
+        "stablemq_epoch ",
+        "stablemq_stable_index ",
+    ] {
+        assert!(text.contains(want), "metrics lack {want:?}:\n{text}");
+    }
+    let slave = (0..3)
+        .find(|i| *i != master && *i != new_master)
+        .expect("a third node");
+    let text = blocking(|| cluster.metrics(slave));
+    assert!(
+        text.contains("stablemq_role{role=\"slave\"} 1"),
+        "the remaining node reports itself slave:\n{text}"
+    );
+    // /api/nodes on the slave: the dead node unreachable, one master.
+    let nodes = blocking(|| cluster.api_nodes(slave));
+    let nodes = nodes.as_array().expect("a list");
+    assert_eq!(nodes.len(), 3);
+    let dead = &nodes[master];
+    assert_eq!(dead["reachable"], false, "{dead}");
+    let masters: Vec<u64> = nodes
+        .iter()
+        .filter(|n| n["role"] == "master")
+        .filter_map(|n| n["id"].as_u64())
+        .collect();
+    assert_eq!(masters, vec![new_master as u64 + 1], "{nodes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

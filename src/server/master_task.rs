@@ -203,7 +203,10 @@ fn on_log_event(
             Core::Following(broker)
         }
         (Core::Following(mut broker), BrokerEvent::BecameMaster { epoch, stable }) => {
-            metrics::counter!(m::FAILOVERS).increment(1);
+            if epoch > 1 {
+                // Epoch 1 is the cluster's first master: nothing failed over.
+                metrics::counter!(m::FAILOVERS).increment(1);
+            }
             broker.mark_redelivered();
             let master = Master::new(config.clone(), broker, stable);
             tracing::info!(epoch, stable, "serving clients as master");

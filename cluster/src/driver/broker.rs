@@ -231,6 +231,8 @@ impl BrokerNodeDriver {
         let (requests_tx, requests) = mpsc::unbounded_channel();
         let (events_tx, events) = mpsc::unbounded_channel();
         let state = Running {
+            unstable: std::collections::VecDeque::new(),
+            appended_to: 0,
             node,
             outbox,
             clock,
@@ -295,6 +297,11 @@ fn status_of(node: &BrokerNode) -> BrokerStatus {
 
 /// Everything the driver task owns.
 struct Running {
+    /// Batches appended and not yet stable: the last index of each and when
+    /// it was appended, for the quorum-ack latency histogram.
+    unstable: std::collections::VecDeque<(u64, std::time::Instant)>,
+    /// The highest index appended during the current drain of requests.
+    appended_to: u64,
     node: BrokerNode,
     outbox: Outbox,
     clock: Clock,
@@ -327,6 +334,10 @@ impl Running {
                     while let Ok(next) = requests.try_recv() {
                         self.append(next);
                     }
+                    if self.appended_to > self.unstable.back().map_or(0, |b| b.0) {
+                        self.unstable
+                            .push_back((self.appended_to, std::time::Instant::now()));
+                    }
                     BrokerInput::Flush
                 }
                 _ = ticker.tick() => BrokerInput::Tick,
@@ -344,6 +355,9 @@ impl Running {
 
     fn append(&mut self, request: AppendRequest) {
         let result = self.node.append(request.payload);
+        if let Ok(pos) = &result {
+            self.appended_to = pos.index;
+        }
         match request.reply {
             // The requester may have given up (dropped its future): nothing to do.
             Reply::Position(reply) => {
@@ -376,7 +390,17 @@ impl Running {
                     continue;
                 }
                 BrokerCommand::Apply(entries) => BrokerEvent::Apply(entries),
-                BrokerCommand::Stable(index) => BrokerEvent::Stable(index),
+                BrokerCommand::Stable(index) => {
+                    while let Some(&(last, at)) = self.unstable.front() {
+                        if last > index {
+                            break;
+                        }
+                        metrics::histogram!(crate::metrics::QUORUM_ACK_SECONDS)
+                            .record(at.elapsed().as_secs_f64());
+                        self.unstable.pop_front();
+                    }
+                    BrokerEvent::Stable(index)
+                }
                 BrokerCommand::Campaign { epoch } => {
                     tracing::info!(node = me.node, epoch, "campaigning");
                     BrokerEvent::Campaign { epoch }
@@ -386,6 +410,8 @@ impl Running {
                     BrokerEvent::BecameMaster { epoch, stable }
                 }
                 BrokerCommand::SteppedDown { epoch } => {
+                    // Nothing appended as master will be stable under our name.
+                    self.unstable.clear();
                     tracing::warn!(node = me.node, epoch, "stepped down");
                     BrokerEvent::SteppedDown {
                         epoch,
