@@ -478,3 +478,38 @@ impl Running {
             .expect("record")
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn proxied_client_is_closed_with_320_when_the_master_dies() {
+    let mut cluster = blocking(Cluster::start_example);
+    let master = blocking(|| cluster.wait_master(WAIT));
+    let slave = (master + 1) % 3;
+    let conn = Connection::connect(&cluster.uri(slave), ConnectionProperties::default())
+        .await
+        .expect("connect through a slave");
+    let ch = conn.create_channel().await.expect("channel");
+    declare(&ch, "failover.proxied").await.expect("declare through the proxy");
+    // lapin records connection events only while a listener exists.
+    let mut events = Box::pin(conn.events_listener());
+    blocking(|| cluster.kill9(master));
+    let err = timeout(WAIT, async {
+        loop {
+            match events.next().await {
+                Some(lapin::Event::Error(e)) => return e,
+                Some(_) => {}
+                None => panic!("connection event stream ended without an error"),
+            }
+        }
+    })
+    .await
+    .expect("the proxied connection is closed");
+    let code = match err.kind() {
+        lapin::ErrorKind::ProtocolError(e) => e.get_id(),
+        other => panic!("expected connection.close 320, got {other:?}"),
+    };
+    assert_eq!(code, 320, "CONNECTION_FORCED, as RabbitMQ closes connections: {err}");
+    // And the slave serves a new connection once a master is elected.
+    blocking(|| cluster.wait_master_other_than(Some(master), WAIT));
+    let (_c, ch, _) = connect_any(&[cluster.uri(slave)], 0).await;
+    declare(&ch, "failover.proxied").await.expect("declare after failover");
+}
