@@ -34,14 +34,17 @@ fn endpoint() -> impl Strategy<Value = Endpoint> {
 fn message() -> impl Strategy<Value = Message> {
     let u = any::<u64>;
     prop_oneof![
-        (u(), pos(), entries(), u()).prop_map(|(epoch, prev, entries, stable)| {
+        (u(), pos(), entries(), u(), u()).prop_map(|(epoch, prev, entries, stable, floor)| {
             Message::Append {
                 epoch,
                 prev,
                 entries,
                 stable,
+                floor,
             }
         }),
+        (u(), u(), u()).prop_map(|(epoch, from, to)| Message::CatchUp { epoch, from, to }),
+        (u(), entries()).prop_map(|(epoch, entries)| Message::StableEntries { epoch, entries }),
         (u(), pos()).prop_map(|(epoch, last)| Message::AppendAck { epoch, last }),
         u().prop_map(|epoch| Message::AppendReject {
             epoch,

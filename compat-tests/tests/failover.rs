@@ -488,7 +488,9 @@ async fn proxied_client_is_closed_with_320_when_the_master_dies() {
         .await
         .expect("connect through a slave");
     let ch = conn.create_channel().await.expect("channel");
-    declare(&ch, "failover.proxied").await.expect("declare through the proxy");
+    declare(&ch, "failover.proxied")
+        .await
+        .expect("declare through the proxy");
     // lapin records connection events only while a listener exists.
     let mut events = Box::pin(conn.events_listener());
     blocking(|| cluster.kill9(master));
@@ -507,9 +509,65 @@ async fn proxied_client_is_closed_with_320_when_the_master_dies() {
         lapin::ErrorKind::ProtocolError(e) => e.get_id(),
         other => panic!("expected connection.close 320, got {other:?}"),
     };
-    assert_eq!(code, 320, "CONNECTION_FORCED, as RabbitMQ closes connections: {err}");
+    assert_eq!(
+        code, 320,
+        "CONNECTION_FORCED, as RabbitMQ closes connections: {err}"
+    );
     // And the slave serves a new connection once a master is elected.
     blocking(|| cluster.wait_master_other_than(Some(master), WAIT));
     let (_c, ch, _) = connect_any(&[cluster.uri(slave)], 0).await;
-    declare(&ch, "failover.proxied").await.expect("declare after failover");
+    declare(&ch, "failover.proxied")
+        .await
+        .expect("declare after failover");
+}
+
+/// Wait until node `i` has applied at least what node `master` reports stable.
+fn wait_caught_up(cluster: &Cluster, i: usize, master: usize) {
+    let target = cluster
+        .status(master, Duration::from_secs(2))
+        .expect("master status")
+        .stable_index;
+    let deadline = Instant::now() + WAIT;
+    while cluster
+        .status(i, Duration::from_secs(2))
+        .is_none_or(|s| s.stable_index < target)
+    {
+        assert!(Instant::now() < deadline, "node {} did not catch up to {target}", i + 1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restarted_nodes_catch_up_from_the_stores_and_can_take_over() {
+    let mut cluster = blocking(Cluster::start_example);
+    let first = blocking(|| cluster.wait_master(WAIT));
+    let p = start_publisher(&cluster, "failover.catchup", first);
+    wait_confirms(&p.record, 2000).await;
+    // A slave dies and misses a lot: the master drops from memory what every
+    // store holds, so the slave must catch up from a store when it returns.
+    let b = (first + 1) % 3;
+    blocking(|| cluster.kill9(b));
+    wait_confirms(&p.record, 5000).await;
+    blocking(|| cluster.start(b));
+    blocking(|| wait_caught_up(&cluster, b, first));
+    // Now make a restarted node the master: kill the master; if the third
+    // node wins, restart the old master, let it catch up, and kill the winner.
+    blocking(|| cluster.kill9(first));
+    let mut master = blocking(|| cluster.wait_master_other_than(Some(first), WAIT));
+    if master != b {
+        blocking(|| cluster.start(first));
+        blocking(|| wait_caught_up(&cluster, first, master));
+        let previous = master;
+        blocking(|| cluster.kill9(previous));
+        master = blocking(|| cluster.wait_master_other_than(Some(previous), WAIT));
+    }
+    wait_confirms(&p.record, 2000).await;
+    let record = p.finish().await;
+    let ids = consume_all(&[cluster.uri(master)], "failover.catchup").await;
+    let dups = assert_no_loss(&record.confirmed, &ids, "restarted nodes as master");
+    eprintln!(
+        "catch-up: node {} (restarted) is master; {} confirmed, {dups} duplicates, lost 0",
+        master + 1,
+        record.confirmed.len()
+    );
 }

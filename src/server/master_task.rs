@@ -213,7 +213,7 @@ fn on_log_event(
             set_serving(backend, true);
             Core::Serving(Box::new(master))
         }
-        (core, BrokerEvent::SteppedDown { epoch, stable_log }) => {
+        (core, BrokerEvent::SteppedDown { epoch }) => {
             // I2: nothing past the last stable index may be shown to anyone.
             // Pending confirms are neither acked nor nacked: the clients see
             // their connection close (320) and republish.

@@ -48,14 +48,13 @@ pub enum BrokerEvent {
         /// The stable index the mastership starts from.
         stable: u64,
     },
-    /// This node was master and was deposed: close clients (320) and drop every
-    /// effect past the last `Stable`.
+    /// This node was master and was deposed: close clients (320) and drop the
+    /// whole broker state. The node restarts its replication as a fresh slave,
+    /// so the stable state arrives again through `Apply`, from index 1 (its
+    /// own entries left memory once the stores held them).
     SteppedDown {
         /// The epoch that deposed it.
         epoch: u64,
-        /// Every stable entry from index 1, to rebuild the broker state from;
-        /// later entries arrive through `Apply` as from any master.
-        stable_log: Vec<Entry>,
     },
 }
 
@@ -226,11 +225,13 @@ impl BrokerNodeDriver {
         // Several ticks per heartbeat and per retry, so neither is late by much.
         let tick = Duration::from_millis((config.heartbeat_ms.min(config.retry_ms) / 5).max(1));
         let clock = Clock::start();
-        let node = BrokerNode::new(node_id, config, seed, clock.now_ms());
+        let node = BrokerNode::new(node_id, config.clone(), seed, clock.now_ms());
         let (status_tx, status) = watch::channel(status_of(&node));
         let (requests_tx, requests) = mpsc::unbounded_channel();
         let (events_tx, events) = mpsc::unbounded_channel();
         let state = Running {
+            config,
+            seed,
             unstable: std::collections::VecDeque::new(),
             appended_to: 0,
             node,
@@ -297,6 +298,10 @@ fn status_of(node: &BrokerNode) -> BrokerStatus {
 
 /// Everything the driver task owns.
 struct Running {
+    /// Membership and timings, to restart the node after a step-down.
+    config: Config,
+    /// Seeds the restarted node's election jitter (mixed with the epoch).
+    seed: u64,
     /// Batches appended and not yet stable: the last index of each and when
     /// it was appended, for the quorum-ack latency histogram.
     unstable: std::collections::VecDeque<(u64, std::time::Instant)>,
@@ -383,6 +388,7 @@ impl Running {
 
     fn carry_out(&mut self, commands: Vec<BrokerCommand>) {
         let me = Endpoint::broker(self.node.id());
+        let mut restart_at = None;
         for cmd in commands {
             let event = match cmd {
                 BrokerCommand::Send { to, msg } => {
@@ -412,16 +418,26 @@ impl Running {
                 BrokerCommand::SteppedDown { epoch } => {
                     // Nothing appended as master will be stable under our name.
                     self.unstable.clear();
-                    tracing::warn!(node = me.node, epoch, "stepped down");
-                    BrokerEvent::SteppedDown {
-                        epoch,
-                        stable_log: self.node.stable_entries(),
-                    }
+                    tracing::warn!(node = me.node, epoch, "stepped down; restarting as a slave");
+                    restart_at = Some(epoch);
+                    BrokerEvent::SteppedDown { epoch }
                 }
             };
             // The owner dropped its receiver: it no longer cares; keep serving
             // the cluster (a slave's acks still matter to the master).
             let _ = self.events.send(event);
+        }
+        if let Some(epoch) = restart_at {
+            // The deposed master's log is partly gone from memory, and what
+            // remains ran ahead of the stable index: start over as a fresh
+            // slave that catches up from the stores.
+            self.node = BrokerNode::after_step_down(
+                me.node,
+                self.config.clone(),
+                self.seed ^ epoch.rotate_left(17),
+                self.clock.now_ms(),
+                epoch,
+            );
         }
     }
 }

@@ -137,6 +137,13 @@ pub struct BrokerNode {
     /// Set when a consistency check fails; nonzero means a protocol bug. The
     /// simulator asserts it stays zero.
     pub(super) anomalies: u64,
+    /// The highest `floor` a master told us: every store holds the log up to
+    /// it, so entries up to it (and applied) may leave memory.
+    pub(super) floor_seen: u64,
+    /// Catching up from the stores (a slave behind the master's memory): when
+    /// we last asked, and which store to ask next.
+    pub(super) catch_up_sent_ms: Option<u64>,
+    pub(super) catch_up_turn: usize,
     /// The role.
     pub(super) role: Role,
 }
@@ -152,6 +159,9 @@ impl BrokerNode {
             log: MemLog::default(),
             applied: 0,
             anomalies: 0,
+            floor_seen: 0,
+            catch_up_sent_ms: None,
+            catch_up_turn: 0,
             role: Role::Slave {
                 master: None,
                 deadline_ms: 0,
@@ -200,15 +210,26 @@ impl BrokerNode {
         }
     }
 
-    /// Every stable entry, from index 1: what a deposed master rebuilds its
-    /// broker state from, since its own state ran ahead of the stable index.
-    pub fn stable_entries(&self) -> Vec<Entry> {
-        self.log.range(1, self.applied)
-    }
-
-    /// The entry at `index` in this node's log (stable or not).
+    /// The entry at `index` in this node's log (stable or not), if still in
+    /// memory (see [`BrokerNode::log_base`]).
     pub fn entry(&self, index: u64) -> Option<&Entry> {
         self.log.get(index)
+    }
+
+    /// Entries up to this index have left memory: every store holds them and
+    /// this node applied them.
+    pub fn log_base(&self) -> u64 {
+        self.log.base()
+    }
+
+    /// A node that restarts its replication state after being deposed: a
+    /// fresh slave (empty log, nothing applied) that still knows `epoch`, so
+    /// it neither campaigns below it nor forgets that a newer master exists.
+    /// Its broker rebuilds the stable state by catching up from the stores.
+    pub fn after_step_down(id: NodeId, cfg: Config, seed: u64, now: u64, epoch: u64) -> Self {
+        let mut node = BrokerNode::new(id, cfg, seed, now);
+        node.epoch = epoch;
+        node
     }
 
     /// Count of failed internal consistency checks (see the field).
@@ -241,6 +262,7 @@ impl BrokerNode {
     /// Advance by one input.
     pub fn step(&mut self, now: u64, input: BrokerInput) -> Vec<BrokerCommand> {
         let mut out = Vec::new();
+        self.drop_settled();
         match input {
             BrokerInput::Receive { from, msg } => self.receive(now, from, msg, &mut out),
             BrokerInput::Tick => self.tick(now, &mut out),
@@ -258,7 +280,9 @@ impl BrokerNode {
                 prev,
                 entries,
                 stable,
+                floor,
             } if from.service == Service::Broker => {
+                self.floor_seen = self.floor_seen.max(floor.min(stable));
                 self.on_append(now, from, epoch, prev, entries, stable, out);
             }
             Message::AppendAck { epoch, last } => self.on_ack(now, from, epoch, last, out),
@@ -269,11 +293,13 @@ impl BrokerNode {
             }
             Message::Promise { epoch, last, .. } => self.on_promise(now, from, epoch, last, out),
             Message::Entries { epoch, entries } => self.on_entries(now, from, epoch, entries, out),
+            Message::StableEntries { entries, .. } => self.on_stable_entries(now, entries, out),
             // Store-bound requests, and refusals already handled by
             // `observe_epoch` (a refusal at or below our epoch changes nothing).
             Message::Append { .. }
             | Message::Fence { .. }
             | Message::Fetch { .. }
+            | Message::CatchUp { .. }
             | Message::FenceRefused { .. } => {}
         }
     }
@@ -323,8 +349,8 @@ impl BrokerNode {
         now: u64,
         from: Endpoint,
         epoch: u64,
-        prev: LogPosition,
-        entries: Vec<Entry>,
+        mut prev: LogPosition,
+        mut entries: Vec<Entry>,
         stable: u64,
         out: &mut Vec<BrokerCommand>,
     ) {
@@ -344,6 +370,21 @@ impl BrokerNode {
         // The master of our epoch: follow it (a candidate of the same epoch lost,
         // since the stores promised it to the sender).
         self.become_slave(now, Some(from.node));
+        let base = self.log.base();
+        if prev.index < base {
+            // A resend reaching into what we dropped: that prefix is stable and
+            // applied, so the master's entries there are ours (I1). Start the
+            // check at our first position instead of rejecting down a prefix we
+            // no longer hold.
+            let skip = usize::try_from(base - prev.index).unwrap_or(usize::MAX);
+            entries.drain(..skip.min(entries.len()));
+            prev = self.log.pos_at(base).unwrap_or(LogPosition::ZERO);
+        }
+        if prev.index > self.log.last().index && stable > self.applied {
+            // We lack entries the master may no longer hold in memory: fetch the
+            // stable ones from a store meanwhile.
+            self.catch_up(now, false, out);
+        }
         if self.log.pos_at(prev.index) != Some(prev) {
             let hint = mismatch_hint(
                 self.log.last().index,
@@ -389,6 +430,88 @@ impl BrokerNode {
             to: from,
             msg: Message::AppendAck { epoch, last },
         });
+    }
+
+    /// Drop from memory what no peer will need from us again: on a master,
+    /// everything every store acked (and is stable); on a slave, what the
+    /// master said every store holds and we applied. Done at the start of a
+    /// step, so whoever reads entries right after a step still finds them.
+    fn drop_settled(&mut self) {
+        let upto = match &self.role {
+            Role::Master(repl) => repl.floor(),
+            Role::Slave { .. } => self.floor_seen,
+            Role::Candidate(_) => return,
+        };
+        self.log.drop_up_to(upto.min(self.applied));
+    }
+
+    /// Slave: ask a store (each in turn) for the stable entries after what we
+    /// applied. `now_again` skips the rate limit (the previous answer just
+    /// arrived and more is wanted).
+    fn catch_up(&mut self, now: u64, now_again: bool, out: &mut Vec<BrokerCommand>) {
+        if !matches!(self.role, Role::Slave { .. }) || self.cfg.stores.is_empty() {
+            return;
+        }
+        if !now_again
+            && self
+                .catch_up_sent_ms
+                .is_some_and(|at| now.saturating_sub(at) < self.cfg.retry_ms)
+        {
+            return;
+        }
+        self.catch_up_sent_ms = Some(now);
+        let store = self.cfg.stores[self.catch_up_turn % self.cfg.stores.len()];
+        self.catch_up_turn = self.catch_up_turn.wrapping_add(1);
+        let from = self.applied + 1;
+        out.push(BrokerCommand::Send {
+            to: Endpoint::store(store),
+            msg: Message::CatchUp {
+                epoch: self.epoch,
+                from,
+                to: from.saturating_add(self.cfg.fetch_entries_max.saturating_sub(1)),
+            },
+        });
+    }
+
+    /// Slave: stable entries from a store. They follow what we applied (the
+    /// stable log is the same everywhere, I1/I3); anything of ours beyond
+    /// that was not known stable and is replaced.
+    fn on_stable_entries(&mut self, now: u64, entries: Vec<Entry>, out: &mut Vec<BrokerCommand>) {
+        if !matches!(self.role, Role::Slave { .. }) {
+            return;
+        }
+        if entries
+            .first()
+            .is_none_or(|e| e.pos.index != self.applied + 1)
+        {
+            return; // empty, or a late answer to an older request
+        }
+        let Some(prev) = self.log.pos_at(self.applied) else {
+            self.anomalies += 1;
+            return;
+        };
+        if !entries_follow(prev, &entries) {
+            // Stable entries that do not continue our stable prefix: I1 or I3
+            // is broken somewhere.
+            self.anomalies += 1;
+            return;
+        }
+        // A stable entry of epoch e means a master of e existed: anyone still
+        // appending in an older epoch is deposed (I2), and we must not follow
+        // it over entries we now hold as stable.
+        if let Some(newest) = entries.iter().map(|e| e.pos.epoch).max() {
+            self.observe_epoch(now, newest, out);
+        }
+        let full = entries.len() as u64 >= self.cfg.fetch_entries_max;
+        self.log.truncate_after(self.applied);
+        for entry in entries {
+            self.log.push(entry);
+        }
+        let last = self.log.last().index;
+        self.apply_up_to(last, out);
+        if full {
+            self.catch_up(now, true, out);
+        }
     }
 
     /// Hand the broker everything up to `index` not yet handed over.

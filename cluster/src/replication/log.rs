@@ -82,68 +82,100 @@ impl EpochRuns {
     }
 }
 
-/// A broker's copy of the log, entries in memory from index 1.
+/// A broker's copy of the log: the entries above `base` in memory.
 ///
-/// Not done yet: retention. The master resends old entries to lagging peers
-/// from here, so today it keeps everything; the next step trims below the
-/// lowest index every peer acked and catches up anyone further behind from a
-/// store's `state` snapshot.
+/// Entries up to `base` were dropped once every store held them (the master's
+/// `floor`) and they were applied: nobody will be sent them again from here.
+/// The position at `base` is kept, so an append right after it can still be
+/// checked (log matching). A peer that needs older entries (a restarted slave)
+/// catches up from a store, which keeps the whole log on disk.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MemLog {
-    /// `entries[i]` has index `i + 1`.
-    entries: Vec<Entry>,
+    /// `entries[i]` has index `base + 1 + i`.
+    entries: std::collections::VecDeque<Entry>,
+    /// Highest dropped index (0: nothing dropped).
+    base: u64,
+    /// Position of the entry at `base` (`(0,0)` when `base` is 0).
+    base_pos: LogPosition,
 }
 
 impl MemLog {
     /// Position of the last entry; `(0,0)` when empty.
     pub fn last(&self) -> LogPosition {
-        self.entries.last().map_or(LogPosition::ZERO, |e| e.pos)
+        self.entries.back().map_or(self.base_pos, |e| e.pos)
     }
 
-    /// Position of the entry at `index` (index 0 is `(0,0)`), `None` past the end.
+    /// Highest index dropped from memory: entries `..=base` are gone.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Position of the entry at `index` (index 0 is `(0,0)`); `None` past the
+    /// end and below `base`.
     pub fn pos_at(&self, index: u64) -> Option<LogPosition> {
         if index == 0 {
             return Some(LogPosition::ZERO);
         }
+        if index == self.base {
+            return Some(self.base_pos);
+        }
         self.get(index).map(|e| e.pos)
     }
 
-    /// The entry at `index`.
+    /// The entry at `index`, if in memory.
     pub fn get(&self, index: u64) -> Option<&Entry> {
-        let i = usize::try_from(index.checked_sub(1)?).ok()?;
+        let i = usize::try_from(index.checked_sub(self.base + 1)?).ok()?;
         self.entries.get(i)
     }
 
-    /// Clones of the entries `from..=to`, clamped to what exists.
+    /// Clones of the entries `from..=to`, clamped to what is in memory.
     pub fn range(&self, from: u64, to: u64) -> Vec<Entry> {
-        let lo = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
-        let hi = usize::try_from(to)
-            .unwrap_or(usize::MAX)
-            .min(self.entries.len());
-        self.entries
-            .get(lo..hi)
-            .map_or_else(Vec::new, <[Entry]>::to_vec)
+        let lo = from.max(self.base + 1);
+        let hi = to.min(self.last().index);
+        if lo > hi {
+            return Vec::new();
+        }
+        let (lo, hi) = ((lo - self.base - 1) as usize, (hi - self.base) as usize);
+        self.entries.range(lo..hi).cloned().collect()
     }
 
     /// Append one entry; it must follow the last one.
     pub fn push(&mut self, entry: Entry) {
         debug_assert_eq!(entry.pos.index, self.last().index + 1);
-        self.entries.push(entry);
+        self.entries.push_back(entry);
     }
 
-    /// Forget every entry above `index`.
+    /// Forget every entry above `index` (never below `base`: those are stable).
     pub fn truncate_after(&mut self, index: u64) {
+        debug_assert!(index >= self.base, "truncating below the dropped prefix");
+        let keep = index.saturating_sub(self.base);
         self.entries
-            .truncate(usize::try_from(index).unwrap_or(usize::MAX));
+            .truncate(usize::try_from(keep).unwrap_or(usize::MAX));
     }
 
-    /// First index of the run of same-epoch entries holding `index`.
+    /// Drop the entries up to `index` from memory, keeping its position.
+    /// Does nothing if `index` is at or below `base` or beyond the last entry.
+    pub fn drop_up_to(&mut self, index: u64) {
+        if index <= self.base || index > self.last().index {
+            return;
+        }
+        let Some(pos) = self.pos_at(index) else {
+            return;
+        };
+        let n = (index - self.base) as usize;
+        self.entries.drain(..n);
+        self.base = index;
+        self.base_pos = pos;
+    }
+
+    /// First index of the run of same-epoch entries holding `index` (not below
+    /// the first entry in memory).
     pub fn run_start(&self, index: u64) -> u64 {
         let Some(epoch) = self.get(index).map(|e| e.pos.epoch) else {
             return 0;
         };
         let mut first = index;
-        while first > 1 && self.get(first - 1).is_some_and(|e| e.pos.epoch == epoch) {
+        while first > self.base + 1 && self.get(first - 1).is_some_and(|e| e.pos.epoch == epoch) {
             first -= 1;
         }
         first
@@ -211,6 +243,35 @@ mod tests {
         assert_eq!(log.pos_at(0), Some(LogPosition::ZERO));
         log.truncate_after(2);
         assert_eq!(log.last(), LogPosition::new(1, 2));
+    }
+
+    #[test]
+    fn dropped_prefix_keeps_its_boundary_position() {
+        let mut log = MemLog::default();
+        for i in 1..=6 {
+            log.push(Entry::new(if i < 4 { 1 } else { 2 }, i, "x"));
+        }
+        log.drop_up_to(3);
+        assert_eq!(log.base(), 3);
+        assert_eq!(log.pos_at(3), Some(LogPosition::new(1, 3)));
+        assert_eq!(log.pos_at(2), None, "dropped");
+        assert!(log.get(3).is_none());
+        assert_eq!(log.get(4).map(|e| e.pos), Some(LogPosition::new(2, 4)));
+        assert_eq!(log.range(1, 10).len(), 3, "only what is in memory");
+        assert_eq!(log.run_start(6), 4);
+        log.drop_up_to(2); // below base: nothing
+        log.drop_up_to(9); // beyond the end: nothing
+        assert_eq!(log.base(), 3);
+        log.truncate_after(4);
+        assert_eq!(log.last(), LogPosition::new(2, 4));
+        log.drop_up_to(4);
+        assert_eq!(
+            log.last(),
+            LogPosition::new(2, 4),
+            "an empty tail keeps the last position"
+        );
+        log.push(Entry::new(3, 5, "y"));
+        assert_eq!(log.range(5, 5).len(), 1);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::position::{Entry, LogPosition};
 use super::NodeId;
 
 /// Version of the node-to-node encoding, the first byte of every frame.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 
 /// Which service of a node a message is for, or from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,6 +92,10 @@ pub enum Message {
         entries: Vec<Entry>,
         /// The master's stable index.
         stable: u64,
+        /// Every store holds the log up to here (the lowest index any store
+        /// acked in this epoch, at most `stable`): brokers may drop entries up
+        /// to it from memory, since no store will ever need them resent.
+        floor: u64,
     },
     /// Store or slave → master: everything up to `last` is held (on a store:
     /// durable) and matches the master's log. Sent only after the fsync.
@@ -144,6 +148,26 @@ pub enum Message {
         /// Last index wanted (inclusive).
         to: u64,
     },
+    /// Slave → store: send stable entries `from..=to`. A slave too far behind
+    /// the master's in-memory log (a restarted broker, say) catches up from a
+    /// store. Served in any epoch: only entries the store knows stable are
+    /// sent, and stable entries are final (I1).
+    CatchUp {
+        /// The slave's epoch (informational; stable entries need no promise).
+        epoch: u64,
+        /// First index wanted.
+        from: u64,
+        /// Last index wanted (inclusive).
+        to: u64,
+    },
+    /// Store → slave: stable entries from the CatchUp's `from` (fewer, or none,
+    /// if the store knows less to be stable).
+    StableEntries {
+        /// The epoch of the CatchUp being answered.
+        epoch: u64,
+        /// Consecutive entries starting at the CatchUp's `from`.
+        entries: Vec<Entry>,
+    },
     /// Store → candidate: the entries asked for (fewer if the log is shorter).
     Entries {
         /// The epoch of the Fetch being answered.
@@ -165,6 +189,9 @@ impl Message {
             | Message::Promise { epoch, .. }
             | Message::Fetch { epoch, .. }
             | Message::Entries { epoch, .. } => *epoch,
+            // Catch-up of stable entries speaks for no epoch: a slave behind on
+            // epochs must not make a store (or itself) react to it.
+            Message::CatchUp { .. } | Message::StableEntries { .. } => 0,
             Message::FenceRefused { promised } => *promised,
         }
     }

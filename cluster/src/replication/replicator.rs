@@ -74,6 +74,20 @@ impl Replicator {
         self.stable
     }
 
+    /// The index every store holds in this epoch (the lowest store ack), at
+    /// most `stable`: nothing up to it will ever be resent to a store, so
+    /// brokers may drop it from memory. A store that does not answer keeps it
+    /// where it was, which is what lets that store catch up when it returns.
+    pub(crate) fn floor(&self) -> u64 {
+        self.peers
+            .iter()
+            .filter(|(e, _)| e.service == Service::Store)
+            .map(|(_, p)| p.matched)
+            .min()
+            .unwrap_or(0)
+            .min(self.stable)
+    }
+
     /// Send what is waiting to every peer, within its window, batched; a
     /// heartbeat to peers with nothing to send for `heartbeat_ms`; and go back to
     /// `matched` for peers that made no progress for `retry_ms` (a lost message
@@ -86,6 +100,7 @@ impl Replicator {
     ) -> Vec<(Endpoint, Message)> {
         let mut out = Vec::new();
         let last = log.last().index;
+        let floor = self.floor();
         for (&to, peer) in &mut self.peers {
             if peer.next <= peer.matched {
                 peer.next = peer.matched + 1;
@@ -94,6 +109,27 @@ impl Replicator {
             if in_flight && now.saturating_sub(peer.last_progress_ms) >= cfg.retry_ms {
                 peer.next = peer.matched + 1;
                 peer.last_progress_ms = now;
+            }
+            if peer.next <= log.base() {
+                // Entries it needs are no longer in memory. Only a slave can be
+                // here (the floor never passes a store's ack): anchor a
+                // heartbeat at our first position, which the slave rejects
+                // until it has caught up from a store.
+                debug_assert_eq!(to.service, Service::Broker, "a store behind the floor");
+                if now.saturating_sub(peer.last_sent_ms) >= cfg.heartbeat_ms {
+                    out.push((
+                        to,
+                        Message::Append {
+                            epoch: self.epoch,
+                            prev: log.pos_at(log.base()).unwrap_or(LogPosition::ZERO),
+                            entries: Vec::new(),
+                            stable: self.stable,
+                            floor,
+                        },
+                    ));
+                    peer.last_sent_ms = now;
+                }
+                continue;
             }
             let mut sent = false;
             let window_end = peer
@@ -112,6 +148,7 @@ impl Replicator {
                         prev,
                         entries: log.range(peer.next, batch_end),
                         stable: self.stable,
+                        floor,
                     },
                 ));
                 peer.next = batch_end + 1;
@@ -130,6 +167,7 @@ impl Replicator {
                         prev,
                         entries: Vec::new(),
                         stable: self.stable,
+                        floor,
                     },
                 ));
                 peer.last_sent_ms = now;

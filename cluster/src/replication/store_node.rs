@@ -53,6 +53,9 @@ pub struct ReadRequest {
     pub reply_to: Endpoint,
     /// The candidate's epoch, echoed in the reply.
     pub epoch: u64,
+    /// A slave's catch-up: `to` is already clamped to the stable index, and
+    /// the answer is [`Message::StableEntries`], sent whatever the promise.
+    pub stable_only: bool,
 }
 
 /// What drives a store.
@@ -112,6 +115,12 @@ pub struct StoreNode {
     log: EpochRuns,
     /// Highest index known stable; the log is never truncated at or below it.
     stable: u64,
+    /// `stable` as of the last finished Persist: its entries are on disk, so
+    /// a read issued now returns them (a read runs before a Persist queued
+    /// after it). Catch-up serves only up to here.
+    stable_on_disk: u64,
+    /// `stable` when the Persist in flight was issued.
+    stable_in_flight: u64,
     /// Ops waiting for the next Persist.
     queued_ops: Vec<DiskOp>,
     /// Replies to send once the queued ops are durable.
@@ -134,6 +143,8 @@ impl StoreNode {
             promised,
             promised_to: None,
             stable: stable.min(log.last().index),
+            stable_on_disk: stable.min(log.last().index),
+            stable_in_flight: stable.min(log.last().index),
             log,
             queued_ops: Vec::new(),
             queued_replies: Vec::new(),
@@ -177,8 +188,19 @@ impl StoreNode {
         match input {
             StoreInput::Receive { from, msg } => self.receive(from, msg, &mut out),
             StoreInput::Persisted => {
+                self.stable_on_disk = self.stable_in_flight;
                 let replies = self.in_flight.take().unwrap_or_default();
                 send_all(replies, &mut out);
+            }
+            StoreInput::ReadDone { req, entries } if req.stable_only => {
+                // Stable entries are final: any epoch may have them.
+                out.push(StoreCommand::Send {
+                    to: req.reply_to,
+                    msg: Message::StableEntries {
+                        epoch: req.epoch,
+                        entries,
+                    },
+                });
             }
             StoreInput::ReadDone { req, entries } => {
                 // Answer only if still bound to that epoch: a higher promise since
@@ -210,7 +232,29 @@ impl StoreNode {
                 prev,
                 entries,
                 stable,
+                floor: _,
             } => self.on_append(from, epoch, prev, entries, stable, out),
+            Message::CatchUp {
+                epoch,
+                from: lo,
+                to,
+            } => {
+                // Only what this store knows stable: its log up to there is
+                // the stable log (it learnt `stable` only up to what an append
+                // proved it shares with the master). And only what is on disk
+                // already: the ops that made it stable may still be queued
+                // behind this read, over an older tail.
+                let to = to.min(self.stable_on_disk);
+                if lo >= 1 && lo <= to {
+                    out.push(StoreCommand::Read(ReadRequest {
+                        from: lo,
+                        to,
+                        reply_to: from,
+                        epoch,
+                        stable_only: true,
+                    }));
+                }
+            }
             Message::Fence { epoch, nonce } => self.on_fence(from, epoch, nonce, out),
             Message::Fetch {
                 epoch,
@@ -223,6 +267,7 @@ impl StoreNode {
                         to,
                         reply_to: from,
                         epoch,
+                        stable_only: false,
                     }));
                 } else if epoch < self.promised {
                     reply_now(
@@ -239,7 +284,8 @@ impl StoreNode {
             | Message::AppendReject { .. }
             | Message::Promise { .. }
             | Message::FenceRefused { .. }
-            | Message::Entries { .. } => {}
+            | Message::Entries { .. }
+            | Message::StableEntries { .. } => {}
         }
     }
 
@@ -380,6 +426,7 @@ impl StoreNode {
         } else {
             out.push(StoreCommand::Persist(std::mem::take(&mut self.queued_ops)));
             self.in_flight = Some(std::mem::take(&mut self.queued_replies));
+            self.stable_in_flight = self.stable;
         }
     }
 }

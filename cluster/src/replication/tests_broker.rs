@@ -47,6 +47,7 @@ fn append_msg(epoch: u64, prev: LogPosition, entries: Vec<Entry>, stable: u64) -
         prev,
         entries,
         stable,
+        floor: 0,
     }
 }
 
@@ -101,15 +102,50 @@ fn a_slave_applies_only_what_the_append_proves_stable() {
             ),
         ]
     );
-    // A gap is rejected with our end as the hint.
+    // A gap is rejected with our end as the hint; meanwhile the stable
+    // entries we lack are asked of a store (the master may no longer hold
+    // them in memory).
     let cmds = b.step(3, recv(from, append_msg(1, pos(1, 9), vec![], 5)));
     let reason = RejectReason::Mismatch {
         prev: pos(1, 9),
         hint: 3,
     };
+    let catch_up = Message::CatchUp {
+        epoch: 1,
+        from: 4,
+        to: 4 + cfg().fetch_entries_max - 1,
+    };
     assert_eq!(
         cmds,
-        vec![send(from, Message::AppendReject { epoch: 1, reason })]
+        vec![
+            send(Endpoint::store(cfg().stores[0]), catch_up),
+            send(from, Message::AppendReject { epoch: 1, reason })
+        ]
+    );
+    // The store answers with stable entries: applied at once.
+    let cmds = b.step(
+        4,
+        recv(
+            Endpoint::store(cfg().stores[0]),
+            Message::StableEntries {
+                epoch: 1,
+                entries: vec![entry(1, 4), entry(1, 5)],
+            },
+        ),
+    );
+    assert_eq!(
+        cmds,
+        vec![BrokerCommand::Apply(vec![entry(1, 4), entry(1, 5)])]
+    );
+    assert_eq!(b.applied(), 5);
+    // A late duplicate answer changes nothing.
+    let again = Message::StableEntries {
+        epoch: 1,
+        entries: vec![entry(1, 4)],
+    };
+    assert!(
+        b.step(5, recv(Endpoint::store(cfg().stores[1]), again))
+            .is_empty()
     );
     // A deposed master (epoch 0) is told the current epoch.
     let old = Endpoint::broker(6);
@@ -279,18 +315,29 @@ fn the_master_pipelines_within_a_window_and_advances_stable_on_a_quorum() {
     let cmds = b.step(112, recv(Endpoint::store(3), ack));
     assert_eq!(cmds.first(), Some(&BrokerCommand::Stable(6)));
     // The window moved for store 3: 9..10 go out, carrying the new stable.
+    // Its floor is what every store holds: store 2 still acked only 4.
     assert!(cmds.contains(&send(
         Endpoint::store(3),
-        append_msg(
-            2,
-            pos(2, 8),
-            vec![
+        Message::Append {
+            epoch: 2,
+            prev: pos(2, 8),
+            entries: vec![
                 b.entry(9).cloned().expect("9"),
                 b.entry(10).cloned().expect("10")
             ],
-            6
-        ),
+            stable: 6,
+            floor: 4,
+        },
     )));
+    // Once store 2 acks too, the next step drops 1..=6 from memory.
+    let ack = Message::AppendAck {
+        epoch: 2,
+        last: pos(2, 6),
+    };
+    b.step(113, recv(Endpoint::store(2), ack));
+    b.step(114, BrokerInput::Tick);
+    assert_eq!(b.log_base(), 6);
+    assert!(b.entry(6).is_none() && b.entry(7).is_some());
 }
 
 #[test]

@@ -15,6 +15,7 @@ fn append(epoch: u64, prev: (u64, u64), entries: &[(u64, u64)], stable: u64) -> 
             prev: LogPosition::new(prev.0, prev.1),
             entries: entries.iter().map(|&(e, i)| entry(e, i)).collect(),
             stable,
+            floor: 0,
         },
     }
 }
@@ -216,6 +217,7 @@ fn fetch_is_served_only_to_the_promised_epoch() {
         to: 2,
         reply_to: M,
         epoch: 3,
+        stable_only: false,
     };
     assert_eq!(s.step(0, fetch(3)), vec![StoreCommand::Read(req.clone())]);
     let entries = vec![entry(1, 1), entry(1, 2)];

@@ -327,17 +327,18 @@ impl World {
             return Ok(());
         };
         let entry_at = |i: u64| broker.entry(i).cloned();
+        let base = broker.log_base();
         // Stability reports first, so the history holds what Apply is checked
         // against (a new master's Apply precedes its BecameMaster).
         for cmd in &cmds {
             match *cmd {
                 BrokerCommand::BecameMaster { epoch, stable } => {
                     self.masters.on_became_master(epoch, who)?;
-                    i1::on_stable_report(&mut self.history, who, stable, entry_at)?;
+                    i1::on_stable_report(&mut self.history, who, stable, base, entry_at)?;
                 }
                 BrokerCommand::Stable(stable) => {
                     self.masters.on_stable(broker.epoch(), who)?;
-                    i1::on_stable_report(&mut self.history, who, stable, entry_at)?;
+                    i1::on_stable_report(&mut self.history, who, stable, base, entry_at)?;
                     self.oracle.on_stable(who, stable, entry_at)?;
                 }
                 _ => {}
@@ -497,12 +498,12 @@ impl World {
         i1::check_confirmed(&self.history, &self.oracle.confirmed)?;
         let master = self
             .nodes
-            .values()
-            .filter(|n| n.up)
-            .filter_map(|n| n.broker.as_ref())
-            .filter(|b| b.role() == RoleKind::Master)
-            .max_by_key(|b| b.epoch());
-        let Some(master) = master else {
+            .iter()
+            .filter(|(_, n)| n.up)
+            .filter_map(|(&id, n)| Some(((id, n.inc), n.broker.as_ref()?)))
+            .filter(|(_, b)| b.role() == RoleKind::Master)
+            .max_by_key(|(_, b)| b.epoch());
+        let Some((who, master)) = master else {
             return Err(Violation::new(
                 "liveness",
                 "no master at the end of the recovery phase",
@@ -517,7 +518,13 @@ impl World {
                 ),
             ));
         }
-        i1::check_final_master(&self.oracle.confirmed, |i| master.entry(i).cloned())
+        // Entries the master dropped from memory were applied first, and every
+        // applied entry was checked against the history (I4), which holds the
+        // confirmed payloads (checked above): so the master applied them.
+        let applied = self.applied.get(&who).copied().unwrap_or(0);
+        i1::check_final_master(&self.oracle.confirmed, master.log_base(), applied, |i| {
+            master.entry(i).cloned()
+        })
     }
 
     /// End of the fault phase: heal the network, then crash every node at once

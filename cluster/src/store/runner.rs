@@ -224,6 +224,7 @@ mod tests {
             to: 9,
             reply_to: Endpoint::broker(7),
             epoch: 2,
+            stable_only: false,
         };
         runner.read(req.clone());
         // A deposed writer: the disk refuses, which is fatal for the node.

@@ -39,6 +39,7 @@ fn append(index: u64) -> Envelope {
             prev: crate::LogPosition::new(1, index - 1),
             entries: vec![Entry::new(1, index, format!("payload {index}"))],
             stable: 0,
+            floor: 0,
         },
     }
 }

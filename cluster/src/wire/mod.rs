@@ -46,6 +46,8 @@ const TAG_PROMISE: u8 = 5;
 const TAG_FENCE_REFUSED: u8 = 6;
 const TAG_FETCH: u8 = 7;
 const TAG_ENTRIES: u8 = 8;
+const TAG_CATCH_UP: u8 = 9;
+const TAG_STABLE_ENTRIES: u8 = 10;
 
 const REASON_FENCED: u8 = 0;
 const REASON_MISMATCH: u8 = 1;
@@ -208,11 +210,13 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
             prev,
             entries,
             stable,
+            floor,
         } => {
             out.put_u8(TAG_APPEND);
             out.put_u64(*epoch);
             put_pos(out, *prev);
             out.put_u64(*stable);
+            out.put_u64(*floor);
             put_entries(out, entries)?;
         }
         Message::AppendAck { epoch, last } => {
@@ -259,6 +263,17 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
         }
         Message::Entries { epoch, entries } => {
             out.put_u8(TAG_ENTRIES);
+            out.put_u64(*epoch);
+            put_entries(out, entries)?;
+        }
+        Message::CatchUp { epoch, from, to } => {
+            out.put_u8(TAG_CATCH_UP);
+            out.put_u64(*epoch);
+            out.put_u64(*from);
+            out.put_u64(*to);
+        }
+        Message::StableEntries { epoch, entries } => {
+            out.put_u8(TAG_STABLE_ENTRIES);
             out.put_u64(*epoch);
             put_entries(out, entries)?;
         }
@@ -336,6 +351,7 @@ impl Reader {
                 epoch: self.u64("epoch")?,
                 prev: self.pos("prev")?,
                 stable: self.u64("stable")?,
+                floor: self.u64("floor")?,
                 entries: self.entries()?,
             },
             TAG_APPEND_ACK => Message::AppendAck {
@@ -377,6 +393,15 @@ impl Reader {
                 to: self.u64("to")?,
             },
             TAG_ENTRIES => Message::Entries {
+                epoch: self.u64("epoch")?,
+                entries: self.entries()?,
+            },
+            TAG_CATCH_UP => Message::CatchUp {
+                epoch: self.u64("epoch")?,
+                from: self.u64("from")?,
+                to: self.u64("to")?,
+            },
+            TAG_STABLE_ENTRIES => Message::StableEntries {
                 epoch: self.u64("epoch")?,
                 entries: self.entries()?,
             },

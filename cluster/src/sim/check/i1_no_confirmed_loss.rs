@@ -47,9 +47,12 @@ pub fn on_stable_report(
     history: &mut History,
     who: Incarnation,
     stable: u64,
+    base: u64,
     entry_at: impl Fn(u64) -> Option<Entry>,
 ) -> Result<(), Violation> {
-    let from = history.checked.get(&who).copied().unwrap_or(0) + 1;
+    // Entries up to `base` left the node's memory after it applied them; its
+    // Apply of each was checked against the history then (I4).
+    let from = (history.checked.get(&who).copied().unwrap_or(0) + 1).max(base + 1);
     for index in from..=stable {
         let Some(entry) = entry_at(index) else {
             return Err(Violation::new(
@@ -104,9 +107,22 @@ pub fn check_confirmed(
 /// the sim crashed every node, losing all unsynced writes, before electing it).
 pub fn check_final_master(
     confirmed: &[(LogPosition, Bytes)],
+    base: u64,
+    applied: u64,
     entry_at: impl Fn(u64) -> Option<Entry>,
 ) -> Result<(), Violation> {
     for (pos, payload) in confirmed {
+        if pos.index <= base {
+            if applied < pos.index {
+                return Err(Violation::new(
+                    "I1",
+                    format!(
+                        "confirmed {payload:?} at {pos}: the final master dropped it unapplied"
+                    ),
+                ));
+            }
+            continue;
+        }
         match entry_at(pos.index) {
             Some(e) if e.pos == *pos && e.payload == *payload => {}
             other => {
@@ -132,8 +148,8 @@ mod tests {
         let mut h = History::default();
         let a = [Entry::new(1, 1, "a"), Entry::new(1, 2, "b")];
         let b = [Entry::new(1, 1, "a"), Entry::new(2, 2, "c")];
-        on_stable_report(&mut h, (1, 0), 2, |i| a.get(i as usize - 1).cloned()).unwrap();
-        let err = on_stable_report(&mut h, (2, 0), 2, |i| b.get(i as usize - 1).cloned());
+        on_stable_report(&mut h, (1, 0), 2, 0, |i| a.get(i as usize - 1).cloned()).unwrap();
+        let err = on_stable_report(&mut h, (2, 0), 2, 0, |i| b.get(i as usize - 1).cloned());
         assert!(err.is_err());
         assert!(check_confirmed(&h, &[(LogPosition::new(1, 2), Bytes::from("b"))]).is_ok());
         assert!(check_confirmed(&h, &[(LogPosition::new(1, 3), Bytes::from("z"))]).is_err());

@@ -47,7 +47,7 @@ mod tests {
     fn gaps_and_foreign_entries_are_caught() {
         let log = [Entry::new(1, 1, "a"), Entry::new(1, 2, "b")];
         let mut h = History::default();
-        on_stable_report(&mut h, (1, 0), 2, |i| log.get(i as usize - 1).cloned()).unwrap();
+        on_stable_report(&mut h, (1, 0), 2, 0, |i| log.get(i as usize - 1).cloned()).unwrap();
         let mut applied = 0;
         assert!(on_apply(&mut applied, &log[..1], &h).is_ok());
         assert!(on_apply(&mut applied, &log[..1], &h).is_err()); // duplicate
