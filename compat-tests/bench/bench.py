@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shlex
 import socket
 import statistics
@@ -230,12 +231,29 @@ class Sampler:
         return max((s[2] for s in self.samples), default=0)
 
 
+def busy_ticks() -> int:
+    """Non-idle CPU ticks of the whole machine (all CPUs), from /proc/stat."""
+    with open("/proc/stat") as fh:
+        f = [int(x) for x in fh.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest is inside user)
+    return f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)
+
+
+def load_1m() -> float:
+    with open("/proc/loadavg") as fh:
+        return float(fh.read().split()[0])
+
+
 def run_perf(perf: str, uri: str, args: list[str], pid: int, log) -> dict:
     """One perf run with the broker sampled; returns the result record."""
     cmd = [perf, "perf", "--uri", uri, *args, "--json"]
     shown = " ".join(shlex.quote(c) for c in [os.path.basename(perf), *cmd[1:]])
     print(f"    $ {shown}", file=log, flush=True)
+    load_before = load_1m()
     sampler = Sampler(pid)
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    self0 = time.process_time()
+    busy0 = busy_ticks()
     sampler.sample()
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -255,7 +273,12 @@ def run_perf(perf: str, uri: str, args: list[str], pid: int, log) -> dict:
         t.join()
     ended = time.monotonic()
     sampler.sample()
-    rec: dict = {"command": shown, "exit_code": proc.returncode, "wall_s": ended - started}
+    busy1 = busy_ticks()
+    self_cpu = time.process_time() - self0
+    children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    perf_cpu = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
+    rec: dict = {"command": shown, "exit_code": proc.returncode, "wall_s": ended - started,
+                 "load_1m_before": load_before, "load_1m_after": load_1m()}
     try:
         rec["perf"] = json.loads(out.get("stdout", "").strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -263,6 +286,10 @@ def run_perf(perf: str, uri: str, args: list[str], pid: int, log) -> dict:
         rec["stderr"] = out.get("stderr", "")[-2000:]
     cpu_total, _ = sampler.cpu_s(started - 1, ended + 1)
     rec["broker_cpu_s"] = cpu_total
+    # Everything else the machine did meanwhile (other builds and tests): the
+    # machine's busy time less the broker, perf and this sampler.
+    other = (busy1 - busy0) / CLK_TCK - cpu_total - perf_cpu - self_cpu
+    rec["other_cpu_cores"] = max(0.0, other) / max(ended - started, 1e-9)
     rec["broker_peak_rss_kib"] = sampler.peak_rss_kib()
     rec["broker_hwm_kib"] = hwm_kib(pid)
     rec["broker_alive"] = alive(pid)
@@ -328,7 +355,9 @@ def scenario(a: argparse.Namespace) -> int:
                 failed += 1
                 print(f"    FAILED {a.name} run {run} on {name}: {bad[0]}", flush=True)
             else:
-                print(f"    {a.name} run {run}/{a.runs} {name}: {summary_line(a.name, metrics(result))}", flush=True)
+                other = max(p["other_cpu_cores"] for p in phases)
+                print(f"    {a.name} run {run}/{a.runs} {name}: {summary_line(a.name, metrics(result))}"
+                      f" (other processes: {other:.2f} cores)", flush=True)
     return 1 if failed else 0
 
 
@@ -399,6 +428,9 @@ def table(a: argparse.Namespace) -> int:
     results: dict[tuple[str, str], list[dict]] = {}
     titles: dict[str, str] = {}
     failed: dict[tuple[str, str], int] = {}
+    loads: list[float] = []
+    client_cores: list[float] = []
+    others: list[float] = []
     for fn in sorted(os.listdir(a.dir)):
         if not fn.endswith(".json") or fn.count("-") < 2:
             continue
@@ -410,6 +442,12 @@ def table(a: argparse.Namespace) -> int:
             failed[key] = failed.get(key, 0) + 1
             continue
         results.setdefault(key, []).append(metrics(r))
+        for p in r["phases"]:
+            loads.extend(p[k] for k in ("load_1m_before", "load_1m_after") if k in p)
+            cpu = (p.get("perf") or {}).get("cpu") or {}
+            client_cores.append(cpu.get("cores") or 0.0)
+            if "other_cpu_cores" in p:
+                others.append(p["other_cpu_cores"])
     rows = []
     for name in sorted(titles):
         for k, label, unit, higher in METRICS[name]:
@@ -441,6 +479,12 @@ def table(a: argparse.Namespace) -> int:
         print(f"{name}: {titles[name]} (runs: {counts})")
     for name, what in PENDING.items():
         print(f"{name}: pending the cluster ({what})")
+    if loads:
+        print(f"1-minute load average around the runs: {min(loads):.2f} to {max(loads):.2f}"
+              f" ({os.cpu_count()} CPUs, the benchmark itself included); other processes used"
+              f" {statistics.median(others) if others else 0:.2f} cores (median, max"
+              f" {max(others, default=0):.2f}) during the runs; the load generator (stablemq perf)"
+              f" used at most {max(client_cores):.2f} cores.")
     print("Medians over the runs; ratio = StableMQ / RabbitMQ. Broker CPU per million msgs counts the"
           " larger of published and consumed; RSS is sampled every 0.2 s over the broker's process tree.")
     return 1 if failed else 0
