@@ -97,6 +97,41 @@ fn perf_publishes_confirms_and_consumes_every_message() {
 }
 
 #[test]
+fn perf_spreads_producers_and_consumers_over_several_queues() {
+    let broker = Broker::start();
+    // 2 producers over 5 queues (3 and 2 each), 3 consumers (2, 2 and 1 each).
+    let out = Command::new(binary_path())
+        .args(["perf", "--uri", &broker.uri(), "-x", "2", "-y", "3"])
+        .args([
+            "--queues",
+            "5",
+            "-u",
+            "perf-multi",
+            "-C",
+            "1000",
+            "-c",
+            "50",
+        ])
+        .args(["-q", "20", "--multi-ack-every", "5", "--json"])
+        .args(["--timeout", "120"])
+        .output()
+        .expect("run stablemq perf");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "perf failed ({:?}): {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = stdout.trim();
+    assert_eq!(number(json, "queues"), 5.0, "{json}");
+    assert_eq!(number(json, "published"), 2000.0, "{json}");
+    assert_eq!(number(json, "confirmed"), 2000.0, "{json}");
+    assert_eq!(number(json, "consumed"), 2000.0, "{json}");
+    assert!(json.contains("\"errors\":[]"), "{json}");
+}
+
+#[test]
 fn perf_refuses_bad_flags_with_exit_code_2() {
     let out = Command::new(binary_path())
         .args(["perf", "-x", "0", "-y", "0"])

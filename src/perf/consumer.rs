@@ -19,7 +19,6 @@ use super::{Ended, TaskCtx, TaskReport, drive, wait_go};
 /// What every consumer of a run does.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
-    pub queue: String,
     /// basic.qos prefetch count; 0 = none sent (unlimited).
     pub prefetch: u16,
     pub auto_ack: bool,
@@ -214,12 +213,14 @@ impl Consumer {
     }
 }
 
-/// Run one consumer: connect, set the prefetch, subscribe, wait for the start,
-/// consume until the deadline passes or the run stops.
+/// Run one consumer: connect, set the prefetch, subscribe to each of `queues`
+/// on the one channel, wait for the start, consume until the deadline passes or
+/// the run stops.
 pub async fn run(
     uri: AmqpUri,
     name: String,
     cfg: Arc<ConsumerConfig>,
+    queues: Vec<String>,
     mut ctx: TaskCtx,
 ) -> Result<TaskReport, String> {
     let mut conn = Conn::open(&uri, &name).await?;
@@ -232,19 +233,21 @@ pub async fn run(
             .await
             .map_err(|e| format!("{name}: basic.qos: {e}"))?;
     }
-    let consume = AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
-        queue: cfg.queue.as_str().into(),
-        consumer_tag: "".into(),
-        no_local: false,
-        no_ack: cfg.auto_ack,
-        exclusive: false,
-        nowait: false,
-        arguments: FieldTable::default(),
-    }));
-    match conn.rpc(consume).await {
-        Ok(AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))) => {}
-        Ok(m) => return Err(format!("{name}: expected basic.consume-ok, got {m:?}")),
-        Err(e) => return Err(format!("{name}: basic.consume: {e}")),
+    for q in &queues {
+        let consume = AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
+            queue: q.as_str().into(),
+            consumer_tag: "".into(),
+            no_local: false,
+            no_ack: cfg.auto_ack,
+            exclusive: false,
+            nowait: false,
+            arguments: FieldTable::default(),
+        }));
+        match conn.rpc(consume).await {
+            Ok(AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))) => {}
+            Ok(m) => return Err(format!("{name}: expected basic.consume-ok, got {m:?}")),
+            Err(e) => return Err(format!("{name}: basic.consume {q}: {e}")),
+        }
     }
     let _ = ctx.ready.send(()).await;
     let Some(go_ns) = wait_go(&mut ctx.phase).await else {
@@ -293,7 +296,6 @@ mod tests {
 
     fn cfg(auto_ack: bool, every: u64) -> ConsumerConfig {
         ConsumerConfig {
-            queue: "q".into(),
             prefetch: 0,
             auto_ack,
             multi_ack_every: every,

@@ -9,6 +9,13 @@
 //! many per syscall ([`producer`]), deliveries are read without allocating
 //! ([`consumer`]).
 //!
+//! With `--queues N` (N > 1) the run uses N queues, `<queue>-1` to
+//! `<queue>-N`, spread over the producers and consumers by [`task_queues`]:
+//! a producer publishes round-robin to its queues, a consumer subscribes to each
+//! of its own on one channel. `-x 1 -y 1 --queues 1000 -r 1000` is 1000 queues at
+//! 1 msg/s each over two connections; `-x 4 -y 4 --queues 4` gives each producer
+//! and consumer a queue of its own.
+//!
 //! Counts and rates: `-C` is per producer, like `-r` (PerfTest's meaning), so
 //! `-x 2 -C 1000` publishes 2000 messages and the consumers stop after 2000.
 //! With no producer (`-x 0`), `-C` is how many the consumers drain.
@@ -81,9 +88,16 @@ pub struct PerfArgs {
     /// Messages per producer (with -x 0: messages to consume).
     #[arg(short = 'C', long = "count")]
     pub count: Option<u64>,
-    /// Queue to declare, publish to (default exchange) and consume from.
+    /// Queue to declare, publish to (default exchange) and consume from; with
+    /// `--queues N` (N > 1), the prefix of the queue names.
     #[arg(short = 'u', long = "queue", default_value = "stablemq-perf")]
     pub queue: String,
+    /// Spread the run over this many queues, named <queue>-1 to <queue>-N (for
+    /// N above 1): producer k publishes round-robin to queues k+1, k+1+x, ... and
+    /// consumer k subscribes to queues k+1, k+1+y, ... (with fewer queues than
+    /// producers or consumers, task k uses queue (k mod N)+1).
+    #[arg(long = "queues", default_value_t = 1)]
+    pub queues: u32,
     /// Queue argument k=v (repeatable): integers are sent as integers, true and
     /// false as booleans, anything else as a string.
     #[arg(long = "queue-args", value_name = "K=V", value_parser = parse_queue_arg)]
@@ -149,10 +163,27 @@ pub fn parse_queue_arg(s: &str) -> Result<(String, ArgValue), String> {
     Ok((k.to_string(), v))
 }
 
+/// Most queues one run may use (`--queues`).
+pub const MAX_QUEUES: u32 = 100_000;
+
+/// The queues (indexes into [`Plan::queues`]) that task `k` of `tasks`
+/// producers (or consumers) uses, out of `n`: every `tasks`-th queue from `k`,
+/// or queue `k mod n` alone when there are no more queues than tasks. Every
+/// queue gets at least one task of each kind, and the load spreads evenly.
+pub fn task_queues(k: usize, tasks: usize, n: usize) -> Vec<usize> {
+    if n <= tasks {
+        vec![k % n]
+    } else {
+        (k..n).step_by(tasks).collect()
+    }
+}
+
 /// The validated shape of a run.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub uris: Vec<AmqpUri>,
+    /// The queue names: `-u` alone, or `<-u>-1` to `<-u>-N` with `--queues N`.
+    pub queues: Vec<String>,
     pub producers: u32,
     pub consumers: u32,
     pub duration_ns: Option<u64>,
@@ -179,6 +210,19 @@ impl Plan {
         }
         if args.queue.is_empty() || args.queue.len() > 255 {
             return Err("the queue name (-u) must be 1 to 255 octets".into());
+        }
+        if args.queues == 0 || args.queues > MAX_QUEUES {
+            return Err(format!("--queues must be 1 to {MAX_QUEUES}"));
+        }
+        let queues: Vec<String> = if args.queues == 1 {
+            vec![args.queue.clone()]
+        } else {
+            (1..=args.queues)
+                .map(|i| format!("{}-{i}", args.queue))
+                .collect()
+        };
+        if queues.iter().any(|q| q.len() > 255) {
+            return Err("the queue names (-u with a -N suffix) must be at most 255 octets".into());
         }
         if args.size > 256 << 20 {
             return Err("the body size (-s) is limited to 256 MiB".into());
@@ -224,6 +268,7 @@ impl Plan {
         let consume_target = args.count.map(|c| c * u64::from(args.producers.max(1)));
         Ok(Plan {
             uris,
+            queues,
             producers: args.producers,
             consumers: args.consumers,
             duration_ns,
@@ -231,7 +276,6 @@ impl Plan {
             timeout: Duration::from_nanos(timeout_ns),
             purge: !args.no_purge && args.producers > 0,
             producer: Arc::new(ProducerConfig {
-                queue: args.queue.clone(),
                 body_size: args.size,
                 persistent: args.persistent,
                 confirm_window: args.confirm,
@@ -239,7 +283,6 @@ impl Plan {
                 rate: args.rate,
             }),
             consumer: Arc::new(ConsumerConfig {
-                queue: args.queue.clone(),
                 prefetch: args.prefetch,
                 auto_ack: args.auto_ack,
                 multi_ack_every: args.multi_ack_every,
@@ -497,6 +540,40 @@ mod tests {
         assert!(Plan::new(&parse(&["-q", "10", "--multi-ack-every", "20", "-a"]).unwrap()).is_ok());
         assert!(parse(&["--queue-args", "novalue"]).is_err());
         assert!(parse(&["--queue-args", "=1"]).is_err());
+    }
+
+    #[test]
+    fn queues_are_named_and_spread_over_the_tasks() {
+        let plan = |args: &[&str]| Plan::new(&parse(args).unwrap());
+        assert_eq!(plan(&["-u", "q"]).unwrap().queues, ["q"]);
+        assert_eq!(
+            plan(&["-u", "q", "--queues", "3"]).unwrap().queues,
+            ["q-1", "q-2", "q-3"]
+        );
+        assert!(plan(&["--queues", "0"]).unwrap_err().contains("--queues"));
+        assert!(
+            plan(&["--queues", "100001"])
+                .unwrap_err()
+                .contains("--queues")
+        );
+        let long = "q".repeat(254);
+        assert!(plan(&["-u", &long]).is_ok());
+        assert!(
+            plan(&["-u", &long, "--queues", "2"])
+                .unwrap_err()
+                .contains("255")
+        );
+        // more queues than tasks: every tasks-th queue
+        assert_eq!(task_queues(0, 1, 3), [0, 1, 2]);
+        assert_eq!(task_queues(1, 4, 10), [1, 5, 9]);
+        assert_eq!(task_queues(3, 4, 10), [3, 7]);
+        // as many or fewer: one queue each, wrapping
+        assert_eq!(task_queues(2, 4, 4), [2]);
+        assert_eq!(task_queues(5, 6, 4), [1]);
+        // every queue is covered exactly once when n > tasks
+        let mut all: Vec<usize> = (0..7).flat_map(|k| task_queues(k, 7, 1000)).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..1000).collect::<Vec<_>>());
     }
 
     #[test]

@@ -27,7 +27,6 @@ const DONE: u64 = u64::MAX;
 /// What every producer of a run does.
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
-    pub queue: String,
     pub body_size: usize,
     pub persistent: bool,
     /// Most unconfirmed publishes; 0 = no confirm mode.
@@ -151,7 +150,9 @@ struct Producer {
     conn: Conn,
     cfg: Arc<ProducerConfig>,
     ctx: TaskCtx,
-    tpl: Template,
+    /// One template per queue of this producer, used round-robin.
+    tpls: Vec<Template>,
+    next_tpl: usize,
     go_ns: u64,
     wbuf: Vec<u8>,
     wpos: usize,
@@ -209,7 +210,11 @@ impl Producer {
                 Some(rate) => self.intended_ns(self.published, rate),
                 None => now,
             };
-            self.tpl.append(&mut self.wbuf, sent);
+            self.tpls[self.next_tpl].append(&mut self.wbuf, sent);
+            self.next_tpl += 1;
+            if self.next_tpl == self.tpls.len() {
+                self.next_tpl = 0;
+            }
             if let Some(c) = &mut self.confirms {
                 c.sent(self.published, sent);
             }
@@ -315,14 +320,19 @@ impl Producer {
     }
 }
 
-/// Run one producer: connect, enable confirms, wait for the start, publish until
-/// the count is reached (and confirmed), the deadline passes or the run stops.
+/// Run one producer: connect, enable confirms, wait for the start, publish
+/// (round-robin over `queues`) until the count is reached (and confirmed), the
+/// deadline passes or the run stops.
 pub async fn run(
     uri: AmqpUri,
     name: String,
     cfg: Arc<ProducerConfig>,
+    queues: Vec<String>,
     mut ctx: TaskCtx,
 ) -> Result<TaskReport, String> {
+    if queues.is_empty() {
+        return Err(format!("{name}: no queue to publish to"));
+    }
     let mut conn = Conn::open(&uri, &name).await?;
     if cfg.confirm_window > 0 {
         let select = AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select {
@@ -332,13 +342,17 @@ pub async fn run(
             .await
             .map_err(|e| format!("{name}: confirm.select: {e}"))?;
     }
-    let tpl = Template::new(&cfg.queue, cfg.body_size, cfg.persistent, conn.frame_max);
+    let tpls: Vec<Template> = queues
+        .iter()
+        .map(|q| Template::new(q, cfg.body_size, cfg.persistent, conn.frame_max))
+        .collect();
     let _ = ctx.ready.send(()).await;
     let Some(go_ns) = wait_go(&mut ctx.phase).await else {
         conn.close(Duration::from_secs(1)).await;
         return Ok(TaskReport::default());
     };
-    let batch_max = (WRITE_BATCH_BYTES / tpl.wire_len()).max(1) as u64;
+    let wire_len = tpls.iter().map(Template::wire_len).max().unwrap_or(1);
+    let batch_max = (WRITE_BATCH_BYTES / wire_len).max(1) as u64;
     let clock = ctx.clock;
     let mut phase = ctx.phase.clone();
     let deadline = ctx.deadline(go_ns);
@@ -347,7 +361,8 @@ pub async fn run(
         confirms: (cfg.confirm_window > 0).then(|| Confirms::new(cfg.confirm_window)),
         cfg,
         ctx,
-        tpl,
+        tpls,
+        next_tpl: 0,
         go_ns,
         wbuf: Vec::with_capacity(WRITE_BATCH_BYTES * 2),
         wpos: 0,

@@ -15,6 +15,9 @@ pub struct Settings {
     /// Broker URIs, passwords masked.
     pub uris: Vec<String>,
     pub queue: String,
+    /// The number of queues (`--queues`); with more than one, `queue` is the
+    /// prefix of their names.
+    pub queues: u32,
     pub queue_args: Vec<(String, ArgValue)>,
     pub producers: u32,
     pub consumers: u32,
@@ -60,6 +63,7 @@ impl Report {
             settings: Settings {
                 uris: plan.uris.iter().map(|u| u.display()).collect(),
                 queue: a.queue.clone(),
+                queues: a.queues,
                 queue_args: a.queue_args.clone(),
                 producers: a.producers,
                 consumers: a.consumers,
@@ -132,13 +136,16 @@ impl Report {
         let s = &self.settings;
         let mut o = String::new();
         let plural = |n: u32, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+        let queues = match s.queues {
+            1 => format!("queue {}", s.queue),
+            n => format!("queues {q}-1 to {q}-{n}", q = s.queue),
+        };
         let _ = writeln!(
             o,
-            "stablemq perf: {}, {} on {}, queue {}",
+            "stablemq perf: {}, {} on {}, {queues}",
             plural(s.producers, "producer"),
             plural(s.consumers, "consumer"),
             s.uris.join(" "),
-            s.queue
         );
         let confirms = match s.confirm_window {
             0 => "no confirms".to_string(),
@@ -308,6 +315,7 @@ mod tests {
         assert_eq!(v["e2e_latency_us"]["count"], 1);
         assert_eq!(v["settings"]["uris"][0], "amqp://u:***@h:1/%2f");
         assert_eq!(v["settings"]["count_per_producer"], 1000);
+        assert_eq!(v["settings"]["queues"], 1);
 
         let text = r.text();
         assert!(text.contains("confirm window 100"), "{text}");

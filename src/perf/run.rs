@@ -14,9 +14,9 @@ use tokio::task::JoinSet;
 use super::client::{AmqpUri, Conn};
 use super::report::{self, Report};
 use super::stats::{Clock, Counters, Latency, Sample, Snapshot, cpu_seconds, latency_histogram};
-use super::{Phase, Plan, TaskCtx, TaskReport, consumer, producer};
+use super::{Phase, Plan, TaskCtx, TaskReport, consumer, producer, task_queues};
 
-/// Declare the queue (durable if persistent) and purge it, through every URI
+/// Declare the queues (durable if persistent) and purge them, through every URI
 /// (idempotent on a cluster; needed when the URIs are separate brokers).
 async fn setup_queue(plan: &Plan) -> Result<(), String> {
     let mut done: Vec<&AmqpUri> = Vec::new();
@@ -35,27 +35,28 @@ async fn setup_queue_at(plan: &Plan, uri: &AmqpUri) -> Result<(), String> {
     for (k, v) in &plan.args.queue_args {
         arguments.insert(k.as_str().into(), v.to_amqp());
     }
-    let q = plan.args.queue.as_str();
-    let declare = AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
-        queue: q.into(),
-        passive: false,
-        durable: plan.args.persistent,
-        exclusive: false,
-        auto_delete: false,
-        nowait: false,
-        arguments,
-    }));
-    conn.rpc(declare)
-        .await
-        .map_err(|e| format!("queue.declare {q}: {e}"))?;
-    if plan.purge {
-        let purge = AMQPClass::Queue(queue::AMQPMethod::Purge(queue::Purge {
-            queue: q.into(),
+    for q in &plan.queues {
+        let declare = AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+            queue: q.as_str().into(),
+            passive: false,
+            durable: plan.args.persistent,
+            exclusive: false,
+            auto_delete: false,
             nowait: false,
+            arguments: arguments.clone(),
         }));
-        conn.rpc(purge)
+        conn.rpc(declare)
             .await
-            .map_err(|e| format!("queue.purge {q}: {e}"))?;
+            .map_err(|e| format!("queue.declare {q}: {e}"))?;
+        if plan.purge {
+            let purge = AMQPClass::Queue(queue::AMQPMethod::Purge(queue::Purge {
+                queue: q.as_str().into(),
+                nowait: false,
+            }));
+            conn.rpc(purge)
+                .await
+                .map_err(|e| format!("queue.purge {q}: {e}"))?;
+        }
     }
     conn.close(Duration::from_secs(2)).await;
     Ok(())
@@ -85,12 +86,21 @@ pub async fn run(plan: &Plan, live: bool) -> Report {
     for k in 0..tasks {
         let uri = plan.uris[k % plan.uris.len()].clone();
         let ctx = ctx.clone();
-        if k < plan.producers as usize {
+        let producers = plan.producers as usize;
+        let queues_of = |i: usize, of: u32| -> Vec<String> {
+            task_queues(i, of as usize, plan.queues.len())
+                .into_iter()
+                .map(|q| plan.queues[q].clone())
+                .collect()
+        };
+        if k < producers {
             let name = format!("perf producer {k}");
-            set.spawn(producer::run(uri, name, plan.producer.clone(), ctx));
+            let queues = queues_of(k, plan.producers);
+            set.spawn(producer::run(uri, name, plan.producer.clone(), queues, ctx));
         } else {
-            let name = format!("perf consumer {}", k - plan.producers as usize);
-            set.spawn(consumer::run(uri, name, plan.consumer.clone(), ctx));
+            let name = format!("perf consumer {}", k - producers);
+            let queues = queues_of(k - producers, plan.consumers);
+            set.spawn(consumer::run(uri, name, plan.consumer.clone(), queues, ctx));
         }
     }
     drop(ctx);
