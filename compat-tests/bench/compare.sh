@@ -161,7 +161,7 @@ start_stablemq() { # scenario
     local dir="$WORK/stablemq-$1" port
     mkdir -p "$dir"
     read -r port < <("$PY" "$BENCH" free-ports 1)
-    "$BIN" serve --bind 127.0.0.1 --amqp-port "$port" --prometheus-port 0 \
+    "$BIN" serve --bind 127.0.0.1 --amqp-port "$port" --prometheus-port 0 --management-port 0 \
         --data-dir "$dir/data" >"$OUT/stablemq-$1.log" 2>&1 &
     SMQ_PID=$!
     SMQ_URI="amqp://guest:guest@127.0.0.1:$port/%2f"
