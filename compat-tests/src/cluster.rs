@@ -29,6 +29,8 @@ pub struct ClusterNode {
     log: PathBuf,
     child: Option<Child>,
     stopped: bool,
+    /// Run with `stablemq store` (the event store only) instead of `serve`.
+    store_only: bool,
 }
 
 /// A running cluster; every process is killed when it drops.
@@ -61,6 +63,12 @@ fn example_dir() -> PathBuf {
 impl Cluster {
     /// Start the three example nodes and wait for a master.
     pub fn start_example() -> Cluster {
+        Cluster::start_example_with(None)
+    }
+
+    /// Like [`Cluster::start_example`], but node `store_only` (0-based) runs
+    /// `stablemq store`: an event store without a broker.
+    pub fn start_example_with(store_only: Option<usize>) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<[u16; 4]> = (0..3)
             .map(|_| [free_port(), free_port(), free_port(), free_port()])
@@ -112,7 +120,11 @@ impl Cluster {
                 log: dir.path().join(format!("node{id}.log")),
                 child: None,
                 stopped: false,
+                store_only: false,
             });
+        }
+        if let Some(i) = store_only {
+            nodes[i].store_only = true;
         }
         let mut cluster = Cluster { nodes, dir };
         for i in 0..3 {
@@ -152,7 +164,7 @@ impl Cluster {
             .expect("open node log");
         let log2 = log.try_clone().expect("clone log");
         let child = Command::new(binary_path())
-            .arg("serve")
+            .arg(if node.store_only { "store" } else { "serve" })
             .arg("--config")
             .arg(&node.config)
             .arg("--bind")

@@ -532,7 +532,11 @@ fn wait_caught_up(cluster: &Cluster, i: usize, master: usize) {
         .status(i, Duration::from_secs(2))
         .is_none_or(|s| s.stable_index < target)
     {
-        assert!(Instant::now() < deadline, "node {} did not catch up to {target}", i + 1);
+        assert!(
+            Instant::now() < deadline,
+            "node {} did not catch up to {target}",
+            i + 1
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -570,4 +574,26 @@ async fn restarted_nodes_catch_up_from_the_stores_and_can_take_over() {
         master + 1,
         record.confirmed.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_only_node_counts_towards_the_quorum() {
+    // Node 3 runs `stablemq store`: two brokers, three stores.
+    let mut cluster = blocking(|| Cluster::start_example_with(Some(2)));
+    let status = blocking(|| cluster.status(2, Duration::from_secs(2))).expect("store status");
+    assert_eq!(status.role, "store");
+    let master = blocking(|| cluster.wait_master(WAIT));
+    assert_ne!(master, 2, "a store-only node never serves");
+    let other = 1 - master;
+    let p = start_publisher(&cluster, "failover.store_only", master);
+    wait_confirms(&p.record, 2000).await;
+    // With the master's node gone, its store goes too: the other broker's
+    // store and the store-only node are the quorum.
+    blocking(|| cluster.kill9(master));
+    let new = blocking(|| cluster.wait_master_other_than(Some(master), WAIT));
+    assert_eq!(new, other);
+    wait_confirms(&p.record, 2000).await;
+    let record = p.finish().await;
+    let ids = consume_all(&[cluster.uri(other)], "failover.store_only").await;
+    assert_no_loss(&record.confirmed, &ids, "store-only quorum member");
 }
