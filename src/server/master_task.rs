@@ -223,9 +223,9 @@ fn on_log_event(
                 let _ = tx.send(ToConn::CloseConnection(not_master()));
             }
             drop(core);
-            let mut broker = Master::recover(config, []);
-            replica::apply_entries(&mut broker, &stable_log);
-            Core::Following(broker)
+            // The engine restarts as a fresh slave: the stable state arrives
+            // again through Apply, from index 1.
+            Core::Following(Master::recover(config, []))
         }
         (core, BrokerEvent::Campaign { epoch }) => {
             tracing::info!(epoch, "campaigning for mastership");
