@@ -1,16 +1,34 @@
 //! The management HTTP API (RabbitMQ's port 15672), over axum.
 //!
-//! For now it serves what operating a cluster needs: `GET /api/nodes`, each
-//! node's id, role, epoch, stable index, store lag and reachability, as seen
-//! from whichever node is asked. Requests use HTTP basic auth with the
-//! broker's users, as RabbitMQ's API does; a user needs the `administrator`
-//! or `monitoring` tag to read node status, as in RabbitMQ.
+//! It answers in the JSON shapes of RabbitMQ 3.10's management plugin, so that
+//! rabbitmqadmin, exporters and test helpers written for RabbitMQ work
+//! unchanged. So far it is the read side: overview, health checks, vhosts,
+//! users, permissions, queues, exchanges, bindings, connections, channels,
+//! consumers and the definitions export, plus `GET /api/nodes` (each node's
+//! role and replication progress).
+//!
+//! Broker state is owned by the master task, so a handler never reads it
+//! directly: it sends a closure to the master task ([`query::query`]), which
+//! runs it between two inputs and so sees one consistent state without locks.
+//! The closure only copies what the answer needs (never message bodies); the
+//! JSON is built back on the HTTP task.
+//!
+//! Requests use HTTP basic auth with the broker's users, and the user's tags
+//! decide what it may read, as in RabbitMQ ([`Access`]).
 
+mod access;
+mod json;
 mod nodes;
+mod objects;
+mod overview;
+mod query;
+mod sessions;
 
 pub use nodes::{NodeReport, NodeStatusSource, Peer, StoreReport};
+pub use query::{CoreView, Query};
 
-use crate::config::Config;
+use crate::config::{Config, UserConfig};
+use crate::server::MasterMsg;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -18,6 +36,11 @@ use axum::routing::get;
 use base64::Engine;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// The version of RabbitMQ whose management API this one imitates; tools
+/// read `rabbitmq_version` to decide which fields and endpoints to expect.
+pub const RABBITMQ_COMPAT_VERSION: &str = "3.10.0";
 
 /// Shared by every handler.
 #[derive(Clone)]
@@ -26,6 +49,52 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// This node's and its peers' status.
     pub nodes: Arc<NodeStatusSource>,
+    /// The master task's input: queries of broker state go through it, in
+    /// line with every other input, so they see a consistent state.
+    pub(crate) master: mpsc::Sender<MasterMsg>,
+    /// What this node listens on, for the overview and the port-listener
+    /// health check.
+    pub listeners: Arc<Vec<Listener>>,
+    /// Each configured user's password in RabbitMQ's hash format, computed
+    /// once at start so repeated exports agree (the salt is random).
+    pub password_hashes: Arc<Vec<String>>,
+}
+
+impl AppState {
+    /// State for a node whose master task reads `master`.
+    pub(crate) fn new(
+        config: Arc<Config>,
+        nodes: NodeStatusSource,
+        master: mpsc::Sender<MasterMsg>,
+        listeners: Vec<Listener>,
+    ) -> AppState {
+        let password_hashes = config
+            .users
+            .iter()
+            .map(|u| access::rabbit_sha256_hash(&u.password))
+            .collect();
+        AppState {
+            config,
+            nodes: Arc::new(nodes),
+            master,
+            listeners: Arc::new(listeners),
+            password_hashes: Arc::new(password_hashes),
+        }
+    }
+
+    /// This node's name, RabbitMQ style.
+    pub fn node(&self) -> &str {
+        &self.nodes.me.name
+    }
+}
+
+/// A socket this node listens on.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    /// RabbitMQ's protocol name: `amqp`, `http`, `http/prometheus`.
+    pub protocol: &'static str,
+    /// Address and port.
+    pub addr: SocketAddr,
 }
 
 /// Bind `addr` and serve until the task is aborted.
@@ -35,11 +104,7 @@ pub async fn serve(
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!("management API listening on {addr}");
-    let app = Router::new()
-        .route("/api/nodes", get(nodes::list))
-        .route("/api/nodes/{name}", get(nodes::one))
-        .route("/api/stablemq/node-status", get(nodes::local))
-        .with_state(state);
+    let app = router().with_state(state);
     Ok(tokio::spawn(async move {
         if let Err(err) = axum::serve(listener, app).await {
             tracing::error!("management API stopped: {err}");
@@ -47,65 +112,225 @@ pub async fn serve(
     }))
 }
 
+/// Every route. Vhost names arrive URL-encoded (`%2F` for `/`) and axum's
+/// `Path` decodes them.
+fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/nodes", get(nodes::list))
+        .route("/api/nodes/{name}", get(nodes::one))
+        .route("/api/stablemq/node-status", get(nodes::local))
+        .merge(overview::routes())
+        .merge(access::routes())
+        .merge(objects::routes())
+        .merge(sessions::routes())
+        .fallback(|| async { ApiError::NotFound })
+}
+
 /// Why a request was refused, as RabbitMQ's API answers it.
+#[derive(Debug)]
 pub enum ApiError {
-    /// 401 with RabbitMQ's body and a WWW-Authenticate challenge.
+    /// No credentials, or wrong ones: 401 with a WWW-Authenticate challenge.
     Unauthorized,
+    /// A known user whose tags do not allow this request: 401 with
+    /// RabbitMQ's reason ("Not management user", ...).
+    NotAuthorised(&'static str),
     /// 404.
     NotFound,
+    /// A malformed request (a port that is not a number): 400.
+    BadRequest(String),
+    /// The broker state could not be read (a store-only node, a node
+    /// shutting down, or a master too busy to answer in time): 503.
+    Unavailable(&'static str),
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let challenge = [(
+            header::WWW_AUTHENTICATE,
+            "Basic realm=\"RabbitMQ Management\"",
+        )];
+        let body = |error: &str, reason: &str| {
+            axum::Json(serde_json::json!({"error": error, "reason": reason}))
+        };
         match self {
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
-                [(
-                    header::WWW_AUTHENTICATE,
-                    "Basic realm=\"RabbitMQ Management\"",
-                )],
-                axum::Json(serde_json::json!({
-                    "error": "not_authorized",
-                    "reason": "Not_Authorized"
-                })),
+                challenge,
+                body("not_authorized", "Login failed"),
             )
                 .into_response(),
-            ApiError::NotFound => (
-                StatusCode::NOT_FOUND,
-                axum::Json(serde_json::json!({"error": "Object Not Found", "reason": "Not Found"})),
+            ApiError::NotAuthorised(reason) => (
+                StatusCode::UNAUTHORIZED,
+                challenge,
+                body("not_authorised", reason),
+            )
+                .into_response(),
+            ApiError::NotFound => {
+                (StatusCode::NOT_FOUND, body("Object Not Found", "Not Found")).into_response()
+            }
+            ApiError::BadRequest(reason) => {
+                (StatusCode::BAD_REQUEST, body("bad_request", &reason)).into_response()
+            }
+            ApiError::Unavailable(reason) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                body("service_unavailable", reason),
             )
                 .into_response(),
         }
     }
 }
 
-/// Check basic auth: a known user with the right password and a tag that may
-/// read node status. Returns the `Authorization` header to forward to peers.
-pub fn authorize(config: &Config, headers: &HeaderMap) -> Result<String, ApiError> {
+/// What a user's tags let it read, in RabbitMQ's order: each level sees
+/// everything the one before it does. `policymaker` reads like `management`
+/// (its extra rights are writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    /// Its own connections and channels, and every vhost it may use (all of
+    /// them, until permissions exist).
+    Management,
+    /// Every connection and channel, and node status.
+    Monitoring,
+    /// Users, permissions and definitions too.
+    Administrator,
+}
+
+impl Access {
+    /// The level a set of tags grants, if any.
+    fn of(tags: &[String]) -> Option<Access> {
+        let has = |t: &str| tags.iter().any(|x| x == t);
+        if has("administrator") {
+            Some(Access::Administrator)
+        } else if has("monitoring") {
+            Some(Access::Monitoring)
+        } else if has("management") || has("policymaker") {
+            Some(Access::Management)
+        } else {
+            None
+        }
+    }
+
+    /// RabbitMQ's reason when a user lacks this level.
+    fn refusal(self) -> &'static str {
+        match self {
+            Access::Management => "Not management user",
+            Access::Monitoring => "Not monitor user",
+            Access::Administrator => "Not administrator user",
+        }
+    }
+}
+
+/// The authenticated user of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// User name.
+    pub name: String,
+    /// Its tags, as configured.
+    pub tags: Vec<String>,
+    /// What the tags let it read.
+    pub access: Access,
+    /// The `Authorization` header, to forward to peers.
+    pub authorization: String,
+}
+
+impl Caller {
+    /// Whether this caller sees a connection (or its channels and consumers)
+    /// owned by `user`: monitoring users see all of them, others their own.
+    pub fn sees_user(&self, user: &str) -> bool {
+        self.access >= Access::Monitoring || self.name == user
+    }
+}
+
+/// Check basic auth and that the user's tags reach `need`.
+pub fn caller(config: &Config, headers: &HeaderMap, need: Access) -> Result<Caller, ApiError> {
     let value = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .ok_or(ApiError::Unauthorized)?;
-    let encoded = value.strip_prefix("Basic ").ok_or(ApiError::Unauthorized)?;
+    let user = check_basic(config, value).ok_or(ApiError::Unauthorized)?;
+    let access =
+        Access::of(&user.tags).ok_or(ApiError::NotAuthorised(Access::Management.refusal()))?;
+    if access < need {
+        return Err(ApiError::NotAuthorised(need.refusal()));
+    }
+    Ok(Caller {
+        name: user.name.clone(),
+        tags: user.tags.clone(),
+        access,
+        authorization: value.to_string(),
+    })
+}
+
+/// The configured user a `Basic` header names, if the password matches.
+fn check_basic<'c>(config: &'c Config, value: &str) -> Option<&'c UserConfig> {
+    let encoded = value.strip_prefix("Basic ")?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
-        .map_err(|_| ApiError::Unauthorized)?;
-    let text = String::from_utf8(decoded).map_err(|_| ApiError::Unauthorized)?;
-    let (user, password) = text.split_once(':').ok_or(ApiError::Unauthorized)?;
-    let u = config
-        .users
-        .iter()
-        .find(|u| u.name == user)
-        .ok_or(ApiError::Unauthorized)?;
-    if !crate::auth::constant_time_eq(u.password.as_bytes(), password.as_bytes()) {
-        return Err(ApiError::Unauthorized);
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    let u = config.users.iter().find(|u| u.name == user)?;
+    crate::auth::constant_time_eq(u.password.as_bytes(), password.as_bytes()).then_some(u)
+}
+
+/// Check basic auth for node status (monitoring or administrator). Returns
+/// the `Authorization` header to forward to peers.
+pub fn authorize(config: &Config, headers: &HeaderMap) -> Result<String, ApiError> {
+    caller(config, headers, Access::Monitoring).map(|c| c.authorization)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn basic(user: &str, pass: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        let v = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+        h.insert(
+            header::AUTHORIZATION,
+            format!("Basic {v}").parse().expect("header"),
+        );
+        h
     }
-    if !u
-        .tags
-        .iter()
-        .any(|t| t == "administrator" || t == "monitoring")
-    {
-        return Err(ApiError::Unauthorized);
+
+    fn config() -> Config {
+        let mut c = Config::default();
+        for (name, tags) in [("mon", "monitoring"), ("mgmt", "management"), ("none", "")] {
+            c.users.push(UserConfig {
+                name: name.into(),
+                password: "pw".into(),
+                tags: tags
+                    .split(',')
+                    .filter(|t| !t.is_empty())
+                    .map(Into::into)
+                    .collect(),
+            });
+        }
+        c
     }
-    Ok(value.to_string())
+
+    #[test]
+    fn tags_decide_what_a_user_reads() {
+        let c = config();
+        let admin = caller(&c, &basic("guest", "guest"), Access::Administrator).expect("admin");
+        assert_eq!(admin.access, Access::Administrator);
+        assert!(caller(&c, &basic("mon", "pw"), Access::Monitoring).is_ok());
+        assert!(matches!(
+            caller(&c, &basic("mon", "pw"), Access::Administrator),
+            Err(ApiError::NotAuthorised("Not administrator user"))
+        ));
+        let m = caller(&c, &basic("mgmt", "pw"), Access::Management).expect("mgmt");
+        assert!(m.sees_user("mgmt") && !m.sees_user("guest"));
+        assert!(matches!(
+            caller(&c, &basic("none", "pw"), Access::Management),
+            Err(ApiError::NotAuthorised("Not management user"))
+        ));
+        assert!(matches!(
+            caller(&c, &basic("guest", "nope"), Access::Management),
+            Err(ApiError::Unauthorized)
+        ));
+        assert!(matches!(
+            caller(&c, &HeaderMap::new(), Access::Management),
+            Err(ApiError::Unauthorized)
+        ));
+    }
 }

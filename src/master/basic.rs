@@ -173,6 +173,7 @@ impl Master {
                 no_ack: c.no_ack,
                 prefetch,
                 unacked: 0,
+                arguments: c.arguments.clone(),
             },
         );
         let qc = self.consumers.entry(key).or_default();

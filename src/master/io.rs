@@ -7,7 +7,8 @@
 use crate::broker::message::Message;
 use crate::error::AmqpError;
 use bytes::Bytes;
-use stablemq_protocol::{AMQPClass, BasicProperties, methods::basic};
+use stablemq_protocol::{AMQPClass, BasicProperties, FieldTable, methods::basic};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// A connection's id, unique for the life of the process.
@@ -27,6 +28,9 @@ pub enum Input {
         user: String,
         /// Requested vhost.
         vhost: String,
+        /// What the handshake learnt, kept for the management API (boxed: it
+        /// travels once per connection, and keeps `Input` small).
+        info: Box<ConnInfo>,
     },
     /// channel.open from the client.
     ChannelOpen {
@@ -86,6 +90,28 @@ pub enum Input {
         /// Highest stable index.
         index: u64,
     },
+}
+
+/// What a connection's handshake negotiated, as the management API lists it
+/// (`/api/connections`). The master only stores it: nothing here changes how
+/// the connection is served.
+#[derive(Debug, Clone, Default)]
+pub struct ConnInfo {
+    /// The client's address (None in tests that drive the master directly).
+    pub peer: Option<SocketAddr>,
+    /// The broker's address the client connected to.
+    pub local: Option<SocketAddr>,
+    /// Client properties from connection.start-ok (product, capabilities,
+    /// `connection_name`).
+    pub client_properties: FieldTable,
+    /// SASL mechanism the client logged in with.
+    pub auth_mechanism: String,
+    /// Negotiated frame_max.
+    pub frame_max: u32,
+    /// Negotiated channel_max.
+    pub channel_max: u16,
+    /// Negotiated heartbeat in seconds.
+    pub heartbeat_secs: u16,
 }
 
 /// Something the server must do.

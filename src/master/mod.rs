@@ -173,6 +173,19 @@ impl Master {
             .map_or(0, |c| c.list.len())
     }
 
+    /// Open connections and their channels, for the management API.
+    pub fn sessions(&self) -> impl Iterator<Item = (ConnId, &Session)> {
+        self.sessions.iter().map(|(id, s)| (*id, s))
+    }
+
+    /// Every queue's consumers, in delivery order, for the management API:
+    /// ((vhost, queue), consumers).
+    pub fn queue_consumers(&self) -> impl Iterator<Item = ((&str, &str), &QueueConsumers)> {
+        self.consumers
+            .iter()
+            .map(|((v, q), c)| ((v.as_str(), q.as_str()), c))
+    }
+
     /// Handle one input.
     pub fn handle(&mut self, input: Input) {
         self.handle_inner(input);
@@ -181,7 +194,12 @@ impl Master {
 
     fn handle_inner(&mut self, input: Input) {
         match input {
-            Input::Open { conn, user, vhost } => self.open(conn, user, vhost),
+            Input::Open {
+                conn,
+                user,
+                vhost,
+                info,
+            } => self.open(conn, user, vhost, info),
             Input::Disconnected { conn } => self.disconnect(conn),
             Input::Stable { index } => self.on_stable(index),
             Input::Tick => self.tick(),
@@ -247,7 +265,7 @@ impl Master {
         }
     }
 
-    fn open(&mut self, conn: ConnId, user: String, vhost: String) {
+    fn open(&mut self, conn: ConnId, user: String, vhost: String, info: Box<io::ConnInfo>) {
         if self.broker.vhost(&vhost).is_none() {
             let e = AmqpError::new(ReplyCode::NotAllowed, format!("vhost {vhost} not found"))
                 .on(10, 40);
@@ -261,6 +279,8 @@ impl Master {
                 vhost,
                 channels: HashMap::new(),
                 exclusive_queues: Vec::new(),
+                info,
+                connected_at_ms: self.now_ms,
             },
         );
         metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);

@@ -2,9 +2,9 @@
 //! deliveries, prefetch, confirm and tx modes. None of it is replicated: a
 //! failover closes every connection, and unacked messages return to their queues.
 
-use super::io::ConnId;
+use super::io::{ConnId, ConnInfo};
 use bytes::Bytes;
-use stablemq_protocol::{BasicProperties, methods::basic};
+use stablemq_protocol::{BasicProperties, FieldTable, methods::basic};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -19,6 +19,11 @@ pub struct Session {
     pub channels: HashMap<u16, Channel>,
     /// Exclusive queues this connection owns (deleted when it goes).
     pub exclusive_queues: Vec<String>,
+    /// Addresses and negotiated settings, for the management API.
+    pub info: Box<ConnInfo>,
+    /// The master's clock when the connection opened (ms since the epoch),
+    /// RabbitMQ's `connected_at`.
+    pub connected_at_ms: u64,
 }
 
 /// A delivery awaiting ack.
@@ -45,6 +50,9 @@ pub struct Consumer {
     pub prefetch: u16,
     /// Unacked deliveries of this consumer.
     pub unacked: u32,
+    /// The arguments of basic.consume (`x-priority`, ...), listed by the
+    /// management API.
+    pub arguments: FieldTable,
 }
 
 /// A publish held back until tx.commit.

@@ -18,6 +18,7 @@ fn open(m: &mut Master, conn: u64, ch: u16) {
         conn,
         user: "guest".into(),
         vhost: "/".into(),
+        info: Box::default(),
     });
     m.handle(Input::ChannelOpen { conn, ch });
     m.take_outputs();

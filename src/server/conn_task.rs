@@ -27,8 +27,10 @@ pub async fn run(
     if master.send(MasterMsg::Register(id, out_tx)).await.is_err() {
         return;
     }
+    let local = sock.local_addr().ok();
     let (mut rd, mut wr) = sock.into_split();
     let mut conn = Connection::new(id, peer.ip(), config, Instant::now());
+    conn.set_addresses(peer, local);
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut wbuf = BytesMut::with_capacity(64 * 1024);
     let mut actions = Vec::with_capacity(64);

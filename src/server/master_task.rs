@@ -10,6 +10,7 @@ use super::replica::{self, Core};
 use crate::broker::Broker;
 use crate::config::Config;
 use crate::error::{AmqpError, ReplyCode};
+use crate::management::CoreView;
 use crate::master::Master;
 use crate::master::io::{ConnId, Input, Output, ToConn};
 use crate::metrics as m;
@@ -30,6 +31,9 @@ pub enum MasterMsg {
     Register(ConnId, mpsc::UnboundedSender<ToConn>),
     /// Stop and hand back the local log (if any) for flushing.
     Shutdown(oneshot::Sender<Option<LocalLog>>),
+    /// A read of the state for the management API, run between two inputs
+    /// so it sees a consistent state without locks.
+    Query(crate::management::Query),
 }
 
 /// Where the master's events go, and where stability comes from.
@@ -137,6 +141,11 @@ pub async fn run(
                             }
                             outboxes.insert(id, tx);
                         }
+                        MasterMsg::Query(q) => q(CoreView {
+                            broker: core.broker(),
+                            master: core.master(),
+                            alarm: alarm.as_deref(),
+                        }),
                         MasterMsg::Shutdown(done) => {
                             let _ = done.send(match backend {
                                 Backend::Local { log, .. } => Some(log),

@@ -10,9 +10,10 @@ mod proxy;
 mod replica;
 
 use crate::config::Config;
-use crate::management::{NodeStatusSource, Peer};
+use crate::management::{Listener, NodeStatusSource, Peer};
 use crate::master::Master;
-use master_task::{Backend, MasterMsg};
+use master_task::Backend;
+pub(crate) use master_task::MasterMsg;
 use replica::Core;
 use stablemq_cluster::driver::BrokerStatus;
 use stablemq_cluster::replication::NodeId;
@@ -79,6 +80,9 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
         crate::metrics::install(addr).map_err(ServeError::Other)?;
         stablemq_cluster::metrics::describe();
     }
+    // The master task's queue exists before anything that talks to it: the
+    // management API reads broker state through it.
+    let master = mpsc::channel::<MasterMsg>(MASTER_QUEUE);
     let Some(cluster) = opts.config.cluster.clone() else {
         let (core, backend) = recover_local(&opts)?;
         let local_stable = match &backend {
@@ -97,8 +101,10 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
             local_stable,
             peers: Vec::new(),
         };
-        let _api = start_management(&opts, opts.management_addr, source).await?;
-        return run_broker(opts, core, backend, Router::Local, None).await;
+        let amqp_port = Some(opts.amqp_port);
+        let api_addr = opts.management_addr;
+        let _api = start_management(&opts, api_addr, amqp_port, source, master.0.clone()).await?;
+        return run_broker(opts, core, backend, Router::Local, None, master).await;
     };
     let node = cluster_node::start(&cluster, &opts.data_dir).await?;
     let me = cluster.me();
@@ -125,10 +131,13 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
             .collect(),
     };
     let api_addr = opts.management_addr.or(me.management_addr);
-    let _api = start_management(&opts, api_addr, source).await?;
+    let amqp_port = me.amqp_addr.map(|a| a.port());
+    let _api = start_management(&opts, api_addr, amqp_port, source, master.0.clone()).await?;
     let (Some(backend), Some(status), Some(amqp)) = (node.backend, node.status, me.amqp_addr)
     else {
-        // A store-only node: no AMQP, no broker state.
+        // A store-only node: no AMQP, no broker state; queries of broker
+        // state fail at once (503) with nobody reading the queue.
+        drop(master);
         tracing::info!(node = me.id, "store-only node running");
         wait_for_signal().await?;
         if let Some(store) = node.store {
@@ -150,23 +159,40 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
         amqp_addrs: Arc::new(node.amqp_addrs),
     };
     let driver = node.driver;
-    let result = run_broker(opts, core, backend, router, node.store).await;
+    let result = run_broker(opts, core, backend, router, node.store, master).await;
     drop(driver);
     result
 }
 
 /// Serve the management API on `addr`, if any; the task stops when the
-/// returned guard drops.
+/// returned guard drops. `master` is the master task's queue, which
+/// answers the API's queries of broker state.
 async fn start_management(
     opts: &ServeOptions,
     addr: Option<SocketAddr>,
+    amqp_port: Option<u16>,
     source: NodeStatusSource,
+    master: mpsc::Sender<MasterMsg>,
 ) -> Result<Option<AbortOnDrop>, ServeError> {
     let Some(addr) = addr else { return Ok(None) };
-    let state = crate::management::AppState {
-        config: opts.config.clone(),
-        nodes: Arc::new(source),
-    };
+    let mut listeners = vec![Listener {
+        protocol: "http",
+        addr,
+    }];
+    if let Some(port) = amqp_port {
+        let ip = opts.amqp_ips.first().copied().unwrap_or(addr.ip());
+        listeners.push(Listener {
+            protocol: "amqp",
+            addr: SocketAddr::new(ip, port),
+        });
+    }
+    if let Some(p) = opts.prometheus_addr {
+        listeners.push(Listener {
+            protocol: "http/prometheus",
+            addr: p,
+        });
+    }
+    let state = crate::management::AppState::new(opts.config.clone(), source, master, listeners);
     let task = crate::management::serve(addr, state)
         .await
         .map_err(|source| ServeError::Listen { addr, source })?;
@@ -306,6 +332,7 @@ async fn run_broker(
     backend: Backend,
     router: Router,
     store: Option<tokio::task::JoinHandle<()>>,
+    (master_tx, master_rx): (mpsc::Sender<MasterMsg>, mpsc::Receiver<MasterMsg>),
 ) -> Result<(), ServeError> {
     let listeners = listen::bind_all(&opts.amqp_ips, opts.amqp_port, opts.ipv6_optional)
         .map_err(|(addr, source)| ServeError::Listen { addr, source })?;
@@ -339,7 +366,6 @@ async fn run_broker(
     }
     drop(accepted_tx);
 
-    let (master_tx, master_rx) = mpsc::channel::<MasterMsg>(MASTER_QUEUE);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let master_handle = tokio::spawn(master_task::run(
         core,

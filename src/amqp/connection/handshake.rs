@@ -3,7 +3,7 @@
 use super::{Action, Connection, Phase};
 use crate::auth;
 use crate::error::{AmqpError, ReplyCode};
-use crate::master::io::Input;
+use crate::master::io::{ConnInfo, Input};
 use stablemq_protocol::methods::connection as mconn;
 use stablemq_protocol::{
     AMQPClass, AMQPValue, FRAME_MIN_SIZE, FieldTable, Frame, LongString, ShortString,
@@ -65,6 +65,7 @@ impl Connection {
             (Phase::AwaitStartOk, AMQPClass::Connection(mconn::AMQPMethod::StartOk(s))) => {
                 self.client_properties = s.client_properties;
                 let mech = s.mechanism.as_str();
+                self.auth_mechanism = mech.to_string();
                 let result =
                     auth::parse_response(mech, s.response.as_bytes()).and_then(|(u, p)| {
                         auth::authenticate(&self.config, &u, &p, self.peer).map(|u| u.name.clone())
@@ -141,6 +142,15 @@ impl Connection {
                     conn: self.id,
                     user: self.user.clone().unwrap_or_default(),
                     vhost: o.virtual_host.to_string(),
+                    info: Box::new(ConnInfo {
+                        peer: self.addresses.0,
+                        local: self.addresses.1,
+                        client_properties: self.client_properties.clone(),
+                        auth_mechanism: self.auth_mechanism.clone(),
+                        frame_max: self.frame_max,
+                        channel_max: self.channel_max,
+                        heartbeat_secs: self.heartbeat,
+                    }),
                 }));
             }
             (_, AMQPClass::Connection(mconn::AMQPMethod::Close(_))) => {

@@ -16,7 +16,7 @@ use stablemq_protocol::{
     PROTOCOL_HEADER, ShortString,
 };
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,11 @@ pub struct Connection {
     told_master: bool,
     /// Client properties from start-ok, kept for the management API.
     pub client_properties: FieldTable,
+    /// SASL mechanism of start-ok, for the management API.
+    auth_mechanism: String,
+    /// The socket's two ends (client, broker), for the management API; the
+    /// server task knows them, the machine only passes them on.
+    addresses: (Option<SocketAddr>, Option<SocketAddr>),
     /// The active resource alarm, if any.
     alarm: Option<String>,
     /// The client has published on this connection (only publishers are blocked).
@@ -130,10 +135,18 @@ impl Connection {
             closing_since: None,
             told_master: false,
             client_properties: FieldTable::default(),
+            auth_mechanism: String::new(),
+            addresses: (None, None),
             alarm: None,
             has_published: false,
             blocked_sent: false,
         }
+    }
+
+    /// Record the socket's addresses, reported with the connection to the
+    /// master (and so listed by the management API).
+    pub fn set_addresses(&mut self, peer: SocketAddr, local: Option<SocketAddr>) {
+        self.addresses = (Some(peer), local);
     }
 
     /// Negotiated frame_max: the limit for frames we send.

@@ -1,0 +1,557 @@
+//! Queues, exchanges and bindings: `/api/queues`, `/api/exchanges`,
+//! `/api/bindings` and their per-vhost, per-object and per-end forms.
+//!
+//! Lists are sorted by vhost, then name, as RabbitMQ sorts them by default.
+//! Counters are exact, taken in one query; rates are not kept.
+
+use super::json::{Table, properties_key};
+use super::query::{CoreView, query};
+use super::sessions::{ConsumerJson, consumers};
+use super::{Access, ApiError, AppState, caller};
+use crate::broker::event::{Destination, ExchangeKind};
+use crate::broker::exchange::Exchange;
+use crate::broker::queue::Queue;
+use crate::master::session::QueueConsumers;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// The routes of this file.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/queues", get(queues_all))
+        .route("/api/queues/{vhost}", get(queues_in))
+        .route("/api/queues/{vhost}/{name}", get(queue_one))
+        .route("/api/queues/{vhost}/{name}/bindings", get(queue_bindings))
+        .route("/api/exchanges", get(exchanges_all))
+        .route("/api/exchanges/{vhost}", get(exchanges_in))
+        .route("/api/exchanges/{vhost}/{name}", get(exchange_one))
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/source",
+            get(exchange_bindings_source),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/destination",
+            get(exchange_bindings_destination),
+        )
+        .route("/api/bindings", get(bindings_all))
+        .route("/api/bindings/{vhost}", get(bindings_in))
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{dest}",
+            get(bindings_between),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{dest}/{props}",
+            get(binding_one),
+        )
+}
+
+/// One queue as `/api/queues` lists it.
+#[derive(Debug, Serialize)]
+pub struct QueueJson {
+    name: String,
+    vhost: String,
+    durable: bool,
+    auto_delete: bool,
+    exclusive: bool,
+    arguments: Table,
+    node: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    state: &'static str,
+    messages: usize,
+    messages_ready: usize,
+    messages_unacknowledged: usize,
+    message_bytes: u64,
+    message_bytes_ready: u64,
+    message_bytes_unacknowledged: u64,
+    /// Every message is held in memory: the `_ram` counts equal the totals
+    /// and nothing is paged out.
+    messages_ram: usize,
+    messages_ready_ram: usize,
+    messages_unacknowledged_ram: usize,
+    message_bytes_ram: u64,
+    messages_paged_out: usize,
+    message_bytes_paged_out: u64,
+    /// The `timestamp` property of the first ready message, if it has one.
+    head_message_timestamp: Option<u64>,
+    consumers: usize,
+    exclusive_consumer_tag: Option<String>,
+    single_active_consumer_tag: Option<String>,
+    policy: Option<String>,
+    operator_policy: Option<String>,
+    effective_policy_definition: Map<String, Value>,
+    /// Quorum queues: the node that leads them (the master).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader: Option<String>,
+    /// Quorum queues: every node holding them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    members: Option<Vec<String>>,
+    /// Quorum queues: the members that are up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    online: Option<Vec<String>>,
+    /// Only in `GET /api/queues/{vhost}/{name}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    consumer_details: Option<Vec<ConsumerJson>>,
+}
+
+impl QueueJson {
+    /// Copy one queue's numbers (in the master task).
+    fn of(vhost: &str, q: &Queue, qc: Option<&QueueConsumers>, node: &str) -> QueueJson {
+        let first_tag = || qc.and_then(|c| c.list.first()).map(|k| k.tag.to_string());
+        let unacked_bytes: u64 = q.unacked.values().map(|m| m.msg.body.len() as u64).sum();
+        let quorum = q.args.quorum;
+        QueueJson {
+            name: q.name.clone(),
+            vhost: vhost.to_string(),
+            durable: q.spec.durable,
+            auto_delete: q.spec.auto_delete,
+            exclusive: q.spec.exclusive_owner.is_some(),
+            arguments: Table(q.spec.arguments.clone()),
+            node: node.to_string(),
+            kind: if quorum { "quorum" } else { "classic" },
+            state: "running",
+            messages: q.len(),
+            messages_ready: q.ready.len(),
+            messages_unacknowledged: q.unacked.len(),
+            message_bytes: q.ready_bytes + unacked_bytes,
+            message_bytes_ready: q.ready_bytes,
+            message_bytes_unacknowledged: unacked_bytes,
+            messages_ram: q.len(),
+            messages_ready_ram: q.ready.len(),
+            messages_unacknowledged_ram: q.unacked.len(),
+            message_bytes_ram: q.ready_bytes + unacked_bytes,
+            messages_paged_out: 0,
+            message_bytes_paged_out: 0,
+            head_message_timestamp: q.head().and_then(|m| *m.msg.properties.timestamp()),
+            consumers: qc.map_or(0, |c| c.list.len()),
+            exclusive_consumer_tag: qc.filter(|c| c.exclusive).and_then(|_| first_tag()),
+            single_active_consumer_tag: if q.args.single_active_consumer {
+                first_tag()
+            } else {
+                None
+            },
+            policy: None,
+            operator_policy: None,
+            effective_policy_definition: Map::new(),
+            leader: quorum.then(|| node.to_string()),
+            members: quorum.then(|| vec![node.to_string()]),
+            online: quorum.then(|| vec![node.to_string()]),
+            consumer_details: None,
+        }
+    }
+}
+
+/// Each queue's consumers, by (vhost, queue).
+fn consumers_by_queue<'a>(view: &CoreView<'a>) -> HashMap<(&'a str, &'a str), &'a QueueConsumers> {
+    view.master
+        .map(|m| m.queue_consumers().collect())
+        .unwrap_or_default()
+}
+
+/// Queues of one vhost (or all); None when the vhost does not exist.
+fn list_queues(view: CoreView<'_>, vhost: Option<&str>, node: &str) -> Option<Vec<QueueJson>> {
+    let by_queue = consumers_by_queue(&view);
+    let mut out = Vec::new();
+    for (vname, v) in &view.broker.vhosts {
+        if vhost.is_some_and(|want| want != vname) {
+            continue;
+        }
+        let mut names: Vec<&String> = v.queues.keys().collect();
+        names.sort();
+        for name in names {
+            let q = &v.queues[name];
+            let qc = by_queue.get(&(vname.as_str(), name.as_str())).copied();
+            out.push(QueueJson::of(vname, q, qc, node));
+        }
+    }
+    match vhost {
+        Some(want) if view.broker.vhost(want).is_none() => None,
+        _ => Some(out),
+    }
+}
+
+async fn queues_all(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<QueueJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let node = state.node().to_string();
+    let list = query(&state, move |view| list_queues(view, None, &node)).await?;
+    Ok(Json(list.unwrap_or_default()))
+}
+
+async fn queues_in(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<QueueJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let node = state.node().to_string();
+    query(&state, move |view| list_queues(view, Some(&vhost), &node))
+        .await?
+        .map(Json)
+        .ok_or(ApiError::NotFound)
+}
+
+async fn queue_one(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<QueueJson>, ApiError> {
+    let who = caller(&state.config, &headers, Access::Management)?;
+    let node = state.node().to_string();
+    query(&state, move |view| {
+        let q = view.broker.queue(&vhost, &name)?;
+        let qc = consumers_by_queue(&view)
+            .get(&(vhost.as_str(), name.as_str()))
+            .copied();
+        let mut json = QueueJson::of(&vhost, q, qc, &node);
+        let mut details = consumers(&view, &who, Some(&vhost), &node);
+        details.retain(|c| c.is_on(&vhost, &name));
+        json.consumer_details = Some(details);
+        Some(json)
+    })
+    .await?
+    .map(Json)
+    .ok_or(ApiError::NotFound)
+}
+
+/// One exchange as `/api/exchanges` lists it.
+#[derive(Debug, Serialize)]
+pub struct ExchangeJson {
+    name: String,
+    vhost: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    durable: bool,
+    auto_delete: bool,
+    internal: bool,
+    arguments: Table,
+    /// Per-link rates, only in `GET /api/exchanges/{vhost}/{name}`; rates
+    /// are not kept, so always empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    incoming: Option<Vec<Value>>,
+    /// As `incoming`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outgoing: Option<Vec<Value>>,
+}
+
+impl ExchangeJson {
+    fn of(vhost: &str, x: &Exchange) -> ExchangeJson {
+        ExchangeJson {
+            name: x.name.clone(),
+            vhost: vhost.to_string(),
+            kind: kind_name(x.spec.kind),
+            durable: x.spec.durable,
+            auto_delete: x.spec.auto_delete,
+            internal: x.spec.internal,
+            arguments: Table(x.spec.arguments.clone()),
+            incoming: None,
+            outgoing: None,
+        }
+    }
+}
+
+/// RabbitMQ's name of an exchange type.
+pub fn kind_name(kind: ExchangeKind) -> &'static str {
+    match kind {
+        ExchangeKind::Direct => "direct",
+        ExchangeKind::Fanout => "fanout",
+        ExchangeKind::Topic => "topic",
+        ExchangeKind::Headers => "headers",
+    }
+}
+
+/// The default exchange is called `amq.default` in URLs (its name is empty).
+fn exchange_name(url_name: String) -> String {
+    if url_name == "amq.default" {
+        String::new()
+    } else {
+        url_name
+    }
+}
+
+/// A vhost's exchanges sorted by name.
+fn sorted_exchanges(v: &crate::broker::Vhost) -> Vec<&Exchange> {
+    let mut xs: Vec<&Exchange> = v.exchanges.values().collect();
+    xs.sort_by(|a, b| a.name.cmp(&b.name));
+    xs
+}
+
+fn list_exchanges(view: CoreView<'_>, vhost: Option<&str>) -> Option<Vec<ExchangeJson>> {
+    if vhost.is_some_and(|v| view.broker.vhost(v).is_none()) {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (vname, v) in &view.broker.vhosts {
+        if vhost.is_none_or(|want| want == vname) {
+            out.extend(
+                sorted_exchanges(v)
+                    .into_iter()
+                    .map(|x| ExchangeJson::of(vname, x)),
+            );
+        }
+    }
+    Some(out)
+}
+
+async fn exchanges_all(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<ExchangeJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let list = query(&state, |view| list_exchanges(view, None)).await?;
+    Ok(Json(list.unwrap_or_default()))
+}
+
+async fn exchanges_in(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<ExchangeJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    query(&state, move |view| list_exchanges(view, Some(&vhost)))
+        .await?
+        .map(Json)
+        .ok_or(ApiError::NotFound)
+}
+
+async fn exchange_one(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<ExchangeJson>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let name = exchange_name(name);
+    query(&state, move |view| {
+        let mut x = ExchangeJson::of(&vhost, view.broker.exchange(&vhost, &name)?);
+        x.incoming = Some(Vec::new());
+        x.outgoing = Some(Vec::new());
+        Some(x)
+    })
+    .await?
+    .map(Json)
+    .ok_or(ApiError::NotFound)
+}
+
+/// One binding as `/api/bindings` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BindingJson {
+    /// Source exchange ("" for the default exchange's implicit bindings).
+    pub source: String,
+    /// Vhost.
+    pub vhost: String,
+    /// Queue or exchange name.
+    pub destination: String,
+    /// `queue` or `exchange`.
+    pub destination_type: &'static str,
+    /// Binding key.
+    pub routing_key: String,
+    /// Binding arguments.
+    pub arguments: Table,
+    /// Names the binding in URLs.
+    pub properties_key: String,
+}
+
+/// Every binding of a vhost: first the default exchange's implicit binding
+/// of each queue (RabbitMQ lists them too), then each exchange's bindings in
+/// creation order.
+fn vhost_bindings(vname: &str, v: &crate::broker::Vhost, out: &mut Vec<BindingJson>) {
+    let mut queues: Vec<&String> = v.queues.keys().collect();
+    queues.sort();
+    for q in queues {
+        out.push(BindingJson {
+            source: String::new(),
+            vhost: vname.to_string(),
+            destination: q.clone(),
+            destination_type: "queue",
+            routing_key: q.clone(),
+            arguments: Table::default(),
+            properties_key: properties_key(q, &Default::default()),
+        });
+    }
+    for x in sorted_exchanges(v) {
+        for b in &x.bindings {
+            let (destination, destination_type) = match &b.destination {
+                Destination::Queue(q) => (q.clone(), "queue"),
+                Destination::Exchange(e) => (e.clone(), "exchange"),
+            };
+            out.push(BindingJson {
+                source: b.source.clone(),
+                vhost: vname.to_string(),
+                destination,
+                destination_type,
+                routing_key: b.routing_key.clone(),
+                arguments: Table(b.arguments.clone()),
+                properties_key: properties_key(&b.routing_key, &b.arguments),
+            });
+        }
+    }
+}
+
+/// Bindings of one vhost, or of all; None when the vhost does not exist.
+pub fn list_bindings(view: &CoreView<'_>, vhost: Option<&str>) -> Option<Vec<BindingJson>> {
+    if vhost.is_some_and(|v| view.broker.vhost(v).is_none()) {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (vname, v) in &view.broker.vhosts {
+        if vhost.is_none_or(|want| want == vname) {
+            vhost_bindings(vname, v, &mut out);
+        }
+    }
+    Some(out)
+}
+
+async fn bindings_all(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<BindingJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let list = query(&state, |view| list_bindings(&view, None)).await?;
+    Ok(Json(list.unwrap_or_default()))
+}
+
+async fn bindings_in(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<BindingJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    query(&state, move |view| list_bindings(&view, Some(&vhost)))
+        .await?
+        .map(Json)
+        .ok_or(ApiError::NotFound)
+}
+
+/// Which end of a binding names an object.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum End {
+    Source,
+    Destination,
+}
+
+/// Bindings of a vhost that touch one named exchange or queue; None when
+/// the vhost or that object does not exist.
+fn bindings_of(
+    view: &CoreView<'_>,
+    vhost: &str,
+    name: &str,
+    end: End,
+    destination_type: &'static str,
+) -> Option<Vec<BindingJson>> {
+    let exists = match destination_type {
+        "queue" => view.broker.queue(vhost, name).is_some(),
+        _ => view.broker.exchange(vhost, name).is_some(),
+    };
+    if !exists {
+        return None;
+    }
+    let mut all = list_bindings(view, Some(vhost))?;
+    all.retain(|b| match end {
+        End::Source => b.source == name,
+        End::Destination => b.destination == name && b.destination_type == destination_type,
+    });
+    Some(all)
+}
+
+async fn queue_bindings(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<BindingJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    query(&state, move |view| {
+        bindings_of(&view, &vhost, &name, End::Destination, "queue")
+    })
+    .await?
+    .map(Json)
+    .ok_or(ApiError::NotFound)
+}
+
+async fn exchange_bindings_source(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<BindingJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let name = exchange_name(name);
+    query(&state, move |view| {
+        bindings_of(&view, &vhost, &name, End::Source, "exchange")
+    })
+    .await?
+    .map(Json)
+    .ok_or(ApiError::NotFound)
+}
+
+async fn exchange_bindings_destination(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<BindingJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let name = exchange_name(name);
+    query(&state, move |view| {
+        bindings_of(&view, &vhost, &name, End::Destination, "exchange")
+    })
+    .await?
+    .map(Json)
+    .ok_or(ApiError::NotFound)
+}
+
+/// The bindings from exchange `source` to queue (`q`) or exchange (`e`)
+/// `dest`; None when either end is missing.
+fn between(
+    view: &CoreView<'_>,
+    vhost: &str,
+    source: &str,
+    kind: &str,
+    dest: &str,
+) -> Option<Vec<BindingJson>> {
+    view.broker.exchange(vhost, source)?;
+    let destination_type = match kind {
+        "q" => "queue",
+        "e" => "exchange",
+        _ => return None,
+    };
+    let mut list = bindings_of(view, vhost, dest, End::Destination, destination_type)?;
+    list.retain(|b| b.source == source);
+    Some(list)
+}
+
+async fn bindings_between(
+    State(state): State<AppState>,
+    Path((vhost, source, kind, dest)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<BindingJson>>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let source = exchange_name(source);
+    query(&state, move |view| {
+        between(&view, &vhost, &source, &kind, &dest)
+    })
+    .await?
+    .map(Json)
+    .ok_or(ApiError::NotFound)
+}
+
+async fn binding_one(
+    State(state): State<AppState>,
+    Path((vhost, source, kind, dest, props)): Path<(String, String, String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<BindingJson>, ApiError> {
+    caller(&state.config, &headers, Access::Management)?;
+    let source = exchange_name(source);
+    query(&state, move |view| {
+        between(&view, &vhost, &source, &kind, &dest)?
+            .into_iter()
+            .find(|b| b.properties_key == props)
+    })
+    .await?
+    .map(Json)
+    .ok_or(ApiError::NotFound)
+}
