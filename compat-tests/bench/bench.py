@@ -7,11 +7,21 @@
       wait until 127.0.0.1:PORT answers the AMQP 0-9-1 header with
       connection.start; fail early if process PID exits
   bench.py scenario NAME --perf BIN --out DIR --runs N --duration S [--backlog N]
-                    --broker stablemq=URI,PID --broker rabbitmq=URI,PID
+                    --broker stablemq=URI,PID[+PID...] --broker rabbitmq=URI,PID[+PID...]
+                    [--master stablemq=ID,MGMT_URL[+MGMT_URL...]]
       run one scenario's perf commands against every broker, RUNS times
       (alternating which broker goes first), sample each broker's CPU time and
       RSS from /proc while it runs, and write one JSON result per run to DIR;
-      exit 1 if a run failed or moved no message
+      exit 1 if a run failed or moved no message. A cluster is given by all
+      its nodes' pids (CPU and RSS are summed over every node's process tree).
+      With --master, StableMQ's management API is asked before and after every
+      perf run which node is master; a run fails if it is not node ID.
+  bench.py smq-master URL TIMEOUT CTL
+      wait until `CTL ctl --url URL cluster-status --json` shows every node
+      reachable and exactly one master (all agreeing on it); print its id
+  bench.py rmq-running-nodes
+      read `rabbitmqctl cluster_status --formatter json` on stdin and print the
+      number of running nodes
   bench.py table DIR [--markdown]
       print the comparison table (medians over the runs) of every result in DIR
   bench.py machine
@@ -19,7 +29,8 @@
 
 Broker CPU is utime+stime of the broker's process and all its descendants
 (RabbitMQ: the start script, beam.smp, erl_child_setup, ...), from
-/proc/<pid>/stat; RSS is the sum of their VmRSS, sampled every 0.2 s.
+/proc/<pid>/stat; RSS is the sum of their VmRSS, sampled every 0.2 s. For a
+cluster, both are summed over the three nodes' process trees.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SAMPLE_S = 0.2
@@ -43,6 +55,9 @@ SAMPLE_S = 0.2
 # --- scenarios -------------------------------------------------------------------
 # Each scenario is a list of phases; a phase is one `stablemq perf` run. The same
 # arguments go to both brokers. {D} is the duration in seconds, {B} the backlog.
+S2_ARGS = "-x 1 -y 1 -s 1024 --persistent -c 1000 -q 1000 --multi-ack-every 100 -u {Q}"
+QUORUM = "--queue-args x-queue-type=quorum"
+S5_RATES_K = (1, 10, 50)
 SCENARIOS = {
     "S1": {
         "title": "transient, no confirms, auto-ack, 16 B, 1 producer 1 consumer",
@@ -50,7 +65,32 @@ SCENARIOS = {
     },
     "S2": {
         "title": "persistent, confirm window 1000, prefetch 1000, multi-ack 100, 1 KB, 1x1, durable queue",
-        "phases": [("run", "-x 1 -y 1 -s 1024 --persistent -c 1000 -q 1000 --multi-ack-every 100 -u bench-s2 -z {D}")],
+        "phases": [("run", S2_ARGS.format(Q="bench-s2") + " -z {D}")],
+    },
+    # S3, S4, S5 run on 3-node clusters: the load goes to StableMQ's master and to
+    # the RabbitMQ node that declares (and so leads) the quorum queues.
+    "S3": {
+        "title": "S2 on a 3-node cluster: StableMQ (3 stores, quorum 2) vs a RabbitMQ quorum queue (3 members)",
+        "cluster": True,
+        "phases": [("run", S2_ARGS.format(Q="bench-s3") + " " + QUORUM + " -z {D}")],
+    },
+    "S3p": {
+        "title": "S3 through a node that is not the master (StableMQ: a slave's proxy; RabbitMQ: a node"
+                 " that is not the queue's leader), same queue",
+        "cluster": True,
+        "phases": [("run", S2_ARGS.format(Q="bench-s3") + " " + QUORUM + " -z {D}")],
+    },
+    "S4": {
+        "title": "S3 with 4 producers and 4 consumers on 4 queues",
+        "cluster": True,
+        "phases": [("run", S2_ARGS.replace("-x 1 -y 1", "-x 4 -y 4 --queues 4").format(Q="bench-s4")
+                    + " " + QUORUM + " -z {D}")],
+    },
+    "S5": {
+        "title": "S3's setup at fixed rates of 1k, 10k and 50k msg/s (1 producer): confirm and end-to-end latency",
+        "cluster": True,
+        "phases": [(f"r{k}k", S2_ARGS.replace("-y 1", f"-y 1 -r {k}000").format(Q="bench-s5")
+                    + " " + QUORUM + " -z {D}") for k in S5_RATES_K],
     },
     "S6": {
         "title": "backlog of {B} persistent 1 KB messages (confirm window 1000): fill, then drain",
@@ -63,11 +103,6 @@ SCENARIOS = {
         "title": "1000 queues at 1 msg/s each (1 producer, 1 consumer with 1000 subscriptions), 16 B transient",
         "phases": [("run", "-x 1 -y 1 --queues 1000 -r 1000 -s 16 -q 10 -u bench-s7 -z {D7}")],
     },
-}
-PENDING = {
-    "S3": "S2 on a 3-node cluster (3 stores, quorum 2) vs a 3-node RabbitMQ quorum queue",
-    "S4": "S3 with 4 producers and 4 consumers on 4 queues (perf: -x 4 -y 4 --queues 4)",
-    "S5": "fixed rates of 1k, 10k and 50k msg/s on S3's setup: confirm and end-to-end latency",
 }
 BROKERS = ("stablemq", "rabbitmq")
 
@@ -124,6 +159,33 @@ def wait_amqp(port: int, timeout: float, pid: int) -> None:
     sys.exit(f"broker did not answer AMQP on 127.0.0.1:{port} within {timeout:.0f} s ({last})")
 
 
+def wait_smq_master(url: str, timeout: float, ctl: str) -> int:
+    """Wait until `stablemq ctl cluster-status --json` shows every node reachable,
+    each one master or slave, and all agreeing on one master; print its id."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            r = subprocess.run([ctl, "ctl", "--url", url, "cluster-status", "--json"],
+                               capture_output=True, text=True, timeout=10)
+            nodes = json.loads(r.stdout) if r.returncode == 0 else None
+        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+            nodes, last = None, str(e)
+        if nodes:
+            masters = {n["id"] for n in nodes if n.get("role") == "master"}
+            ok = (len(masters) == 1 and all(n.get("reachable") for n in nodes)
+                  and all(n.get("role") in ("master", "slave") for n in nodes)
+                  and all(n.get("master") in masters for n in nodes))
+            if ok:
+                print(masters.pop())
+                return 0
+            last = "; ".join(f"node {n.get('id')}: {n.get('role')}, master {n.get('master')},"
+                             f" reachable {n.get('reachable')}" for n in nodes)
+        time.sleep(0.5)
+    print(f"no single master within {timeout:.0f} s ({last})", file=sys.stderr)
+    return 1
+
+
 def machine() -> None:
     model = "?"
     try:
@@ -169,28 +231,33 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def hwm_kib(root: int) -> int:
-    """The largest VmHWM (peak RSS over its life) in the broker's process tree."""
-    best = 0
-    for pid in process_tree(root):
-        try:
-            with open(f"/proc/{pid}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmHWM:"):
-                        best = max(best, int(line.split()[1]))
-        except OSError:
-            pass
-    return best
+def hwm_kib(roots: list[int]) -> int:
+    """The largest VmHWM (peak RSS over its life) in each node's process tree,
+    summed over the nodes."""
+    total = 0
+    for root in roots:
+        best = 0
+        for pid in process_tree([root]):
+            try:
+                with open(f"/proc/{pid}/status") as fh:
+                    for line in fh:
+                        if line.startswith("VmHWM:"):
+                            best = max(best, int(line.split()[1]))
+            except OSError:
+                pass
+        total += best
+    return total
 
 
-def process_tree(root: int) -> list[int]:
+def process_tree(roots: list[int]) -> list[int]:
+    """The roots and all their descendants."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             st = _stat(int(name))
             if st:
                 children.setdefault(st[0], []).append(int(name))
-    out, todo = [], [root]
+    out, todo = [], list(roots)
     while todo:
         p = todo.pop()
         out.append(p)
@@ -199,18 +266,18 @@ def process_tree(root: int) -> list[int]:
 
 
 class Sampler:
-    """CPU ticks and RSS of a broker's process tree over time."""
+    """CPU ticks and RSS of a broker's process trees (one per node) over time."""
 
-    def __init__(self, root: int):
-        self.root = root
-        self.pids = process_tree(root)
+    def __init__(self, roots: list[int]):
+        self.roots = roots
+        self.pids = process_tree(roots)
         self.found_at = time.monotonic()
         self.samples: list[tuple[float, int, int]] = []  # (t, ticks, rss KiB)
 
     def sample(self) -> None:
         now = time.monotonic()
         if now - self.found_at > 2.0:
-            self.pids = process_tree(self.root)
+            self.pids = process_tree(self.roots)
             self.found_at = now
         ticks = rss = 0
         for p in self.pids:
@@ -244,18 +311,64 @@ def load_1m() -> float:
         return float(fh.read().split()[0])
 
 
-def run_perf(perf: str, uri: str, args: list[str], pid: int, log) -> dict:
-    """One perf run with the broker sampled; returns the result record."""
+def perf_deadline_s(args: list[str]) -> float:
+    """How long perf may take before it is killed: its own --timeout (default
+    -z + 30, or 300 with -C) plus a minute of slack for setup and teardown."""
+    def opt(*names):
+        for i, x in enumerate(args[:-1]):
+            if x in names:
+                return float(args[i + 1])
+        return None
+    t = opt("--timeout")
+    if t is None:
+        z = opt("-z", "--duration", "--time")
+        t = z + 30 if z is not None else 300
+    return t + 60
+
+
+def smq_master(mgmt_urls: list[str]) -> dict | None:
+    """{master, epoch} of the highest-epoch master among the nodes that answer
+    GET /api/nodes (StableMQ's management API), or None if none does."""
+    best = None
+    for url in mgmt_urls:
+        req = urllib.request.Request(url.rstrip("/") + "/api/nodes",
+                                     headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})  # guest:guest
+        try:
+            with urllib.request.urlopen(req, timeout=3) as resp:
+                nodes = json.load(resp)
+        except (OSError, ValueError):
+            continue
+        for n in nodes:
+            if n.get("role") == "master" and n.get("reachable", True):
+                if best is None or n.get("epoch", 0) > best["epoch"]:
+                    best = {"master": n["id"], "epoch": n.get("epoch", 0)}
+        if best:
+            return best
+    return best
+
+
+def run_perf(perf: str, uri: str, args: list[str], pids: list[int], log, master: tuple | None = None,
+             idle_pids: list[int] | None = None) -> dict:
+    """One perf run with the broker (every node's process tree) sampled; returns
+    the result record. With master = (id, mgmt urls), the StableMQ master is
+    checked before and after the run. idle_pids: the other broker, which is up
+    but has no load; its CPU during the run is recorded too (it is part of the
+    "other processes")."""
     cmd = [perf, "perf", "--uri", uri, *args, "--json"]
     shown = " ".join(shlex.quote(c) for c in [os.path.basename(perf), *cmd[1:]])
     print(f"    $ {shown}", file=log, flush=True)
+    cluster_before = smq_master(master[1]) if master else None
     load_before = load_1m()
-    sampler = Sampler(pid)
+    sampler = Sampler(pids)
+    idle = Sampler(idle_pids) if idle_pids else None
     children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     self0 = time.process_time()
     busy0 = busy_ticks()
     sampler.sample()
+    if idle:
+        idle.sample()
     started = time.monotonic()
+    deadline = started + perf_deadline_s(args)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Read the output in the background so a large report never blocks perf.
     out: dict[str, str] = {}
@@ -266,19 +379,28 @@ def run_perf(perf: str, uri: str, args: list[str], pid: int, log) -> dict:
     threads = [threading.Thread(target=reader, args=(n, s)) for n, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
     for t in threads:
         t.start()
+    killed = False
     while proc.poll() is None:
+        if time.monotonic() > deadline and not killed:
+            # perf bounds itself with --timeout; this is the backstop if it hangs.
+            proc.kill()
+            killed = True
         time.sleep(SAMPLE_S)
         sampler.sample()
     for t in threads:
         t.join()
     ended = time.monotonic()
     sampler.sample()
+    if idle:
+        idle.pids = process_tree(idle.roots)
+        idle.sample()
     busy1 = busy_ticks()
     self_cpu = time.process_time() - self0
     children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     perf_cpu = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
     rec: dict = {"command": shown, "exit_code": proc.returncode, "wall_s": ended - started,
-                 "load_1m_before": load_before, "load_1m_after": load_1m()}
+                 "load_1m_before": load_before, "load_1m_after": load_1m(), "killed": killed,
+                 "broker_pids": pids}
     try:
         rec["perf"] = json.loads(out.get("stdout", "").strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -290,9 +412,18 @@ def run_perf(perf: str, uri: str, args: list[str], pid: int, log) -> dict:
     # machine's busy time less the broker, perf and this sampler.
     other = (busy1 - busy0) / CLK_TCK - cpu_total - perf_cpu - self_cpu
     rec["other_cpu_cores"] = max(0.0, other) / max(ended - started, 1e-9)
+    if idle and len(idle.samples) >= 2:
+        # Of which the other broker (idle, no load) used this much.
+        rec["idle_broker_cpu_cores"] = ((idle.samples[-1][1] - idle.samples[0][1]) / CLK_TCK
+                                        / max(idle.samples[-1][0] - idle.samples[0][0], 1e-9))
     rec["broker_peak_rss_kib"] = sampler.peak_rss_kib()
-    rec["broker_hwm_kib"] = hwm_kib(pid)
-    rec["broker_alive"] = alive(pid)
+    rec["broker_hwm_kib"] = hwm_kib(pids)
+    rec["broker_dead_pids"] = [p for p in pids if not alive(p)]
+    rec["broker_alive"] = not rec["broker_dead_pids"]
+    if master:
+        rec["expected_master"] = master[0]
+        rec["cluster_before"] = cluster_before
+        rec["cluster_after"] = smq_master(master[1])
     # Steady-state window: the second half of the timed run, leaving out its last
     # second (perf exits a few ms after its -z deadline).
     dur = (rec["perf"] or {}).get("settings", {}).get("duration_s")
@@ -308,6 +439,8 @@ def check(rec: dict) -> str | None:
     p = rec.get("perf")
     if p is None:
         return f"perf printed no result (exit {rec['exit_code']}): {rec.get('stderr', '').strip()[:300]}"
+    if rec.get("killed"):
+        return "perf overran its --timeout by a minute and was killed"
     if rec["exit_code"] != 0 or p.get("errors") or p.get("timed_out"):
         return f"perf exit {rec['exit_code']}, timed out {p.get('timed_out')}, errors {p.get('errors')}"
     s = p["settings"]
@@ -318,7 +451,19 @@ def check(rec: dict) -> str | None:
     if s["confirm_window"] > 0 and p["confirmed"] == 0:
         return "nothing was confirmed"
     if not rec["broker_alive"]:
-        return "the broker process died"
+        return f"a broker process died (pids {rec.get('broker_dead_pids')})"
+    if "expected_master" in rec:
+        want = rec["expected_master"]
+        for when in ("before", "after"):
+            c = rec.get(f"cluster_{when}")
+            if c is None:
+                return f"no StableMQ node said who is master {when} the run"
+            if c["master"] != want:
+                return (f"StableMQ's master was node {c['master']} (epoch {c['epoch']}) {when} the run,"
+                        f" not node {want}: a failover")
+        if rec["cluster_before"]["epoch"] != rec["cluster_after"]["epoch"]:
+            return (f"StableMQ's epoch went from {rec['cluster_before']['epoch']} to"
+                    f" {rec['cluster_after']['epoch']} during the run: a failover")
     return None
 
 
@@ -327,18 +472,25 @@ def scenario(a: argparse.Namespace) -> int:
     brokers = []
     for b in a.broker:
         name, rest = b.split("=", 1)
-        uri, pid = rest.rsplit(",", 1)
-        brokers.append((name, uri, int(pid)))
+        uri, pids = rest.rsplit(",", 1)
+        brokers.append((name, uri, [int(x) for x in pids.split("+")]))
+    masters = {}
+    for m in a.master or []:
+        name, rest = m.split("=", 1)
+        mid, urls = rest.split(",", 1)
+        masters[name] = (int(mid), urls.split("+"))
     os.makedirs(a.out, exist_ok=True)
     title = spec["title"].format(B=a.backlog)
     print(f"==> {a.name}: {title}", flush=True)
     failed = 0
     for run in range(1, a.runs + 1):
         order = brokers if run % 2 == 1 else list(reversed(brokers))
-        for name, uri, pid in order:
+        for name, uri, pids in order:
             phases = []
             for phase, template in spec["phases"]:
-                rec = run_perf(a.perf, uri, phase_args(template, a.duration, a.backlog), pid, sys.stdout)
+                idle = [p for n2, _, ps in brokers if n2 != name for p in ps]
+                rec = run_perf(a.perf, uri, phase_args(template, a.duration, a.backlog), pids, sys.stdout,
+                               masters.get(name), idle)
                 rec["phase"] = phase
                 why = check(rec)
                 rec["failure"] = why
@@ -346,7 +498,7 @@ def scenario(a: argparse.Namespace) -> int:
                 if why:
                     break
                 time.sleep(1)  # let the broker settle between phases and runs
-            result = {"scenario": a.name, "title": title, "broker": name, "run": run,
+            result = {"scenario": a.name, "title": title, "broker": name, "run": run, "nodes": len(pids),
                       "duration_s": a.duration, "backlog": a.backlog, "phases": phases}
             with open(os.path.join(a.out, f"{a.name}-{name}-{run}.json"), "w") as fh:
                 json.dump(result, fh, indent=1)
@@ -356,24 +508,38 @@ def scenario(a: argparse.Namespace) -> int:
                 print(f"    FAILED {a.name} run {run} on {name}: {bad[0]}", flush=True)
             else:
                 other = max(p["other_cpu_cores"] for p in phases)
+                idle = max((p.get("idle_broker_cpu_cores", 0.0) for p in phases), default=0.0)
                 print(f"    {a.name} run {run}/{a.runs} {name}: {summary_line(a.name, metrics(result))}"
-                      f" (other processes: {other:.2f} cores)", flush=True)
+                      f" (other processes: {other:.2f} cores, of which the idle other broker {idle:.2f})",
+                      flush=True)
     return 1 if failed else 0
 
 
 # --- metrics and the table ---------------------------------------------------------
 # (key, label, unit, higher_is_better)
+S2_METRICS = [("confirm_rate", "confirmed rate", "msg/s", True),
+              ("consume_rate", "consume rate", "msg/s", True),
+              ("confirm_p50", "confirm latency p50", "ms", False),
+              ("confirm_p99", "confirm latency p99", "ms", False),
+              ("cpu_per_m", "broker CPU per million msgs", "s", False),
+              ("peak_rss", "broker peak RSS", "MiB", False)]
 METRICS = {
     "S1": [("consume_rate", "end-to-end (consume) rate", "msg/s", True),
            ("publish_rate", "publish rate", "msg/s", True),
            ("cpu_per_m", "broker CPU per million msgs", "s", False),
            ("peak_rss", "broker peak RSS", "MiB", False)],
-    "S2": [("confirm_rate", "confirmed rate", "msg/s", True),
-           ("consume_rate", "consume rate", "msg/s", True),
-           ("confirm_p50", "confirm latency p50", "ms", False),
-           ("confirm_p99", "confirm latency p99", "ms", False),
-           ("cpu_per_m", "broker CPU per million msgs", "s", False),
-           ("peak_rss", "broker peak RSS", "MiB", False)],
+    "S2": S2_METRICS,
+    "S3": S2_METRICS,
+    "S3p": S2_METRICS,
+    "S4": S2_METRICS,
+    "S5": [m for k in S5_RATES_K for m in (
+               (f"r{k}k_confirm_rate", f"at {k}k msg/s: confirmed rate", "msg/s", True),
+               (f"r{k}k_confirm_p50", f"at {k}k msg/s: confirm latency p50", "ms", False),
+               (f"r{k}k_confirm_p99", f"at {k}k msg/s: confirm latency p99", "ms", False),
+               (f"r{k}k_e2e_p50", f"at {k}k msg/s: end-to-end latency p50", "ms", False),
+               (f"r{k}k_e2e_p99", f"at {k}k msg/s: end-to-end latency p99", "ms", False))]
+          + [("cpu_per_m", "broker CPU per million msgs (all rates)", "s", False),
+             ("peak_rss", "broker peak RSS (all rates)", "MiB", False)],
     "S6": [("fill_rate", "fill (confirmed) rate", "msg/s", True),
            ("drain_rate", "drain rate", "msg/s", True),
            ("peak_rss", "broker peak RSS", "MiB", False),
@@ -383,6 +549,21 @@ METRICS = {
            ("consume_rate", "delivered", "msg/s", True),
            ("e2e_p99", "end-to-end latency p99", "ms", False)],
 }
+
+
+# The metric(s) shown per run under the table: (label, keys).
+HEADLINE = {"S1": ("consume msg/s", ["consume_rate"]),
+            "S2": ("confirmed msg/s", ["confirm_rate"]),
+            "S3": ("confirmed msg/s", ["confirm_rate"]),
+            "S3p": ("confirmed msg/s", ["confirm_rate"]),
+            "S4": ("confirmed msg/s", ["confirm_rate"]),
+            "S5": ("end-to-end p99 ms at 1k / 10k / 50k msg/s", [f"r{k}k_e2e_p99" for k in S5_RATES_K]),
+            "S6": ("fill / drain msg/s", ["fill_rate", "drain_rate"]),
+            "S7": ("broker CPU %", ["cpu_pct"])}
+
+
+def is_cluster(name: str) -> bool:
+    return bool(SCENARIOS.get(name, {}).get("cluster"))
 
 
 def metrics(result: dict) -> dict:
@@ -401,6 +582,15 @@ def metrics(result: dict) -> dict:
         m["confirm_p99"] = cl["p99"] / 1000 if cl else None
         m["e2e_p99"] = el["p99"] / 1000 if el else None
         m["cpu_pct"] = ph["run"].get("broker_window_cpu_pct")
+    for k in S5_RATES_K:
+        p = (ph.get(f"r{k}k") or {}).get("perf")
+        if p:
+            cl, el = p.get("confirm_latency_us"), p.get("e2e_latency_us")
+            m[f"r{k}k_confirm_rate"] = p["confirm_rate"]
+            m[f"r{k}k_confirm_p50"] = cl["p50"] / 1000 if cl else None
+            m[f"r{k}k_confirm_p99"] = cl["p99"] / 1000 if cl else None
+            m[f"r{k}k_e2e_p50"] = el["p50"] / 1000 if el else None
+            m[f"r{k}k_e2e_p99"] = el["p99"] / 1000 if el else None
     if "fill" in ph and ph["fill"].get("perf"):
         m["fill_rate"] = ph["fill"]["perf"]["confirm_rate"]
     if "drain" in ph and ph["drain"].get("perf"):
@@ -431,6 +621,7 @@ def table(a: argparse.Namespace) -> int:
     loads: list[float] = []
     client_cores: list[float] = []
     others: list[float] = []
+    per_run: dict[tuple[str, str], list[tuple[int, dict | None, float, float | None]]] = {}
     for fn in sorted(os.listdir(a.dir)):
         if not fn.endswith(".json") or fn.count("-") < 2:
             continue
@@ -438,10 +629,14 @@ def table(a: argparse.Namespace) -> int:
             r = json.load(fh)
         titles[r["scenario"]] = r["title"]
         key = (r["scenario"], r["broker"])
+        other = max((p.get("other_cpu_cores", 0.0) for p in r["phases"]), default=0.0)
+        idle = max((p["idle_broker_cpu_cores"] for p in r["phases"] if "idle_broker_cpu_cores" in p), default=None)
         if any(p["failure"] for p in r["phases"]):
             failed[key] = failed.get(key, 0) + 1
+            per_run.setdefault(key, []).append((r["run"], None, other, idle))
             continue
         results.setdefault(key, []).append(metrics(r))
+        per_run.setdefault(key, []).append((r["run"], results[key][-1], other, idle))
         for p in r["phases"]:
             loads.extend(p[k] for k in ("load_1m_before", "load_1m_after") if k in p)
             cpu = (p.get("perf") or {}).get("cpu") or {}
@@ -477,8 +672,21 @@ def table(a: argparse.Namespace) -> int:
     for name in sorted(titles):
         counts = ", ".join(f"{b} {runs.get((name, b), 0)} ok / {failed.get((name, b), 0)} failed" for b in BROKERS)
         print(f"{name}: {titles[name]} (runs: {counts})")
-    for name, what in PENDING.items():
-        print(f"{name}: pending the cluster ({what})")
+    print()
+    print("Per run (headline metric; in brackets, the cores other processes used during the run, and of"
+          " those, the cores the other broker used while it stood idle):")
+    for name in sorted(titles):
+        labels, keys = HEADLINE[name]
+        for b in BROKERS:
+            cells = []
+            for run, m, other, idle in sorted(per_run.get((name, b), []), key=lambda x: x[0]):
+                v = "FAILED" if m is None else " / ".join(
+                    fmt(m.get(k), next(u for k2, _, u, _ in METRICS[name] if k2 == k)) for k in keys)
+                cells.append(f"run {run}: {v} ({other:.2f}; {'-' if idle is None else f'{idle:.2f}'})")
+            print(f"  {name} {labels} {b}: {'; '.join(cells) or '-'}")
+    if any(is_cluster(n) for n in titles):
+        print("Cluster scenarios (S3, S3p, S4, S5): 3 nodes per broker; broker CPU and RSS are summed over"
+              " all three nodes' process trees.")
     if loads:
         print(f"1-minute load average around the runs: {min(loads):.2f} to {max(loads):.2f}"
               f" ({os.cpu_count()} CPUs, the benchmark itself included); other processes used"
@@ -506,7 +714,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--duration", type=float, default=10)
     p.add_argument("--backlog", type=int, default=1_000_000)
-    p.add_argument("--broker", action="append", required=True, help="NAME=URI,PID")
+    p.add_argument("--broker", action="append", required=True, help="NAME=URI,PID[+PID...]")
+    p.add_argument("--master", action="append", help="NAME=ID,MGMT_URL[+MGMT_URL...] (StableMQ cluster)")
+    p = sub.add_parser("smq-master")
+    p.add_argument("url")
+    p.add_argument("timeout", type=float)
+    p.add_argument("ctl")
+    sub.add_parser("rmq-running-nodes")
     p = sub.add_parser("table")
     p.add_argument("dir")
     p.add_argument("--markdown", action="store_true")
@@ -522,6 +736,11 @@ def main(argv: list[str]) -> int:
         return table(a)
     elif a.cmd == "machine":
         machine()
+    elif a.cmd == "smq-master":
+        return wait_smq_master(a.url, a.timeout, a.ctl)
+    elif a.cmd == "rmq-running-nodes":
+        st = json.load(sys.stdin)
+        print(len(st.get("running_nodes", [])))
     return 0
 
 

@@ -3,16 +3,28 @@
 #
 #   compat-tests/bench/compare.sh [--quick] [--scenarios S1,S2,...] [--duration N]
 #                                 [--runs N] [--backlog N] [--keep DIR] [--markdown]
+#                                 [--no-proxy]
 #
-# For each scenario, a fresh StableMQ (target/release/stablemq, fresh data dir) and
-# a fresh private RabbitMQ node (Debian's rabbitmq-server, installed with apt-get
-# if missing; run through the package's own server script, no system service, no
-# plugins, its own node name, ports, epmd, mnesia and log dirs and cookie) start on
-# free 127.0.0.1 ports. Each run of the scenario goes to both brokers (which one
-# goes first alternates), then both stop. While perf runs, the broker's CPU time
-# (utime+stime of its process tree, /proc/<pid>/stat) and RSS (VmRSS, sampled
-# every 0.2 s) are recorded. The table gives the medians over the runs and the
-# ratio StableMQ / RabbitMQ.
+# For each scenario, a fresh StableMQ (a copy of target/release/stablemq, fresh data
+# dir) and a fresh private RabbitMQ node (Debian's rabbitmq-server, installed with
+# apt-get if missing; run through the package's own server script, no system
+# service, no plugins, its own node name, ports, epmd, mnesia and log dirs and
+# cookie) start on free 127.0.0.1 ports. Each run of the scenario goes to both
+# brokers (which one goes first alternates), then both stop. While perf runs, the
+# broker's CPU time (utime+stime of its process tree, /proc/<pid>/stat) and RSS
+# (VmRSS, sampled every 0.2 s) are recorded. The table gives the medians over the
+# runs and the ratio StableMQ / RabbitMQ.
+#
+# S3, S4 and S5 start two 3-node clusters instead, fresh for each scenario:
+# StableMQ from examples/cluster/node{1,2,3}.toml (ports and data dirs rewritten
+# to free ports and a temp dir; metrics off), and three private RabbitMQ nodes
+# (one epmd, one cookie) joined with rabbitmqctl join_cluster. perf connects to
+# StableMQ's master (from `stablemq ctl cluster-status --json`) and to the first
+# RabbitMQ node, which declares the quorum queues and so leads them. CPU and RSS
+# are summed over all three nodes' process trees. A StableMQ run fails if the
+# master changed (a failover). After S3's runs, one more run of S3 ("S3p") goes
+# through a StableMQ slave (which proxies to the master) and through a RabbitMQ
+# node that is not the queue's leader (unless --no-proxy).
 #
 # Scenarios (issue 4):
 #   S1  transient, no confirms, auto-ack, 16 B, 1 producer 1 consumer
@@ -22,22 +34,30 @@
 #       (peak RSS, fill and drain rates); only when asked for
 #   S7  1000 queues at 1 msg/s each (idle cost): broker CPU % and RSS, measured
 #       over the second half of a run 3x --duration long
-#   S3, S4, S5 are pending the cluster: they need a 3-node StableMQ and a 3-node
-#       RabbitMQ (quorum queues), which this script does not start yet.
+#   S3  S2 on 3-node clusters: StableMQ (3 stores, quorum 2) vs a RabbitMQ quorum
+#       queue (x-queue-type=quorum, 3 members); both get --queue-args x-queue-type=quorum
+#   S4  S3 with 4 producers and 4 consumers on 4 queues
+#   S5  S3's setup at fixed rates of 1k, 10k and 50k msg/s (one run of --duration
+#       per rate): confirm and end-to-end latency p50/p99
 #
 # Options:
 #   --quick          one short run per scenario (3 s; S7 9 s): a smoke run
-#   --scenarios L    comma-separated list (default S1,S2,S7)
+#   --scenarios L    comma-separated list (default S1,S2,S3,S4,S5,S7)
 #   --duration N     seconds per run (default 10; --quick 3)
 #   --runs N         runs per scenario and broker (default 3; --quick 1)
 #   --backlog N      S6 messages (default 1000000; the issue's 5000000 = 5 GB)
 #   --keep DIR       keep the per-run JSON results (and broker logs) in DIR
 #   --markdown       print the table as Markdown
+#   --no-proxy       skip the extra S3 run through a non-master node (S3p)
 #
 # Exits non-zero if either broker failed to start or a run failed or moved no
 # message (this is what the smoke run in the test command checks). Slow numbers
-# never fail it. Environment: STABLEMQ_BIN (default target/release/stablemq; built
-# with cargo if missing).
+# never fail it. Environment: STABLEMQ_BIN (default target/release/stablemq; if it
+# is missing, waited for for a minute (someone may be rebuilding it), then built
+# with cargo). The binary is copied at the start, so a rebuild during the run
+# does not change what is measured. Every broker process (all six in a cluster
+# scenario, with their children, and epmd) is stopped by pid when a scenario
+# ends, and on error or Ctrl-C.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -51,7 +71,7 @@ log() { printf '==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 
-QUICK=0 SCENARIOS="S1,S2,S7" DURATION="" RUNS="" BACKLOG=1000000 KEEP="" MARKDOWN=""
+QUICK=0 SCENARIOS="S1,S2,S3,S4,S5,S7" DURATION="" RUNS="" BACKLOG=1000000 KEEP="" MARKDOWN="" PROXY=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 ;;
@@ -66,6 +86,7 @@ while [[ $# -gt 0 ]]; do
         --keep) KEEP=${2:?--keep needs a directory}; shift ;;
         --keep=*) KEEP=${1#*=} ;;
         --markdown) MARKDOWN=--markdown ;;
+        --no-proxy) PROXY=0 ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -83,9 +104,8 @@ fi
 IFS=',' read -r -a SCEN <<<"$SCENARIOS"
 for s in "${SCEN[@]}"; do
     case "$s" in
-        S1|S2|S6|S7) ;;
-        S3|S4|S5) die "$s is pending the cluster (a 3-node StableMQ and RabbitMQ); see --help" ;;
-        *) die "unknown scenario '$s' (S1, S2, S6, S7)" ;;
+        S1|S2|S3|S4|S5|S6|S7) ;;
+        *) die "unknown scenario '$s' (S1 to S7)" ;;
     esac
 done
 
@@ -93,37 +113,86 @@ done
 WORK=$(mktemp -d -t stablemq-bench.XXXXXX)
 OUT=${KEEP:-$WORK/results}
 mkdir -p "$OUT"
-SMQ_PID="" RMQ_PID="" RMQ_BEAM_PIDFILE="" EPMD_PID=""
+# Broker processes of the current scenario: StableMQ node pids, RabbitMQ start-script
+# pids (and the beam.smp pid files), and the RabbitMQ epmd.
+SMQ_PIDS=() RMQ_PIDS=() RMQ_BEAM_PIDFILES=() EPMD_PID=""
+CHILD="" # the helper (bench.py, and the perf it runs) that the script waits for
 
-stop_pid() { # pid, seconds to wait after SIGTERM before SIGKILL
-    local pid=$1 wait=${2:-10} i
-    [[ -n "$pid" ]] || return 0
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-    kill -TERM "$pid" 2>/dev/null || true
+live_pids() { # pid... -> those that exist and are not zombies
+    [[ $# -gt 0 ]] || return 0
+    ps -o pid=,stat= -p "$(IFS=,; echo "$*")" 2>/dev/null | awk '$2 !~ /^Z/ {print $1}'
+}
+
+tree_pids() { # root pid... -> the roots and all their descendants
+    ps -e -o pid=,ppid= | awk -v roots="$*" '
+        BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) keep[r[i]] = 1 }
+        { parent[$1] = $2 }
+        END {
+            do { more = 0
+                 for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; more = 1 }
+            } while (more)
+            for (p in keep) print p
+        }'
+}
+
+stop_tree() { # seconds to wait after SIGTERM before SIGKILL, root pid...
+    local wait=$1 i p all left roots=()
+    shift
+    for p in "$@"; do [[ -n $p ]] && roots+=("$p"); done
+    [[ ${#roots[@]} -gt 0 ]] || return 0
+    # Every process of the trees, listed before they start to go away; SIGKILL
+    # reaches whatever of them is left after the grace period.
+    mapfile -t all < <(tree_pids "${roots[@]}")
+    kill -TERM "${roots[@]}" 2>/dev/null || true
     for ((i = 0; i < wait * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        if ! ps -p "$pid" -o stat= 2>/dev/null | grep -qv Z; then break; fi
+        [[ -n $(live_pids "${all[@]}") ]] || break
         sleep 0.1
     done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    mapfile -t left < <(live_pids "${all[@]}")
+    [[ ${#left[@]} -eq 0 ]] || kill -KILL "${left[@]}" 2>/dev/null || true
+    for p in "${roots[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+
+report_dead() { # say which StableMQ node died before we stopped it, and how
+    local i pid rc
+    for i in "${!SMQ_PIDS[@]}"; do
+        pid=${SMQ_PIDS[i]}
+        if [[ -z $(live_pids "$pid") ]]; then
+            rc=0
+            wait "$pid" 2>/dev/null || rc=$?
+            echo "    note: StableMQ node $((i + 1)) (pid $pid) had exited (status $rc) before the scenario ended" >&2
+        fi
+    done
 }
 
 stop_brokers() {
-    local beam=""
-    stop_pid "$SMQ_PID" 10
-    if [[ -n "$RMQ_BEAM_PIDFILE" && -s "$RMQ_BEAM_PIDFILE" ]]; then
-        beam=$(cat "$RMQ_BEAM_PIDFILE")
-    fi
-    stop_pid "$RMQ_PID" 30
-    # The start script forwards SIGTERM to the Erlang VM; make sure it is gone.
-    if [[ -n "$beam" ]] && kill -0 "$beam" 2>/dev/null; then
-        kill -KILL "$beam" 2>/dev/null || true
-    fi
-    stop_pid "$EPMD_PID" 5
-    SMQ_PID="" RMQ_PID="" RMQ_BEAM_PIDFILE="" EPMD_PID=""
+    local f beams=()
+    for f in "${RMQ_BEAM_PIDFILES[@]}"; do
+        [[ -s $f ]] && beams+=("$(cat "$f")")
+    done
+    # StableMQ nodes, and the RabbitMQ start scripts (which forward SIGTERM to the
+    # Erlang VM) together with their VMs, all at once.
+    stop_tree 30 "${SMQ_PIDS[@]}" "${RMQ_PIDS[@]}" "${beams[@]}"
+    stop_tree 5 "$EPMD_PID"
+    SMQ_PIDS=() RMQ_PIDS=() RMQ_BEAM_PIDFILES=() EPMD_PID=""
+}
+# Long helpers run in the background and are waited for, so that a signal to this
+# script is handled at once (bash runs traps only between foreground commands).
+run_child() { # command...
+    local rc=0
+    "$@" &
+    CHILD=$!
+    wait "$CHILD" || rc=$?
+    CHILD=""
+    return $rc
 }
 cleanup() {
+    if [[ -n $CHILD ]]; then
+        # bench.py and its perf: all of them, not only the root.
+        mapfile -t kids < <(tree_pids "$CHILD")
+        kill -TERM "${kids[@]}" 2>/dev/null || true
+    fi
+    stop_tree 5 "$CHILD"
     stop_brokers
     rm -rf "$WORK"
 }
@@ -132,14 +201,28 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- brokers ---------------------------------------------------------------------------
-BIN=${STABLEMQ_BIN:-$ROOT/target/release/stablemq}
-if [[ ! -x $BIN ]]; then
-    [[ -z ${STABLEMQ_BIN:-} ]] || die "STABLEMQ_BIN=$BIN is not executable"
+SRC_BIN=${STABLEMQ_BIN:-$ROOT/target/release/stablemq}
+for ((i = 0; i < 12; i++)); do
+    [[ -x $SRC_BIN ]] && break
+    [[ $i -gt 0 ]] || log "waiting for $SRC_BIN (being rebuilt?)"
+    sleep 5
+done
+if [[ ! -x $SRC_BIN ]]; then
+    [[ -z ${STABLEMQ_BIN:-} ]] || die "STABLEMQ_BIN=$SRC_BIN is not executable"
     log "building target/release/stablemq"
     cargo build --release -p stablemq
 fi
+# Measure one binary throughout, even if someone rebuilds target/release meanwhile.
+BIN="$WORK/stablemq"
+for ((i = 0; i < 12; i++)); do
+    if cp "$SRC_BIN" "$BIN" 2>/dev/null && "$BIN" --version >/dev/null 2>&1; then break; fi
+    sleep 5
+done
+"$BIN" --version >/dev/null 2>&1 || die "could not copy a working $SRC_BIN"
+BIN_DATE=$(date -u -r "$SRC_BIN" '+%Y-%m-%d %H:%M UTC' 2>/dev/null || echo '?')
 
 RABBITMQ_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
+RABBITMQCTL=/usr/lib/rabbitmq/bin/rabbitmqctl
 ensure_rabbitmq() {
     [[ -x $RABBITMQ_SERVER ]] && return 0
     [[ $(id -u) -eq 0 ]] || die "RabbitMQ is not installed and installing it needs root (apt-get install rabbitmq-server)"
@@ -163,73 +246,193 @@ start_stablemq() { # scenario
     read -r port < <("$PY" "$BENCH" free-ports 1)
     "$BIN" serve --bind 127.0.0.1 --amqp-port "$port" --prometheus-port 0 --management-port 0 \
         --data-dir "$dir/data" >"$OUT/stablemq-$1.log" 2>&1 &
-    SMQ_PID=$!
+    SMQ_PIDS=("$!")
     SMQ_URI="amqp://guest:guest@127.0.0.1:$port/%2f"
-    "$PY" "$BENCH" wait-amqp "$port" 60 "$SMQ_PID" ||
+    run_child "$PY" "$BENCH" wait-amqp "$port" 60 "${SMQ_PIDS[0]}" ||
         { tail -n 20 "$OUT/stablemq-$1.log" >&2; return 1; }
 }
 
-start_rabbitmq() { # scenario
-    local dir="$WORK/rabbitmq-$1" port dist epmd_port
-    mkdir -p "$dir"/{home,mnesia,log}
-    read -r port dist epmd_port < <("$PY" "$BENCH" free-ports 3)
-    echo '[].' >"$dir/enabled_plugins"
-    : >"$dir/rabbitmq-env.conf"
-    printf 'loopback_users.guest = true\nlog.console = false\nlog.file.level = warning\n' >"$dir/rabbitmq.conf"
-    od -An -N20 -tx1 /dev/urandom | tr -d ' \n' >"$dir/home/.erlang.cookie"
-    chmod 400 "$dir/home/.erlang.cookie"
-    # Our own epmd on loopback, on a port of its own, stopped by pid afterwards.
-    epmd -address 127.0.0.1 -port "$epmd_port" >"$dir/epmd.log" 2>&1 &
-    EPMD_PID=$!
-    RMQ_BEAM_PIDFILE="$dir/rabbitmq.pid"
-    env HOME="$dir/home" \
-        ERL_EPMD_ADDRESS=127.0.0.1 ERL_EPMD_PORT="$epmd_port" \
-        RABBITMQ_NODENAME="bench-$1-$$@localhost" \
+# The three nodes of examples/cluster/, as shipped, with their cluster, AMQP and
+# management addresses moved to free loopback ports and their data dirs to $WORK, as
+# compat-tests/src/cluster.rs does; unlike the tests, metrics are off.
+start_stablemq_cluster() { # scenario
+    local dir="$WORK/stablemq-$1" i j cfg ports=() amqp=() sed_args=() urls=() id
+    mkdir -p "$dir"
+    read -r -a ports < <("$PY" "$BENCH" free-ports 9)
+    for j in 0 1 2; do
+        amqp+=("${ports[3 + j]}")
+        sed_args+=(-e "s#\"127\\.0\\.0\\.1:$((25701 + j))\"#\"127.0.0.1:${ports[j]}\"#"
+                   -e "s#\"127\\.0\\.0\\.1:$((5672 + j))\"#\"127.0.0.1:${ports[3 + j]}\"#"
+                   -e "s#\"127\\.0\\.0\\.1:$((15672 + j))\"#\"127.0.0.1:${ports[6 + j]}\"#")
+        urls+=("http://127.0.0.1:${ports[6 + j]}")
+    done
+    for i in 1 2 3; do
+        cfg="$dir/node$i.toml"
+        sed "${sed_args[@]}" \
+            -e "s#^data_dir = \"\\./data/node$i\"\$#data_dir = \"$dir/node$i\"#" \
+            -e "s#^prometheus_port = $((15691 + i))\$#prometheus_port = 0#" \
+            "$ROOT/examples/cluster/node$i.toml" >"$cfg"
+        if ! grep -q "^data_dir = \"$dir/node$i\"\$" "$cfg" || ! grep -q '^prometheus_port = 0$' "$cfg" ||
+            [[ $(grep -c "\"127\\.0\\.0\\.1:\\(${ports[0]}\\|${ports[3]}\\|${ports[6]}\\)\"" "$cfg") -ne 3 ]] ||
+            grep -Eq '"127\.0\.0\.1:(2570[1-3]|567[2-4]|1567[2-4])"' "$cfg"; then
+            echo "examples/cluster/node$i.toml no longer has the documented ports and data_dir" >&2
+            return 1
+        fi
+        "$BIN" serve --config "$cfg" --bind 127.0.0.1 --prometheus-port 0 \
+            >"$OUT/stablemq-$1-node$i.log" 2>&1 &
+        SMQ_PIDS+=("$!")
+    done
+    for i in 0 1 2; do
+        run_child "$PY" "$BENCH" wait-amqp "${amqp[i]}" 60 "${SMQ_PIDS[i]}" ||
+            { tail -n 20 "$OUT/stablemq-$1-node$((i + 1)).log" >&2; return 1; }
+    done
+    id=$("$PY" "$BENCH" smq-master "${urls[0]}" 30 "$BIN") || return 1
+    SMQ_MASTER=$id
+    SMQ_URI="amqp://guest:guest@127.0.0.1:${amqp[id - 1]}/%2f"
+    # The proxy run goes through the next node after the master.
+    SMQ_SLAVE=$((id % 3 + 1))
+    SMQ_SLAVE_URI="amqp://guest:guest@127.0.0.1:${amqp[SMQ_SLAVE - 1]}/%2f"
+    SMQ_MGMT_URLS=$(IFS=+; echo "${urls[*]}")
+    SMQ_MGMT0=${urls[0]}
+}
+
+# One private RabbitMQ node. Globals used: RMQ_DIR (shared home with the cookie,
+# config files), RMQ_EPMD_PORT.
+start_rabbitmq_node() { # node name, AMQP port, dist port, node dir, log file
+    local name=$1 port=$2 dist=$3 ndir=$4
+    mkdir -p "$ndir"/{mnesia,log}
+    RMQ_BEAM_PIDFILES+=("$ndir/rabbitmq.pid")
+    env HOME="$RMQ_DIR/home" \
+        ERL_EPMD_ADDRESS=127.0.0.1 ERL_EPMD_PORT="$RMQ_EPMD_PORT" \
+        RABBITMQ_NODENAME="$name" \
         RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT="$port" \
         RABBITMQ_DIST_PORT="$dist" \
         RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
-        RABBITMQ_CONF_ENV_FILE="$dir/rabbitmq-env.conf" \
-        RABBITMQ_CONFIG_FILE="$dir/rabbitmq.conf" \
-        RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config" \
-        RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
-        RABBITMQ_PLUGINS_EXPAND_DIR="$dir/plugins-expand" \
-        RABBITMQ_MNESIA_BASE="$dir/mnesia" \
-        RABBITMQ_LOG_BASE="$dir/log" \
-        RABBITMQ_PID_FILE="$RMQ_BEAM_PIDFILE" \
-        "$RABBITMQ_SERVER" >"$OUT/rabbitmq-$1.log" 2>&1 &
-    RMQ_PID=$!
+        RABBITMQ_CONF_ENV_FILE="$RMQ_DIR/rabbitmq-env.conf" \
+        RABBITMQ_CONFIG_FILE="$RMQ_DIR/rabbitmq.conf" \
+        RABBITMQ_ADVANCED_CONFIG_FILE="$RMQ_DIR/advanced.config" \
+        RABBITMQ_ENABLED_PLUGINS_FILE="$RMQ_DIR/enabled_plugins" \
+        RABBITMQ_PLUGINS_EXPAND_DIR="$ndir/plugins-expand" \
+        RABBITMQ_MNESIA_BASE="$ndir/mnesia" \
+        RABBITMQ_LOG_BASE="$ndir/log" \
+        RABBITMQ_PID_FILE="$ndir/rabbitmq.pid" \
+        "$RABBITMQ_SERVER" >"$5" 2>&1 &
+    RMQ_PIDS+=("$!")
+}
+
+rmq_common() { # scenario: config files, cookie, and our own epmd on loopback
+    RMQ_DIR="$WORK/rabbitmq-$1"
+    mkdir -p "$RMQ_DIR/home"
+    echo '[].' >"$RMQ_DIR/enabled_plugins"
+    : >"$RMQ_DIR/rabbitmq-env.conf"
+    printf 'loopback_users.guest = true\nlog.console = false\nlog.file.level = warning\n' >"$RMQ_DIR/rabbitmq.conf"
+    od -An -N20 -tx1 /dev/urandom | tr -d ' \n' >"$RMQ_DIR/home/.erlang.cookie"
+    chmod 400 "$RMQ_DIR/home/.erlang.cookie"
+    read -r RMQ_EPMD_PORT < <("$PY" "$BENCH" free-ports 1)
+    # Our own epmd on loopback, on a port of its own, stopped by pid afterwards.
+    epmd -address 127.0.0.1 -port "$RMQ_EPMD_PORT" >"$RMQ_DIR/epmd.log" 2>&1 &
+    EPMD_PID=$!
+}
+
+rmqctl() { # node, args...: rabbitmqctl against one of our nodes, bounded in time
+    local node=$1
+    shift
+    env HOME="$RMQ_DIR/home" ERL_EPMD_ADDRESS=127.0.0.1 ERL_EPMD_PORT="$RMQ_EPMD_PORT" \
+        RABBITMQ_CONF_ENV_FILE="$RMQ_DIR/rabbitmq-env.conf" \
+        RABBITMQ_CTL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
+        timeout 120 "$RABBITMQCTL" -q -n "$node" "$@"
+}
+
+start_rabbitmq() { # scenario
+    local port dist
+    rmq_common "$1"
+    read -r port dist < <("$PY" "$BENCH" free-ports 2)
+    start_rabbitmq_node "bench-$1-$$@localhost" "$port" "$dist" "$RMQ_DIR" "$OUT/rabbitmq-$1.log"
     RMQ_URI="amqp://guest:guest@127.0.0.1:$port/%2f"
-    "$PY" "$BENCH" wait-amqp "$port" 180 "$RMQ_PID" ||
-        { tail -n 20 "$OUT/rabbitmq-$1.log" "$dir"/log/*.log >&2 || true; return 1; }
+    run_child "$PY" "$BENCH" wait-amqp "$port" 180 "${RMQ_PIDS[0]}" ||
+        { tail -n 20 "$OUT/rabbitmq-$1.log" "$RMQ_DIR"/log/*.log >&2 || true; return 1; }
+}
+
+# Three nodes a, b, c started together; b and c then join a's cluster.
+start_rabbitmq_cluster() { # scenario
+    local ports=() names=() letters=(a b c) i n
+    rmq_common "$1"
+    read -r -a ports < <("$PY" "$BENCH" free-ports 6)
+    for i in 0 1 2; do
+        n=${letters[i]}
+        names+=("bench-$1-$n-$$@localhost")
+        start_rabbitmq_node "${names[i]}" "${ports[i]}" "${ports[3 + i]}" "$RMQ_DIR/$n" "$OUT/rabbitmq-$1-$n.log"
+    done
+    for i in 0 1 2; do
+        n=${letters[i]}
+        run_child "$PY" "$BENCH" wait-amqp "${ports[i]}" 180 "${RMQ_PIDS[i]}" ||
+            { tail -n 20 "$OUT/rabbitmq-$1-$n.log" "$RMQ_DIR/$n"/log/*.log >&2 || true; return 1; }
+    done
+    for i in 1 2; do
+        { run_child rmqctl "${names[i]}" stop_app && run_child rmqctl "${names[i]}" join_cluster "${names[0]}" &&
+            run_child rmqctl "${names[i]}" start_app; } >>"$OUT/rabbitmq-$1-join.log" 2>&1 ||
+            { echo "rabbitmqctl join_cluster failed for ${names[i]}:" >&2; tail -n 20 "$OUT/rabbitmq-$1-join.log" >&2; return 1; }
+    done
+    n=$(rmqctl "${names[0]}" cluster_status --formatter json | "$PY" "$BENCH" rmq-running-nodes) || n=0
+    [[ $n -eq 3 ]] || { echo "the RabbitMQ cluster has $n running nodes, not 3" >&2; return 1; }
+    RMQ_NODES=("${names[@]}")
+    RMQ_URI="amqp://guest:guest@127.0.0.1:${ports[0]}/%2f"
+    RMQ_OTHER_URI="amqp://guest:guest@127.0.0.1:${ports[1]}/%2f"
 }
 
 # --- run -----------------------------------------------------------------------------------
+is_cluster() { [[ $1 == S3 || $1 == S4 || $1 == S5 ]]; }
+plus_list() { local IFS=+; echo "$*"; }
+
 ensure_rabbitmq
 command -v epmd >/dev/null || die "epmd (Erlang) is missing"
 RMQ_VERSION=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?')
 ERL_VERSION=$(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null || echo '?')
 SMQ_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
-log "StableMQ $BIN (git $SMQ_REV); RabbitMQ $RMQ_VERSION (Erlang $ERL_VERSION)"
+log "StableMQ $SRC_BIN (built $BIN_DATE; git HEAD $SMQ_REV); RabbitMQ $RMQ_VERSION (Erlang $ERL_VERSION)"
 log "scenarios ${SCEN[*]}; $RUNS run(s) of ${DURATION} s each per broker$([[ " ${SCEN[*]} " == *" S6 "* ]] && echo "; S6 backlog $BACKLOG")"
 "$PY" "$BENCH" machine | sed 's/^/    /'
 
 status=0
 for s in "${SCEN[@]}"; do
-    if ! start_stablemq "$s"; then
+    if is_cluster "$s"; then
+        start_smq=start_stablemq_cluster start_rmq=start_rabbitmq_cluster
+        log "$s: starting a 3-node StableMQ cluster and a 3-node RabbitMQ cluster"
+    else
+        start_smq=start_stablemq start_rmq=start_rabbitmq
+    fi
+    if ! $start_smq "$s"; then
         echo "FAILED: StableMQ did not start for $s" >&2
         status=1
         stop_brokers
         continue
     fi
-    if ! start_rabbitmq "$s"; then
+    if ! $start_rmq "$s"; then
         echo "FAILED: RabbitMQ did not start for $s" >&2
         status=1
         stop_brokers
         continue
     fi
-    "$PY" "$BENCH" scenario "$s" --perf "$BIN" --out "$OUT" --runs "$RUNS" \
-        --duration "$DURATION" --backlog "$BACKLOG" \
-        --broker "stablemq=$SMQ_URI,$SMQ_PID" --broker "rabbitmq=$RMQ_URI,$RMQ_PID" || status=1
+    common=(--perf "$BIN" --out "$OUT" --runs "$RUNS" --duration "$DURATION" --backlog "$BACKLOG")
+    smq_pids=$(plus_list "${SMQ_PIDS[@]}") rmq_pids=$(plus_list "${RMQ_PIDS[@]}")
+    master=()
+    if is_cluster "$s"; then
+        log "$s: StableMQ's master is node $SMQ_MASTER (pids $smq_pids); RabbitMQ nodes ${RMQ_NODES[*]} (pids $rmq_pids), load on the first"
+        master=(--master "stablemq=$SMQ_MASTER,$SMQ_MGMT_URLS")
+    fi
+    run_child "$PY" "$BENCH" scenario "$s" "${common[@]}" "${master[@]}" \
+        --broker "stablemq=$SMQ_URI,$smq_pids" --broker "rabbitmq=$RMQ_URI,$rmq_pids" || status=1
+    if [[ $s == S3 && $PROXY -eq 1 ]]; then
+        run_child "$PY" "$BENCH" scenario S3p "${common[@]}" --runs 1 "${master[@]}" \
+            --broker "stablemq=$SMQ_SLAVE_URI,$smq_pids" --broker "rabbitmq=$RMQ_OTHER_URI,$rmq_pids" || status=1
+    fi
+    if is_cluster "$s"; then
+        echo "    after $s, StableMQ:"
+        timeout 20 "$BIN" ctl --url "$SMQ_MGMT0" cluster-status 2>&1 | sed 's/^/      /' || true
+        echo "    after $s, RabbitMQ's queues:"
+        rmqctl "${RMQ_NODES[0]}" list_queues name type leader members messages 2>&1 | sed 's/^/      /' || true
+    fi
+    report_dead
     stop_brokers
 done
 
