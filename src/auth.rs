@@ -103,7 +103,8 @@ pub fn authenticate<'c>(
     Ok(u)
 }
 
-fn is_loopback(ip: IpAddr) -> bool {
+/// Whether `ip` is a loopback address (IPv4-mapped IPv6 included).
+pub fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => {

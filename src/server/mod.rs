@@ -308,7 +308,7 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
     match decided {
         Ok(None) => conn_task::run(id, sock, peer, config, master_tx, shutdown).await,
         Ok(Some(master)) => match amqp_addrs.get(&master) {
-            Some(&addr) => proxy::run(sock, addr, master, status, shutdown).await,
+            Some(&addr) => proxy::run(sock, addr, master, status, shutdown, config).await,
             None => tracing::warn!(master, "no AMQP address for the master; dropping client"),
         },
         Err(_) => tracing::warn!(%peer, "no master elected in time; dropping client"),

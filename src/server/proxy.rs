@@ -8,14 +8,16 @@
 //! so the client sees what it sees when RabbitMQ closes a connection, and
 //! reconnects.
 
+use crate::config::Config;
 use crate::error::ReplyCode;
 use bytes::{Buf, BytesMut};
 use stablemq_cluster::driver::BrokerStatus;
 use stablemq_cluster::replication::NodeId;
 use stablemq_protocol::methods::connection as mconn;
 use stablemq_protocol::types::ShortString;
-use stablemq_protocol::{AMQPClass, Frame, encode_frame};
+use stablemq_protocol::{AMQPClass, Frame, decode_frame, encode_frame};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -34,7 +36,9 @@ pub async fn run(
     master_id: NodeId,
     mut status: watch::Receiver<BrokerStatus>,
     mut shutdown: watch::Receiver<bool>,
+    config: Arc<Config>,
 ) {
+    let client_ip = client.peer_addr().map(|a| a.ip()).ok();
     let up = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(upstream)).await {
         Ok(Ok(s)) => s,
         Ok(Err(err)) => {
@@ -51,10 +55,27 @@ pub async fn run(
     let (mut urd, mut uwr) = up.into_split();
     let mut cbuf = BytesMut::with_capacity(64 * 1024);
     let mut ubuf = BytesMut::with_capacity(64 * 1024);
+    // Until the client's start-ok is seen, its bytes are held back: the master
+    // sees the proxy's address, not the client's, so the loopback-only rule
+    // for users like guest is applied here, as RabbitMQ applies it.
+    let mut login_checked = false;
     let reason = loop {
         tokio::select! {
             r = crd.read_buf(&mut cbuf) => match r {
                 Ok(n) if n > 0 => {
+                    if !login_checked {
+                        match check_login(&config, client_ip, &cbuf) {
+                            Login::NeedMore => continue,
+                            Login::Pass => login_checked = true,
+                            Login::Refuse(text) => {
+                                let mut out = BytesMut::new();
+                                encode_frame(&close_frame(ReplyCode::AccessRefused, &text), &mut out);
+                                let _ = cwr.write_all(&out).await;
+                                let _ = cwr.shutdown().await;
+                                return;
+                            }
+                        }
+                    }
                     if uwr.write_all(&cbuf).await.is_err() {
                         break Some("the master closed the connection");
                     }
@@ -90,7 +111,13 @@ pub async fn run(
     drop(urd);
     let Some(reason) = reason else { return };
     let mut out = BytesMut::new();
-    encode_frame(&close_frame(reason), &mut out);
+    encode_frame(
+        &close_frame(
+            ReplyCode::ConnectionForced,
+            &format!("CONNECTION_FORCED - {reason}"),
+        ),
+        &mut out,
+    );
     if cwr.write_all(&out).await.is_err() {
         return;
     }
@@ -126,15 +153,61 @@ fn whole_frames(buf: &[u8]) -> usize {
     at
 }
 
-fn close_frame(reason: &str) -> Frame {
+fn close_frame(code: ReplyCode, text: &str) -> Frame {
     Frame::Method {
         channel: 0,
         method: AMQPClass::Connection(mconn::AMQPMethod::Close(mconn::Close {
-            reply_code: ReplyCode::ConnectionForced as u16,
-            reply_text: ShortString::from(format!("CONNECTION_FORCED - {reason}")),
+            reply_code: code as u16,
+            reply_text: ShortString::from(text.to_string()),
             class_id: 0,
             method_id: 0,
         })),
+    }
+}
+
+/// What the proxy does with a client's first bytes.
+#[derive(Debug, PartialEq)]
+enum Login {
+    /// The protocol header and start-ok are not all here yet.
+    NeedMore,
+    /// Forward everything from now on.
+    Pass,
+    /// Close the client with 403 and this text.
+    Refuse(String),
+}
+
+/// Apply `loopback_users` to a client the master cannot see: look at the
+/// protocol header and the first frame (start-ok). Anything unexpected passes,
+/// and the master answers it as it would any client.
+fn check_login(config: &Config, client: Option<std::net::IpAddr>, buf: &[u8]) -> Login {
+    let Some(ip) = client else { return Login::Pass };
+    if crate::auth::is_loopback(ip) || config.loopback_users.is_empty() {
+        return Login::Pass;
+    }
+    if buf.len() < 8 {
+        return Login::NeedMore;
+    }
+    if &buf[..4] != b"AMQP" {
+        return Login::Pass;
+    }
+    let mut rest = BytesMut::from(&buf[8..]);
+    let frame = match decode_frame(&mut rest, 1 << 20) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Login::NeedMore,
+        Err(_) => return Login::Pass,
+    };
+    let Frame::Method {
+        method: AMQPClass::Connection(mconn::AMQPMethod::StartOk(s)),
+        ..
+    } = frame
+    else {
+        return Login::Pass;
+    };
+    match crate::auth::parse_response(s.mechanism.as_str(), s.response.as_bytes()) {
+        Ok((user, _)) if config.loopback_users.contains(&user) => Login::Refuse(format!(
+            "ACCESS_REFUSED - user '{user}' can only connect via localhost"
+        )),
+        _ => Login::Pass,
     }
 }
 
@@ -145,7 +218,7 @@ mod tests {
     #[test]
     fn only_whole_frames_pass() {
         let mut two = BytesMut::new();
-        encode_frame(&close_frame("a"), &mut two);
+        encode_frame(&close_frame(ReplyCode::ConnectionForced, "a"), &mut two);
         let one = two.len();
         encode_frame(&Frame::Heartbeat { channel: 0 }, &mut two);
         assert_eq!(whole_frames(&two), two.len());
@@ -154,5 +227,47 @@ mod tests {
         assert_eq!(whole_frames(&two[..3]), 0);
         assert_eq!(whole_frames(b"AMQP\x00\x00\x09\x01"), 8);
         assert_eq!(whole_frames(b"AMQP\x00"), 0);
+    }
+
+    fn start_ok(user: &str) -> BytesMut {
+        let mut out = BytesMut::from(&b"AMQP\x00\x00\x09\x01"[..]);
+        let start_ok = mconn::StartOk {
+            client_properties: Default::default(),
+            mechanism: "PLAIN".into(),
+            response: format!("\0{user}\0secret").into(),
+            locale: "en_US".into(),
+        };
+        let method = AMQPClass::Connection(mconn::AMQPMethod::StartOk(start_ok));
+        encode_frame(&Frame::Method { channel: 0, method }, &mut out);
+        out
+    }
+
+    #[test]
+    fn loopback_users_are_refused_from_afar_even_through_a_slave() {
+        let config = Config::default();
+        let far: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let near: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let guest = start_ok("guest");
+        assert_eq!(
+            check_login(&config, Some(far), &guest),
+            Login::Refuse("ACCESS_REFUSED - user 'guest' can only connect via localhost".into())
+        );
+        assert_eq!(check_login(&config, Some(near), &guest), Login::Pass);
+        assert_eq!(
+            check_login(&config, Some(far), &start_ok("alice")),
+            Login::Pass
+        );
+        assert_eq!(
+            check_login(&config, Some(far), &guest[..guest.len() - 1]),
+            Login::NeedMore
+        );
+        assert_eq!(
+            check_login(&config, Some(far), &guest[..5]),
+            Login::NeedMore
+        );
+        assert_eq!(
+            check_login(&config, Some(far), b"GET / HTTP/1.1\r\n"),
+            Login::Pass
+        );
     }
 }
