@@ -119,6 +119,7 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
     };
     let opts = ServeOptions {
         prometheus_addr: (prometheus_port != 0).then(|| SocketAddr::new(ips[0], prometheus_port)),
+        management_off: management_port == Some(0),
         management_addr: match (management_port, config.cluster.is_some()) {
             (Some(0), _) | (None, true) => None,
             (Some(port), _) => Some(SocketAddr::new(ips[0], port)),

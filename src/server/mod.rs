@@ -40,6 +40,8 @@ pub struct ServeOptions {
     /// Address of the management HTTP API (None = off). In a cluster the
     /// node's `management_addr` is used unless this was given.
     pub management_addr: Option<SocketAddr>,
+    /// The API was turned off (`--management-port 0`), in a cluster too.
+    pub management_off: bool,
     /// Where the event store lives.
     pub data_dir: PathBuf,
     /// Parsed configuration.
@@ -130,7 +132,10 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
             .map(peer_of)
             .collect(),
     };
-    let api_addr = opts.management_addr.or(me.management_addr);
+    let api_addr = match opts.management_off {
+        true => None,
+        false => opts.management_addr.or(me.management_addr),
+    };
     let amqp_port = me.amqp_addr.map(|a| a.port());
     let _api = start_management(&opts, api_addr, amqp_port, source, master.0.clone()).await?;
     let (Some(backend), Some(status), Some(amqp)) = (node.backend, node.status, me.amqp_addr)
