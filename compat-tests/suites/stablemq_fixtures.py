@@ -3,7 +3,7 @@
 Loaded with ``-p stablemq_fixtures`` (this directory is on PYTHONPATH) by
 ``scripts/suites.sh``. It does three things:
 
-1. Broker fixtures from the environment. aio-pika's and aiormq's suites get their
+1. Broker fixtures from the environment (and amqpstorm's default port). aio-pika's and aiormq's suites get their
    broker from Docker (``rabbitmq_container`` -> ``amqp_direct_url`` -> ``amqp_url``).
    This plugin supplies ``rabbitmq_container`` and ``amqp_direct_url`` built from
    ``AMQP_URL`` (e.g. ``amqp://guest:guest@127.0.0.1:5672/``) instead, and a
@@ -120,6 +120,31 @@ def pytest_plugin_registered(plugin, manager):
     for name, fixture in _OVERRIDES.items():
         if name in vars(plugin):
             setattr(plugin, name, fixture)
+
+
+def _point_amqpstorm_at_broker() -> None:
+    """Make the broker's port amqpstorm's default port.
+
+    amqpstorm's functional tests connect with ``Connection(AMQP_HOST, user,
+    password)``, that is on the default port 5672, which they take from the
+    signature's default; only the host is configurable. Our brokers listen on a free
+    port instead, so that default becomes that port (the URI tests already carry it).
+    """
+    if not os.environ.get("STABLEMQ_SUITE", "").startswith("amqpstorm"):
+        return
+    from amqpstorm.connection import Connection
+
+    _, port, _, _ = _amqp_url_parts()
+    if Connection.__init__.__defaults__ != (5672,):
+        raise pytest.UsageError(
+            "stablemq_fixtures: amqpstorm's Connection() no longer has the single "
+            f"default port=5672 ({Connection.__init__.__defaults__!r}); update the plugin"
+        )
+    Connection.__init__.__defaults__ = (port,)
+
+
+def pytest_configure(config):
+    _point_amqpstorm_at_broker()
 
 
 # --------------------------------------------------------------------------- #

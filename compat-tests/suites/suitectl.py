@@ -6,6 +6,9 @@
   suitectl.py wait-amqp PORT TIMEOUT PID
       wait until 127.0.0.1:PORT answers an AMQP 0-9-1 protocol header with a
       connection.start frame; fail early if process PID exits
+  suitectl.py wait-http PORT TIMEOUT PID
+      wait until 127.0.0.1:PORT answers an HTTP request (any status); fail early
+      if process PID exits
   suitectl.py deselected SUITE FILE
       print the test ids of SUITE in the deselection file, one a line
   suitectl.py cargo-result SUITE LOG DESELECT_FILE OUT_JSON EXIT_STATUS
@@ -72,6 +75,26 @@ def wait_amqp(port: int, timeout: float, pid: int) -> None:
             last = str(e)
         time.sleep(0.25)
     sys.exit(f"broker did not answer AMQP on 127.0.0.1:{port} within {timeout:.0f} s ({last})")
+
+
+def wait_http(port: int, timeout: float, pid: int) -> None:
+    deadline = time.monotonic() + timeout
+    last = "no attempt"
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            sys.exit(f"broker process {pid} exited before it served HTTP on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.settimeout(5)
+                s.sendall(b"GET /api/overview HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                data = s.recv(12)
+                if data.startswith(b"HTTP/1."):
+                    return
+                last = f"unexpected reply {data!r}"
+        except OSError as e:
+            last = str(e)
+        time.sleep(0.25)
+    sys.exit(f"broker did not answer HTTP on 127.0.0.1:{port} within {timeout:.0f} s ({last})")
 
 
 def load_deselections(path: str, suite: str) -> list[tuple[str, str]]:
@@ -232,6 +255,8 @@ def main(argv: list[str]) -> None:
         free_ports(int(args[0]))
     elif cmd == "wait-amqp":
         wait_amqp(int(args[0]), float(args[1]), int(args[2]))
+    elif cmd == "wait-http":
+        wait_http(int(args[0]), float(args[1]), int(args[2]))
     elif cmd == "deselected":
         deselected(args[0], args[1])
     elif cmd == "cargo-result":
