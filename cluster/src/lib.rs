@@ -17,6 +17,11 @@
 //! - [`EventStore`] is the synchronous storage trait, with [`FjallStore`] (the
 //!   disk, via fjall) and [`MemoryStore`] (the simulator and the conformance
 //!   suite).
+//! - [`store::Materializer`] keeps a store's materialized `state`: a
+//!   [`store::Reducer`] supplied by the broker turns stable entries into
+//!   key/value ops, and the log behind the state (minus a retention window) is
+//!   deleted, so disk use follows the live backlog. [`LocalLog::open_with_state`]
+//!   uses it; replicated stores do not compact yet.
 //!
 //! It is not:
 //!
@@ -57,7 +62,7 @@ pub mod store;
 pub mod transport;
 pub mod wire;
 
-pub use local::LocalLog;
+pub use local::{LocalLog, RecoveredLog};
 pub use position::{Entry, LogPosition};
 pub use store::{EventStore, FjallStore, MemoryStore, StoreError};
 

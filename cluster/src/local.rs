@@ -15,8 +15,12 @@
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
 use crate::position::{Entry, LogPosition};
-use crate::store::{EventStore, StoreError};
+use crate::store::{EventStore, Materializer, Reducer, StoreError};
 
 /// Upper bound of one group commit, so a backlog never turns into one unbounded
 /// batch (memory, and the latency of the first entry in it).
@@ -54,14 +58,58 @@ impl LocalLog {
     /// thread calls `on_error(err)` once and stops: nothing after it is acked, and
     /// nothing is ever acked that is not on disk.
     pub fn open(
-        mut store: Box<dyn EventStore>,
+        store: Box<dyn EventStore>,
         on_stable: impl Fn(u64) + Send + 'static,
         on_error: impl Fn(StoreError) + Send + 'static,
     ) -> Result<(LocalLog, Vec<Entry>), StoreError> {
-        let recovered = store.read_from(1)?;
+        if store.state_index() > 0 {
+            return Err(StoreError::Misuse(
+                "this store holds a materialized state: open it with its reducer".into(),
+            ));
+        }
+        let (log, recovered) = Self::start(store, None, on_stable, on_error)?;
+        Ok((log, recovered.suffix))
+    }
+
+    /// Open with a materialized state: the store thread reduces every entry
+    /// once it is stable ([`Materializer`]) and deletes log entries more than
+    /// `retention` behind the state, so the disk holds the live state plus a
+    /// bounded log instead of every event ever written.
+    ///
+    /// At open, whatever the state does not cover yet (a crash lost the
+    /// unsynced state write, or the store was kept without state before) is
+    /// reduced first, so the returned [`RecoveredLog`] is the whole state plus the
+    /// stable entries after it (usually none). Same callbacks as [`LocalLog::open`].
+    pub fn open_with_state(
+        mut store: Box<dyn EventStore>,
+        reducer: Box<dyn Reducer>,
+        retention: u64,
+        on_stable: impl Fn(u64) + Send + 'static,
+        on_error: impl Fn(StoreError) + Send + 'static,
+    ) -> Result<(LocalLog, RecoveredLog), StoreError> {
+        let mut materializer = Materializer::open(reducer, retention, store.as_ref())?;
+        // Everything on the one disk is stable (see `open`).
+        let last = store.last_position().index;
+        store.set_stable_index(last)?;
+        materializer.advance(store.as_mut(), &[])?;
+        store.sync()?;
+        Self::start(store, Some(materializer), on_stable, on_error)
+    }
+
+    fn start(
+        mut store: Box<dyn EventStore>,
+        materializer: Option<Materializer>,
+        on_stable: impl Fn(u64) + Send + 'static,
+        on_error: impl Fn(StoreError) + Send + 'static,
+    ) -> Result<(LocalLog, RecoveredLog), StoreError> {
+        let state_index = store.state_index();
+        let state: BTreeMap<Bytes, Bytes> = store.state_scan(b"")?.into_iter().collect();
+        let base = store.log_base();
+        let recovered = store.read_from(state_index.max(base.index) + 1)?;
         let last = store.last_position();
-        let recovered_last = recovered.last().map_or(LogPosition::ZERO, |e| e.pos);
-        if recovered_last != last || recovered.len() as u64 != last.index {
+        let recovered_last = recovered.last().map_or(last, |e| e.pos);
+        let expected = last.index - state_index.max(base.index);
+        if recovered_last != last || recovered.len() as u64 != expected {
             return Err(StoreError::Corrupt(format!(
                 "recovered {} entries ending at {recovered_last}, store says it ends at {last}",
                 recovered.len()
@@ -77,10 +125,12 @@ impl LocalLog {
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("stablemq-store".into())
-            .spawn(move || run(store, rx, on_stable, on_error))?;
+            .spawn(move || run(store, materializer, rx, on_stable, on_error))?;
 
         tracing::info!(
             epoch,
+            state_index,
+            state_keys = state.len(),
             recovered = recovered.len(),
             "event log open (single node)"
         );
@@ -90,7 +140,14 @@ impl LocalLog {
             next_index: last.index + 1,
             epoch,
         };
-        Ok((log, recovered))
+        Ok((
+            log,
+            RecoveredLog {
+                state_index,
+                state,
+                suffix: recovered,
+            },
+        ))
     }
 
     /// Assign the next index and hand the payload to the store thread. Never
@@ -131,14 +188,26 @@ impl LocalLog {
     }
 }
 
+/// What a restarted single node starts from: the state, then the suffix.
+#[derive(Debug, Default)]
+pub struct RecoveredLog {
+    /// The state covers the log up to here.
+    pub state_index: u64,
+    /// The materialized state, every key (empty without a reducer).
+    pub state: BTreeMap<Bytes, Bytes>,
+    /// The stable entries after `state_index`, in order, to apply on top.
+    pub suffix: Vec<Entry>,
+}
+
 /// Body of the store thread.
 fn run(
     mut store: Box<dyn EventStore>,
+    mut materializer: Option<Materializer>,
     rx: mpsc::Receiver<Entry>,
     on_stable: impl Fn(u64),
     on_error: impl Fn(StoreError),
 ) -> Result<(), StoreError> {
-    match commit_loop(store.as_mut(), &rx, &on_stable) {
+    match commit_loop(store.as_mut(), materializer.as_mut(), &rx, &on_stable) {
         Ok(()) => Ok(()),
         Err(err) => {
             // Stop receiving at once, so later appends fail fast instead of piling
@@ -155,6 +224,7 @@ fn run(
 /// Group commit until the channel closes; then a final sync for the stable index.
 fn commit_loop(
     store: &mut dyn EventStore,
+    mut materializer: Option<&mut Materializer>,
     rx: &mpsc::Receiver<Entry>,
     on_stable: &impl Fn(u64),
 ) -> Result<(), StoreError> {
@@ -183,6 +253,11 @@ fn commit_loop(
         // treats the whole surviving log as stable anyway.
         store.set_stable_index(durable)?;
         on_stable(durable);
+        // After the ack: the state write rides on the next fsync, like the
+        // stable index, and a crash before it only means reducing again.
+        if let Some(m) = materializer.as_deref_mut() {
+            m.advance(store, &batch)?;
+        }
     }
     // Channel closed: make the last stable index durable too, so a clean
     // shutdown leaves meta equal to the log.

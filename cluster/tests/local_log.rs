@@ -276,3 +276,90 @@ fn open_after_a_higher_promise_starts_above_it() {
     assert_eq!(log.append(Bytes::from_static(b"b")), LogPosition::new(8, 2));
     log.shutdown().unwrap();
 }
+
+/// Payloads `k=v` put a key, `-k` deletes it.
+struct KvReducer;
+
+impl stablemq_cluster::store::Reducer for KvReducer {
+    fn restore(
+        &mut self,
+        _: &dyn stablemq_cluster::store::StateRead,
+    ) -> Result<(), stablemq_cluster::store::ReduceError> {
+        Ok(())
+    }
+    fn reduce(
+        &mut self,
+        entry: &Entry,
+        out: &mut Vec<stablemq_cluster::store::StateOp>,
+    ) -> Result<(), stablemq_cluster::store::ReduceError> {
+        use stablemq_cluster::store::StateOp;
+        let text = String::from_utf8_lossy(&entry.payload).into_owned();
+        match text.split_once('=') {
+            Some((k, v)) => out.push(StateOp::Put {
+                key: Bytes::from(k.to_owned()),
+                value: Bytes::from(v.to_owned()),
+            }),
+            None => out.push(StateOp::Delete {
+                key: Bytes::from(text.trim_start_matches('-').to_owned()),
+            }),
+        }
+        Ok(())
+    }
+    fn flush(
+        &mut self,
+        _: &mut Vec<stablemq_cluster::store::StateOp>,
+    ) -> Result<(), stablemq_cluster::store::ReduceError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn with_state_a_restart_starts_from_the_state_and_the_log_is_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    // A store written without state first (as before this feature): the first
+    // open with a reducer reduces the whole log.
+    let store = FjallStore::open(dir.path()).unwrap();
+    let (mut log, _) = LocalLog::open(Box::new(store), |_| {}, no_error).unwrap();
+    log.append(Bytes::from_static(b"a=1"));
+    log.append(Bytes::from_static(b"b=2"));
+    log.shutdown().unwrap();
+
+    let open = || {
+        let store = FjallStore::open(dir.path()).unwrap();
+        LocalLog::open_with_state(Box::new(store), Box::new(KvReducer), 3, |_| {}, no_error)
+            .unwrap()
+    };
+    let (mut log, recovered) = open();
+    assert_eq!(recovered.state_index, 2);
+    assert!(recovered.suffix.is_empty());
+    assert_eq!(recovered.state.len(), 2);
+    for i in 0..200u32 {
+        log.append(Bytes::from(format!("k{}={i}", i % 10)));
+        log.append(Bytes::from(format!("-k{}", (i + 5) % 10)));
+    }
+    log.append(Bytes::from_static(b"-a"));
+    let last = log.last_appended();
+    log.shutdown().unwrap();
+
+    let (log, recovered) = open();
+    assert_eq!(recovered.state_index, last);
+    let keys: Vec<_> = recovered.state.keys().cloned().collect();
+    // The last 10 rounds: i%10 put, (i+5)%10 deleted; i = 195..199 put k5..k9
+    // after the deletes of k0..k4 at i=195..199.
+    let expected: Vec<Bytes> = ["b", "k5", "k6", "k7", "k8", "k9"]
+        .iter()
+        .map(|k| Bytes::from(k.to_string()))
+        .collect();
+    assert_eq!(keys, expected);
+    assert_eq!(recovered.state.get(&b"k9"[..]), Some(&Bytes::from("199")));
+    log.shutdown().unwrap();
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(store.log_base().index, last - 3, "retention of 3 entries");
+    assert!(store.read_from(1).is_err());
+    assert_eq!(store.read_from(last - 2).unwrap().len(), 3);
+    // Without its reducer, a store with state is refused, not misread.
+    assert!(matches!(
+        LocalLog::open(Box::new(store), |_| {}, no_error),
+        Err(StoreError::Misuse(_))
+    ));
+}

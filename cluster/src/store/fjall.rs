@@ -3,9 +3,15 @@
 //! Layout: one `Database` per store directory with three keyspaces.
 //! - `log`: key = index as big-endian `u64` (so key order is log order),
 //!   value = epoch as big-endian `u64` followed by the opaque payload.
-//! - `meta`: the promised epoch and the stable index, big-endian `u64` each.
-//! - `state`: created now, used later for the materialized state (see
-//!   ARCHITECTURE.md); no API yet.
+//! - `meta`: the promised epoch, the stable index and the state index,
+//!   big-endian `u64` each; the log base (the last compacted entry) as epoch
+//!   then index.
+//! - `state`: the materialized state, keys and values as the broker's reducer
+//!   chose them (see [`super::Materializer`]).
+//!
+//! A materialized batch (state ops, state index, compacted log entries and
+//! the new log base) is one atomic fjall batch, so after a crash the state and
+//! the log always agree on where one ends and the other begins.
 //!
 //! The journal is persisted manually (`manual_journal_persist`), so a batch of
 //! appends costs one write into fjall's buffer and the group commit costs exactly
@@ -15,11 +21,13 @@
 use std::path::Path;
 use std::time::Instant;
 
+use bytes::Bytes;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
+use super::state::check_materialize;
 use super::{
-    EventStore, StoreError, check_append, check_append_as, check_promise, check_stable,
-    check_truncate,
+    EventStore, MergedOp, StateBatch, StoreError, check_append, check_append_as, check_promise,
+    check_read, check_stable, check_truncate,
 };
 use crate::metrics as m;
 use crate::position::{Entry, LogPosition};
@@ -29,6 +37,8 @@ const META_KEYSPACE: &str = "meta";
 const STATE_KEYSPACE: &str = "state";
 const PROMISED_EPOCH_KEY: &[u8] = b"promised_epoch";
 const STABLE_INDEX_KEY: &[u8] = b"stable_index";
+const STATE_INDEX_KEY: &[u8] = b"state_index";
+const LOG_BASE_KEY: &[u8] = b"log_base";
 
 /// An [`EventStore`] on a local disk, backed by fjall.
 pub struct FjallStore {
@@ -39,13 +49,12 @@ pub struct FjallStore {
     /// Promised epoch and stable index.
     meta: Keyspace,
     /// Materialized result of stable events (live messages, definitions), so disk
-    /// use can follow the live backlog once old log entries are deleted. Created
-    /// now so the on-disk layout does not change when that lands; unused so far.
-    #[expect(
-        dead_code,
-        reason = "the materialized state arrives with log retention"
-    )]
+    /// use follows the live backlog once old log entries are deleted.
     state: Keyspace,
+    /// Cached copy of `meta/state_index`.
+    state_index: u64,
+    /// Cached copy of `meta/log_base`: the last compacted entry.
+    base: LogPosition,
     /// Cached so `last_position` and `check_append` never touch the disk.
     last: LogPosition,
     /// Cached copy of `meta/promised_epoch`.
@@ -73,13 +82,19 @@ impl FjallStore {
 
         let promised_epoch = read_meta(&meta, PROMISED_EPOCH_KEY)?;
         let stable_index = read_meta(&meta, STABLE_INDEX_KEY)?;
+        let state_index = read_meta(&meta, STATE_INDEX_KEY)?;
+        let base = read_base(&meta)?;
 
-        let last_index = truncate_at_first_gap(&db, &log)?;
-        let last = read_position(&log, last_index)?;
-        if stable_index > last.index {
+        let last_index = truncate_at_first_gap(&db, &log, base.index)?;
+        let last = if last_index == base.index {
+            base
+        } else {
+            read_position(&log, last_index)?
+        };
+        if stable_index > last.index || state_index > stable_index.max(base.index) {
             // Synced data went missing: this is not a torn tail, it is loss.
             return Err(StoreError::Corrupt(format!(
-                "stable index {stable_index} but the log ends at {last}"
+                "stable index {stable_index}, state index {state_index}, but the log ends at {last}"
             )));
         }
 
@@ -88,6 +103,8 @@ impl FjallStore {
             log,
             meta,
             state,
+            state_index,
+            base,
             last,
             promised_epoch,
             stable_index,
@@ -140,6 +157,7 @@ impl EventStore for FjallStore {
         if to < from {
             return Ok(Vec::new());
         }
+        check_read(self.base, from)?;
         let mut entries = Vec::new();
         for guard in self.log.range(index_key(from)..=index_key(to)) {
             let (key, value) = guard.into_inner()?;
@@ -170,6 +188,7 @@ impl EventStore for FjallStore {
     }
 
     fn read_from(&self, from: u64) -> Result<Vec<Entry>, StoreError> {
+        check_read(self.base, from)?;
         let from = from.max(1);
         let mut entries = Vec::new();
         let mut prev = LogPosition::new(0, from - 1);
@@ -196,7 +215,11 @@ impl EventStore for FjallStore {
         }
         remove_from(&self.db, &self.log, index + 1)?;
         self.persist()?;
-        self.last = read_position(&self.log, index)?;
+        self.last = if index == self.base.index {
+            self.base
+        } else {
+            read_position(&self.log, index)?
+        };
         Ok(())
     }
 
@@ -225,6 +248,91 @@ impl EventStore for FjallStore {
             self.dirty = true;
         }
         Ok(())
+    }
+
+    fn state_index(&self) -> u64 {
+        self.state_index
+    }
+
+    fn log_base(&self) -> LogPosition {
+        self.base
+    }
+
+    fn materialize(&mut self, batch: &StateBatch) -> Result<(), StoreError> {
+        check_materialize(self.state_index, self.stable_index, batch)?;
+        let mut write = self.db.batch();
+        for prefix in &batch.delete_prefixes {
+            for guard in self.state.prefix(prefix) {
+                write.remove(&self.state, guard.key()?);
+            }
+        }
+        for (key, op) in &batch.ops {
+            match op {
+                MergedOp::Put(value) => write.insert(&self.state, key.as_ref(), value.as_ref()),
+                MergedOp::Delete => write.remove(&self.state, key.as_ref()),
+                // Put and deleted within the batch: write nothing unless an
+                // older value must go (a point read, bloom-filtered when absent).
+                MergedOp::PutThenDelete => {
+                    if self.state.contains_key(key)? {
+                        write.remove(&self.state, key.as_ref());
+                    }
+                }
+            }
+        }
+        write.insert(&self.meta, STATE_INDEX_KEY, batch.state_index.to_be_bytes());
+        let mut base = self.base;
+        if batch.compact_through > base.index {
+            base = read_position(&self.log, batch.compact_through)?;
+            // Keys are consecutive indexes: no need to read the values back.
+            for index in self.base.index + 1..=batch.compact_through {
+                write.remove(&self.log, index_key(index));
+            }
+            write.insert(&self.meta, LOG_BASE_KEY, encode_position(base));
+        }
+        write.commit()?;
+        self.state_index = batch.state_index;
+        self.base = base;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn state_get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.state.get(key)?.map(|v| Bytes::copy_from_slice(&v)))
+    }
+
+    fn state_scan(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        let mut out = Vec::new();
+        for guard in self.state.prefix(prefix) {
+            let (key, value) = guard.into_inner()?;
+            out.push((Bytes::copy_from_slice(&key), Bytes::copy_from_slice(&value)));
+        }
+        Ok(out)
+    }
+}
+
+fn encode_position(pos: LogPosition) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&pos.epoch.to_be_bytes());
+    out[8..].copy_from_slice(&pos.index.to_be_bytes());
+    out
+}
+
+/// The log base from `meta`; `(0,0)` when the log was never compacted.
+fn read_base(meta: &Keyspace) -> Result<LogPosition, StoreError> {
+    let Some(value) = meta.get(LOG_BASE_KEY)? else {
+        return Ok(LogPosition::ZERO);
+    };
+    let bytes: [u8; 16] = value.as_ref().try_into().map_err(|_| {
+        StoreError::Corrupt(format!(
+            "meta log_base has {} bytes, expected 16",
+            value.len()
+        ))
+    })?;
+    let (epoch, index) = bytes.split_at(8);
+    let word = |b: &[u8]| b.try_into().map(u64::from_be_bytes);
+    match (word(epoch), word(index)) {
+        (Ok(epoch), Ok(index)) => Ok(LogPosition::new(epoch, index)),
+        _ => Err(StoreError::Corrupt("meta log_base".into())),
     }
 }
 
@@ -285,12 +393,12 @@ fn read_position(log: &Keyspace, index: u64) -> Result<LogPosition, StoreError> 
     Ok(decode_entry(index, &value)?.pos)
 }
 
-/// Scans the log keys from 1 and drops everything after the first hole.
-/// Returns the last index of the surviving contiguous prefix.
-fn truncate_at_first_gap(db: &Database, log: &Keyspace) -> Result<u64, StoreError> {
-    let mut last = 0u64;
+/// Scans the log keys after the base and drops everything after the first
+/// hole. Returns the last index of the surviving contiguous run.
+fn truncate_at_first_gap(db: &Database, log: &Keyspace, base: u64) -> Result<u64, StoreError> {
+    let mut last = base;
     let mut gap_at = None;
-    for guard in log.iter() {
+    for guard in log.range(index_key(base + 1)..) {
         let index = decode_index(&guard.key()?)?;
         if index != last + 1 {
             gap_at = Some(index);

@@ -5,16 +5,23 @@
 //! semantics against a second implementation. It mirrors fjall's durability
 //! model (what a `sync` covers, what a crash loses) rather than being "a Vec".
 
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::state::{apply_to_map, check_materialize};
 use super::{
-    EventStore, StoreError, check_append, check_append_as, check_promise, check_stable,
-    check_truncate,
+    EventStore, StateBatch, StoreError, check_append, check_append_as, check_promise, check_read,
+    check_stable, check_truncate,
 };
 use crate::position::{Entry, LogPosition};
 
 /// An [`EventStore`] held in memory, with crash simulation.
 #[derive(Debug, Default, Clone)]
 pub struct MemoryStore {
-    /// `entries[i]` has index `i + 1`: the log always starts at 1 and has no holes.
+    /// `entries[i]` has index `synced_base.index + i + 1`: no holes. Entries
+    /// compacted since the last sync stay here until it (a crash brings them
+    /// back, as it would on fjall), hidden behind `base`.
     entries: Vec<Entry>,
     /// How many of `entries` a crash keeps: the prefix covered by the last fsync.
     synced_len: usize,
@@ -24,6 +31,21 @@ pub struct MemoryStore {
     stable_index: u64,
     /// What a crash falls back to: `set_stable_index` is lazy.
     synced_stable_index: u64,
+    /// The last compacted entry, as reads see it now.
+    base: LogPosition,
+    /// The last compacted entry as of the last fsync: where `entries` starts.
+    synced_base: LogPosition,
+    /// The materialized state as reads see it now.
+    state: BTreeMap<Bytes, Bytes>,
+    /// The state as of the last fsync; `unsynced` is replayed onto it by the
+    /// next one, so a crash loses whole batches, never part of one.
+    synced_state: BTreeMap<Bytes, Bytes>,
+    /// What `state_index()` reports now.
+    state_index: u64,
+    /// The state index as of the last fsync.
+    synced_state_index: u64,
+    /// Batches materialized since the last fsync.
+    unsynced: Vec<StateBatch>,
 }
 
 impl MemoryStore {
@@ -38,13 +60,29 @@ impl MemoryStore {
     pub fn crash(&mut self) {
         self.entries.truncate(self.synced_len);
         self.stable_index = self.synced_stable_index;
+        self.base = self.synced_base;
+        self.state = self.synced_state.clone();
+        self.state_index = self.synced_state_index;
+        self.unsynced.clear();
     }
 
     /// Everything written so far becomes durable. Like fjall, every durable
     /// operation persists the whole journal, not only its own write.
     fn mark_synced(&mut self) {
+        for batch in self.unsynced.drain(..) {
+            apply_to_map(&mut self.synced_state, &batch);
+        }
+        self.synced_state_index = self.state_index;
+        let dropped = self.offset(self.base.index).min(self.entries.len());
+        self.entries.drain(..dropped);
+        self.synced_base = self.base;
         self.synced_len = self.entries.len();
         self.synced_stable_index = self.stable_index;
+    }
+
+    /// Position in `entries` of the entry after `index`.
+    fn offset(&self, index: u64) -> usize {
+        usize::try_from(index.saturating_sub(self.synced_base.index)).unwrap_or(usize::MAX)
     }
 }
 
@@ -61,18 +99,18 @@ impl EventStore for MemoryStore {
     }
 
     fn last_position(&self) -> LogPosition {
-        self.entries.last().map_or(LogPosition::ZERO, |e| e.pos)
+        self.entries.last().map_or(self.synced_base, |e| e.pos)
     }
 
     fn read_from(&self, from: u64) -> Result<Vec<Entry>, StoreError> {
-        let skip = usize::try_from(from.saturating_sub(1)).unwrap_or(usize::MAX);
+        check_read(self.base, from)?;
+        let skip = self.offset(from.max(1) - 1);
         Ok(self.entries.iter().skip(skip).cloned().collect())
     }
 
     fn truncate_after(&mut self, index: u64) -> Result<(), StoreError> {
         if check_truncate(self.stable_index, self.last_position(), index)? {
-            let keep = usize::try_from(index)
-                .map_err(|_| StoreError::Misuse(format!("index {index} does not fit in memory")))?;
+            let keep = self.offset(index);
             self.entries.truncate(keep);
             self.mark_synced();
         }
@@ -114,14 +152,47 @@ impl EventStore for MemoryStore {
     }
 
     fn read_range(&self, from: u64, to: u64) -> Result<Vec<Entry>, StoreError> {
-        let lo = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
-        let hi = usize::try_from(to)
-            .unwrap_or(usize::MAX)
-            .min(self.entries.len());
+        if to < from.max(1) {
+            return Ok(Vec::new());
+        }
+        check_read(self.base, from)?;
+        let lo = self.offset(from.max(1) - 1);
+        let hi = self.offset(to).min(self.entries.len());
         Ok(self
             .entries
             .get(lo..hi)
             .map_or_else(Vec::new, <[Entry]>::to_vec))
+    }
+
+    fn state_index(&self) -> u64 {
+        self.state_index
+    }
+
+    fn log_base(&self) -> LogPosition {
+        self.base
+    }
+
+    fn materialize(&mut self, batch: &StateBatch) -> Result<(), StoreError> {
+        check_materialize(self.state_index, self.stable_index, batch)?;
+        apply_to_map(&mut self.state, batch);
+        self.state_index = batch.state_index;
+        if batch.compact_through > self.base.index {
+            let at = self.offset(batch.compact_through - 1);
+            let entry = self.entries.get(at).ok_or_else(|| {
+                StoreError::Corrupt(format!("entry {} missing", batch.compact_through))
+            })?;
+            self.base = entry.pos;
+        }
+        self.unsynced.push(batch.clone());
+        Ok(())
+    }
+
+    fn state_get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.state.get(key).cloned())
+    }
+
+    fn state_scan(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        super::StateRead::scan_prefix(&self.state, prefix)
     }
 }
 

@@ -11,10 +11,14 @@
 mod fjall;
 mod memory;
 mod runner;
+mod state;
 
 pub use self::fjall::FjallStore;
 pub use self::memory::MemoryStore;
 pub use self::runner::{DiskRunner, RecoveredStore};
+pub use self::state::{
+    Materializer, MergedOp, ReduceError, Reducer, StateBatch, StateOp, StateRead,
+};
 
 use crate::position::{Entry, LogPosition};
 
@@ -57,6 +61,13 @@ pub enum StoreError {
     /// index). A bug in the caller, not a disk problem.
     #[error("store misuse: {0}")]
     Misuse(String),
+    /// The entries asked for were deleted once the materialized state covered
+    /// them: catch up from the state instead.
+    #[error("log compacted through {base}: read the state instead")]
+    Compacted {
+        /// The last deleted entry; the log holds what follows it.
+        base: LogPosition,
+    },
     /// The store thread of a [`crate::LocalLog`] has stopped after an earlier
     /// error (already reported through `on_error`); carries its description.
     #[error("store thread stopped: {0}")]
@@ -139,6 +150,49 @@ pub trait EventStore: Send + 'static {
         entries.retain(|e| e.pos.index <= to);
         Ok(entries)
     }
+
+    /// The index up to which the materialized state covers the log; 0 for a
+    /// store without state. Never above `stable_index()`.
+    fn state_index(&self) -> u64 {
+        0
+    }
+
+    /// The position of the last entry deleted by compaction (`(0,0)` when none
+    /// was): the log holds the entries after it, and log matching at the
+    /// boundary compares against it. `last_position()` is at least this.
+    fn log_base(&self) -> LogPosition {
+        LogPosition::ZERO
+    }
+
+    /// Write one merged batch of state ops, the new state index and the log
+    /// compaction in a single atomic write (not yet durable, like `append`;
+    /// the next durable operation covers it). Refused with `Misuse` when the
+    /// batch would move the state index back or past the stable index, or
+    /// compact past the state: the log only loses what the state holds (I1).
+    fn materialize(&mut self, batch: &StateBatch) -> Result<(), StoreError> {
+        let _ = batch;
+        Err(StoreError::Misuse("this store keeps no state".into()))
+    }
+
+    /// The state's value for `key`.
+    fn state_get(&self, key: &[u8]) -> Result<Option<bytes::Bytes>, StoreError> {
+        let _ = key;
+        Ok(None)
+    }
+
+    /// Every state pair whose key starts with `prefix`, in key order.
+    fn state_scan(&self, prefix: &[u8]) -> Result<Vec<(bytes::Bytes, bytes::Bytes)>, StoreError> {
+        let _ = prefix;
+        Ok(Vec::new())
+    }
+}
+
+/// Refuses a read that starts inside the compacted part of the log.
+pub(crate) fn check_read(base: LogPosition, from: u64) -> Result<(), StoreError> {
+    if base.index > 0 && from.max(1) <= base.index {
+        return Err(StoreError::Compacted { base });
+    }
+    Ok(())
 }
 
 /// Checks that `entries`, sent by the master of `writer_epoch`, may follow a log

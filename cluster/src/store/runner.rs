@@ -100,6 +100,16 @@ impl DiskRunner {
 }
 
 fn recover(store: &mut dyn EventStore) -> Result<RecoveredStore, StoreError> {
+    // Replicated stores do not compact yet (a follower behind the base would
+    // need a state snapshot, which the protocol cannot send yet); a store a
+    // single node compacted cannot serve a cluster's log from index 1.
+    let base = store.log_base();
+    if base.index > 0 {
+        return Err(StoreError::Misuse(format!(
+            "the log was compacted through {base} (single-node store?); \
+             a replicated store needs its whole log"
+        )));
+    }
     let last = store.last_position();
     let mut runs = EpochRuns::default();
     let mut next = 1;

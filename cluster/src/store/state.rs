@@ -1,0 +1,360 @@
+//! The materialized `state`: what stable entries add up to, so old log entries
+//! can be deleted and a restart starts from the state plus a short log suffix.
+//!
+//! This crate knows nothing of what a payload means, so the meaning comes from a
+//! [`Reducer`] supplied by the broker: it turns each stable entry into key/value
+//! [`StateOp`]s. A [`Materializer`] drives it over a store: it reads the stable
+//! entries the state does not cover yet, reduces them, merges the ops of one
+//! batch ([`StateBatch`]: a put and a delete of the same key in one batch write
+//! nothing), and hands the batch to [`EventStore::materialize`], which writes the
+//! ops, the new `state_index` and the log compaction in one atomic write.
+//!
+//! Why the reducer runs on the store side, beside the log, rather than in the
+//! broker: the store-only node has no broker state, yet must compact its log;
+//! and a store that materializes what it has made stable needs nobody else to
+//! be up for its disk use to stay bounded.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::{EventStore, StoreError};
+use crate::position::Entry;
+
+/// One change to the `state` keyspace. Keys are opaque bytes ordered
+/// lexicographically (so a reducer chooses big-endian numbers for order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateOp {
+    /// Set `key` to `value`.
+    Put {
+        /// Key.
+        key: Bytes,
+        /// Value.
+        value: Bytes,
+    },
+    /// Remove `key` (a no-op when absent).
+    Delete {
+        /// Key.
+        key: Bytes,
+    },
+    /// Remove every key that starts with `prefix`.
+    DeletePrefix {
+        /// Prefix.
+        prefix: Bytes,
+    },
+}
+
+/// A reducer could not make sense of an entry or of the state: the store stops
+/// rather than write a state that differs from its log (I4).
+#[derive(Debug, thiserror::Error)]
+#[error("reducer: {0}")]
+pub struct ReduceError(pub String);
+
+impl From<ReduceError> for StoreError {
+    fn from(e: ReduceError) -> StoreError {
+        StoreError::Corrupt(e.to_string())
+    }
+}
+
+/// Read access to the materialized state, for [`Reducer::restore`].
+pub trait StateRead {
+    /// The value of `key`, if any.
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError>;
+    /// Every pair whose key starts with `prefix`, in key order.
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError>;
+}
+
+/// Turns stable entries into [`StateOp`]s. Deterministic (I4): the same entries
+/// after the same state give the same ops, on every store.
+pub trait Reducer: Send + 'static {
+    /// Rebuild the reducer's own memory (e.g. which queues exist) from the state
+    /// it wrote before a restart. Called once, before the first `reduce`.
+    fn restore(&mut self, state: &dyn StateRead) -> Result<(), ReduceError>;
+    /// Reduce one stable entry, appending its ops to `out`.
+    fn reduce(&mut self, entry: &Entry, out: &mut Vec<StateOp>) -> Result<(), ReduceError>;
+    /// The batch ends: append ops the reducer deferred so that a key changed
+    /// by many entries of one batch is written once (e.g. the definitions).
+    fn flush(&mut self, out: &mut Vec<StateOp>) -> Result<(), ReduceError>;
+}
+
+/// What one key ends up as after a batch of ops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergedOp {
+    /// Written with this value.
+    Put(Bytes),
+    /// Removed; it may exist in the state from an earlier batch.
+    Delete,
+    /// Put and then removed within this batch: nothing to write, unless the key
+    /// also held a value from before the batch (then it must go).
+    PutThenDelete,
+}
+
+/// The merged ops of one batch, ready for [`EventStore::materialize`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StateBatch {
+    /// The state covers every entry up to here once the batch is written.
+    pub state_index: u64,
+    /// Prefixes removed from the state as it was *before* the batch; applied
+    /// before `ops`, which already account for them.
+    pub delete_prefixes: Vec<Bytes>,
+    /// Final op per key, applied after the prefix deletions.
+    pub ops: BTreeMap<Bytes, MergedOp>,
+    /// Delete log entries up to and including this index (0: none). At most
+    /// `state_index`: the log may only lose what the state holds.
+    pub compact_through: u64,
+}
+
+impl StateBatch {
+    /// An empty batch ending at `state_index`.
+    pub fn new(state_index: u64) -> StateBatch {
+        StateBatch {
+            state_index,
+            ..StateBatch::default()
+        }
+    }
+
+    /// Fold one op into the batch, so the batch's effect equals applying every
+    /// op in order.
+    pub fn push(&mut self, op: StateOp) {
+        match op {
+            StateOp::Put { key, value } => {
+                self.ops.insert(key, MergedOp::Put(value));
+            }
+            StateOp::Delete { key } => {
+                let merged = match self.ops.get(&key) {
+                    Some(MergedOp::Put(_) | MergedOp::PutThenDelete) => MergedOp::PutThenDelete,
+                    Some(MergedOp::Delete) | None => MergedOp::Delete,
+                };
+                self.ops.insert(key, merged);
+            }
+            StateOp::DeletePrefix { prefix } => {
+                // Keys of this batch under the prefix are gone; whatever the
+                // state held under it goes with the prefix deletion.
+                self.ops.retain(|k, _| !k.starts_with(&prefix));
+                if !self.delete_prefixes.iter().any(|p| prefix.starts_with(p)) {
+                    self.delete_prefixes.retain(|p| !p.starts_with(&prefix));
+                    self.delete_prefixes.push(prefix);
+                }
+            }
+        }
+    }
+
+    /// Whether the batch changes nothing but the state index.
+    pub fn is_noop(&self) -> bool {
+        self.delete_prefixes.is_empty() && self.ops.is_empty() && self.compact_through == 0
+    }
+}
+
+/// Applies a batch to an in-memory ordered map: the reference semantics of
+/// [`EventStore::materialize`] (used by [`super::MemoryStore`]).
+pub(crate) fn apply_to_map(map: &mut BTreeMap<Bytes, Bytes>, batch: &StateBatch) {
+    for prefix in &batch.delete_prefixes {
+        map.retain(|k, _| !k.starts_with(prefix));
+    }
+    for (key, op) in &batch.ops {
+        match op {
+            MergedOp::Put(v) => {
+                map.insert(key.clone(), v.clone());
+            }
+            MergedOp::Delete | MergedOp::PutThenDelete => {
+                map.remove(key);
+            }
+        }
+    }
+}
+
+/// Shared checks of [`EventStore::materialize`], so both stores refuse alike.
+pub(crate) fn check_materialize(
+    state_index: u64,
+    stable: u64,
+    batch: &StateBatch,
+) -> Result<(), StoreError> {
+    if batch.state_index < state_index || batch.state_index > stable {
+        return Err(StoreError::Misuse(format!(
+            "state index {} outside [{state_index}, stable {stable}]",
+            batch.state_index
+        )));
+    }
+    if batch.compact_through > batch.state_index {
+        return Err(StoreError::Misuse(format!(
+            "compacting the log through {} beyond the state index {}",
+            batch.compact_through, batch.state_index
+        )));
+    }
+    Ok(())
+}
+
+/// Entries reduced per read while catching up, so a long backlog is never held
+/// in memory at once.
+const CATCH_UP_CHUNK: u64 = 1024;
+
+/// Drives a [`Reducer`] over a store; see the module docs.
+pub struct Materializer {
+    reducer: Box<dyn Reducer>,
+    /// Stable entries kept in the log behind the state, so a follower slightly
+    /// behind can still catch up from the log alone.
+    retention: u64,
+    /// Reused per batch.
+    ops: Vec<StateOp>,
+}
+
+impl Materializer {
+    /// Restore `reducer` from `store`'s state, ready to follow it.
+    pub fn open(
+        mut reducer: Box<dyn Reducer>,
+        retention: u64,
+        store: &dyn EventStore,
+    ) -> Result<Materializer, StoreError> {
+        reducer.restore(&StoreState(store))?;
+        Ok(Materializer {
+            reducer,
+            retention,
+            ops: Vec::new(),
+        })
+    }
+
+    /// Bring the state up to the store's stable index. `fresh` may hold entries
+    /// just appended (saving a read); any it does not cover are read back.
+    /// The write is not durable until the store's next `sync`.
+    pub fn advance(
+        &mut self,
+        store: &mut dyn EventStore,
+        fresh: &[Entry],
+    ) -> Result<(), StoreError> {
+        let stable = store.stable_index();
+        while store.state_index() < stable {
+            let from = store.state_index() + 1;
+            let to = stable.min(from + CATCH_UP_CHUNK - 1);
+            let first_fresh = fresh.first().map_or(u64::MAX, |e| e.pos.index);
+            let skip = usize::try_from(from.wrapping_sub(first_fresh)).unwrap_or(usize::MAX);
+            let take = usize::try_from(to - from + 1).unwrap_or(usize::MAX);
+            let read;
+            let entries: &[Entry] = match fresh.get(skip..) {
+                Some(slice) if first_fresh <= from && !slice.is_empty() => {
+                    &slice[..take.min(slice.len())]
+                }
+                _ => {
+                    read = store.read_range(from, to)?;
+                    &read
+                }
+            };
+            let Some(last) = entries.last() else {
+                return Err(StoreError::Corrupt(format!(
+                    "stable entry {from} missing from the log"
+                )));
+            };
+            let mut batch = StateBatch::new(last.pos.index);
+            for (offset, entry) in entries.iter().enumerate() {
+                if entry.pos.index != from + offset as u64 {
+                    return Err(StoreError::Corrupt(format!(
+                        "entry {} where {} was expected",
+                        entry.pos,
+                        from + offset as u64
+                    )));
+                }
+                self.reducer.reduce(entry, &mut self.ops)?;
+                for op in self.ops.drain(..) {
+                    batch.push(op);
+                }
+            }
+            self.reducer.flush(&mut self.ops)?;
+            for op in self.ops.drain(..) {
+                batch.push(op);
+            }
+            let through = batch.state_index.saturating_sub(self.retention);
+            if through > store.log_base().index {
+                batch.compact_through = through;
+            }
+            store.materialize(&batch)?;
+        }
+        Ok(())
+    }
+}
+
+/// Adapts a store to [`StateRead`].
+struct StoreState<'a>(&'a dyn EventStore);
+
+impl StateRead for StoreState<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        self.0.state_get(key)
+    }
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        self.0.state_scan(prefix)
+    }
+}
+
+/// A [`StateRead`] over pairs already read (e.g. a snapshot), for rebuilding
+/// a reducer or a replica from them.
+impl StateRead for BTreeMap<Bytes, Bytes> {
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        Ok(BTreeMap::get(self, key).cloned())
+    }
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        Ok(self
+            .range(Bytes::copy_from_slice(prefix)..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(k: &'static str, v: &'static str) -> StateOp {
+        StateOp::Put {
+            key: Bytes::from_static(k.as_bytes()),
+            value: Bytes::from_static(v.as_bytes()),
+        }
+    }
+    fn del(k: &'static str) -> StateOp {
+        StateOp::Delete {
+            key: Bytes::from_static(k.as_bytes()),
+        }
+    }
+    fn del_prefix(p: &'static str) -> StateOp {
+        StateOp::DeletePrefix {
+            prefix: Bytes::from_static(p.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn put_then_delete_in_one_batch_writes_no_value() {
+        let mut b = StateBatch::new(1);
+        b.push(put("a", "1"));
+        b.push(del("a"));
+        b.push(del("b"));
+        assert_eq!(b.ops.get(&b"a"[..]), Some(&MergedOp::PutThenDelete));
+        assert_eq!(b.ops.get(&b"b"[..]), Some(&MergedOp::Delete));
+        b.push(put("a", "2"));
+        assert_eq!(b.ops.get(&b"a"[..]), Some(&MergedOp::Put(Bytes::from("2"))));
+    }
+
+    #[test]
+    fn prefix_deletion_drops_earlier_keys_and_keeps_later_ones() {
+        let mut b = StateBatch::new(1);
+        b.push(put("q1/1", "x"));
+        b.push(put("q2/1", "y"));
+        b.push(del_prefix("q1/"));
+        b.push(put("q1/2", "z"));
+        b.push(del_prefix("q"));
+        b.push(del_prefix("q1/"));
+        b.push(put("q2/3", "w"));
+        assert_eq!(b.delete_prefixes, vec![Bytes::from("q")]);
+        assert_eq!(b.ops.len(), 1);
+        let mut before: BTreeMap<Bytes, Bytes> = [("q1/0", "old"), ("r", "keep")]
+            .into_iter()
+            .map(|(k, v)| (Bytes::from(k), Bytes::from(v)))
+            .collect();
+        apply_to_map(&mut before, &b);
+        let after: Vec<_> = before.into_iter().collect();
+        assert_eq!(
+            after,
+            vec![
+                (Bytes::from("q2/3"), Bytes::from("w")),
+                (Bytes::from("r"), Bytes::from("keep"))
+            ]
+        );
+    }
+}
