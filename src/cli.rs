@@ -30,6 +30,9 @@ pub enum Command {
     Perf(crate::perf::PerfArgs),
     /// Operator commands against a running node (cluster-status).
     Ctl(crate::ctl::CtlArgs),
+    /// Move the messages of a queue on another broker (a RabbitMQ) into this
+    /// one, with confirms on both sides: at worst duplicates, never a loss.
+    Shovel(crate::shovel::ShovelArgs),
 }
 
 /// Flags of `stablemq serve`.
@@ -70,6 +73,7 @@ pub fn main() -> i32 {
         Command::Store(args) => run_serve(args, true),
         Command::Perf(args) => crate::perf::main(args),
         Command::Ctl(args) => crate::ctl::main(args),
+        Command::Shovel(args) => crate::shovel::main(args),
     }
 }
 

@@ -22,3 +22,4 @@ pub mod master;
 pub mod metrics;
 pub mod perf;
 pub mod server;
+pub mod shovel;
