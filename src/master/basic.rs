@@ -233,6 +233,7 @@ impl Master {
         let Some(q) = self.broker.queue_mut(vhost, &queue) else {
             return Ok(());
         };
+        let quorum = q.args.quorum;
         if q.peek_deliverable(stable).is_none() {
             if !q.ready.is_empty() {
                 // The head is not stable yet: answer once it is, rather than say empty.
@@ -252,6 +253,7 @@ impl Master {
                 );
                 return Ok(());
             }
+            m::global_by_queue(m::GET_EMPTY, quorum).increment(1);
             self.send_method(
                 conn,
                 ch,
@@ -284,9 +286,14 @@ impl Master {
                 },
             );
         }
-        metrics::counter!(m::DELIVERED_GET).increment(1);
+        let kind = match g.no_ack {
+            true => m::DELIVERED_GET_AUTO_ACK,
+            false => m::DELIVERED_GET_MANUAL_ACK,
+        };
+        m::global_by_queue(kind, quorum).increment(1);
+        m::global_by_queue(m::DELIVERED, quorum).increment(1);
         if redelivered {
-            metrics::counter!(m::REDELIVERED).increment(1);
+            m::global_by_queue(m::REDELIVERED, quorum).increment(1);
         }
         self.send(
             conn,
@@ -360,7 +367,11 @@ impl Master {
                 }
                 Some(false) => self.remove_messages(vhost, &queue, &ids, Some("rejected")),
                 None => {
-                    metrics::counter!(m::ACKNOWLEDGED).increment(ids.len() as u64);
+                    let quorum = self
+                        .broker
+                        .queue(vhost, &queue)
+                        .is_some_and(|q| q.args.quorum);
+                    m::global_by_queue(m::ACKNOWLEDGED, quorum).increment(ids.len() as u64);
                     self.remove_messages(vhost, &queue, &ids, None);
                 }
             }

@@ -174,6 +174,10 @@ impl Master {
         msgs: &[Arc<Message>],
         reason: &str,
     ) {
+        if let Some(q) = self.broker.queue(vhost, queue) {
+            let has_dlx = q.args.dead_letter_exchange.is_some();
+            crate::metrics::dead_lettered(reason, q.args.quorum, has_dlx, msgs.len() as u64);
+        }
         // Cycle detection stops loops through x-death; this bound is the backstop for
         // chains it cannot see (each hop re-enters here through enqueue).
         if self.dead_letter_depth >= MAX_DEAD_LETTER_DEPTH {

@@ -447,6 +447,7 @@ impl Master {
 
     /// Delete a queue (its consumers are cancelled by `after_apply`).
     pub(super) fn delete_queue(&mut self, vhost: &str, name: &str) {
+        metrics::counter!(crate::metrics::QUEUES_DELETED).increment(1);
         let logged = self
             .broker
             .queue(vhost, name)
@@ -504,6 +505,9 @@ impl Master {
                 exclusive_owner: d.exclusive.then_some(conn),
                 arguments: d.arguments,
             };
+            // RabbitMQ counts every non-passive declare that passes the name
+            // checks, whether it then creates, matches or fails equivalence.
+            metrics::counter!(crate::metrics::QUEUES_DECLARED).increment(1);
             if let Some(q) = self.broker.queue(vhost, &name) {
                 self.exclusive_check(conn, vhost, &name)?;
                 let cur = &q.spec;
@@ -554,6 +558,7 @@ impl Master {
                 }
             } else {
                 validate_queue_spec(vhost, &name, &spec)?;
+                metrics::counter!(crate::metrics::QUEUES_CREATED).increment(1);
                 let logged = spec.durable && spec.exclusive_owner.is_none();
                 if spec.exclusive_owner.is_some()
                     && let Some(s) = self.sessions.get_mut(&conn)

@@ -100,6 +100,7 @@ impl Master {
         let mut auto_acked = Vec::new();
         let mut auto_acked_persistent = false;
         let mut hit_expired = false;
+        let quorum = q.args.quorum;
         loop {
             let Some(head) = q.peek_deliverable(stable) else {
                 if !q.ready.is_empty() {
@@ -136,7 +137,7 @@ impl Master {
             if c.no_ack {
                 auto_acked_persistent |= content.is_persistent();
                 auto_acked.push(id);
-                metrics::counter!(m::DELIVERED_AUTO_ACK).increment(1);
+                m::global_by_queue(m::DELIVERED_AUTO_ACK, quorum).increment(1);
             } else {
                 c.unacked += 1;
                 chan.unacked.insert(
@@ -149,11 +150,11 @@ impl Master {
                     },
                 );
                 q.unacked.insert(id, msg);
-                metrics::counter!(m::DELIVERED_MANUAL_ACK).increment(1);
+                m::global_by_queue(m::DELIVERED_MANUAL_ACK, quorum).increment(1);
             }
-            metrics::counter!(m::DELIVERED).increment(1);
+            m::global_by_queue(m::DELIVERED, quorum).increment(1);
             if redelivered {
-                metrics::counter!(m::REDELIVERED).increment(1);
+                m::global_by_queue(m::REDELIVERED, quorum).increment(1);
             }
             self.out.push(Output::ToConn(
                 ck.conn,

@@ -283,7 +283,6 @@ impl Master {
                 connected_at_ms: self.now_ms,
             },
         );
-        metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
         metrics::counter!(crate::metrics::CONNECTIONS_OPENED).increment(1);
         self.send(conn, ToConn::Opened);
     }
@@ -296,7 +295,7 @@ impl Master {
         let uid = self.next_chan_uid;
         self.next_chan_uid += 1;
         self.chan_uids.insert((conn, ch), uid);
-        metrics::gauge!(crate::metrics::CHANNELS).increment(1.0);
+        metrics::counter!(crate::metrics::CHANNELS_OPENED).increment(1);
         self.send(
             conn,
             ToConn::Method(
@@ -316,7 +315,7 @@ impl Master {
         };
         let vhost = s.vhost.clone();
         self.chan_uids.remove(&(conn, ch));
-        metrics::gauge!(crate::metrics::CHANNELS).decrement(1.0);
+        metrics::counter!(crate::metrics::CHANNELS_CLOSED).increment(1);
         let mut touched = BTreeSet::new();
         for (tag, c) in chan.consumers {
             self.unregister_consumer(&vhost, &c.queue, conn, ch, &tag);
@@ -339,7 +338,6 @@ impl Master {
         let Some(s) = self.sessions.remove(&conn) else {
             return;
         };
-        metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
         metrics::counter!(crate::metrics::CONNECTIONS_CLOSED).increment(1);
         for q in s.exclusive_queues {
             if self.broker.queue(&s.vhost, &q).is_some() {
@@ -440,7 +438,7 @@ impl Master {
                 chan.last_confirmed
             );
             chan.last_confirmed = tag;
-            metrics::counter!(crate::metrics::CONFIRMED).increment(1);
+            crate::metrics::global(crate::metrics::CONFIRMED).increment(1);
             self.send(conn, ToConn::Confirm { ch, tag, ack });
         }
     }

@@ -61,8 +61,10 @@ impl Master {
             .on(60, 40));
         }
         let properties = self.rewrite_reply_to(conn, ch, properties)?;
-        metrics::counter!(m::RECEIVED).increment(1);
+        m::global(m::RECEIVED).increment(1);
+        m::observe_message_size(body.len());
         let chan = self.chan(conn, ch)?;
+        chan.publishing = true;
         if let Some(tx) = chan.tx.as_mut() {
             tx.publishes.push(HeldPublish {
                 publish: p,
@@ -76,7 +78,7 @@ impl Master {
             chan.confirm_next = Some(t + 1);
         }
         if tag.is_some() {
-            metrics::counter!(m::RECEIVED_CONFIRM).increment(1);
+            m::global(m::RECEIVED_CONFIRM).increment(1);
         }
         let accepted = self.route_and_enqueue(conn, ch, &vhost, p, properties, body);
         if let Some(tag) = tag {
@@ -102,7 +104,7 @@ impl Master {
             && routing_key.starts_with(super::reply_to::REPLY_TO_PREFIX)
             && self.deliver_reply(&routing_key, properties.clone(), body.clone())
         {
-            metrics::counter!(m::ROUTED).increment(1);
+            m::global(m::ROUTED).increment(1);
             return true;
         }
         let (mut queues, properties) =
@@ -141,7 +143,7 @@ impl Master {
         }
         if queues.is_empty() {
             if p.mandatory {
-                metrics::counter!(m::UNROUTABLE_RETURNED).increment(1);
+                m::global(m::UNROUTABLE_RETURNED).increment(1);
                 self.send(
                     conn,
                     ToConn::Return {
@@ -155,11 +157,12 @@ impl Master {
                     },
                 );
             } else {
-                metrics::counter!(m::UNROUTABLE_DROPPED).increment(1);
+                m::global(m::UNROUTABLE_DROPPED).increment(1);
             }
             return accepted;
         }
-        metrics::counter!(m::ROUTED).increment(1);
+        // RabbitMQ counts one per target queue.
+        m::global(m::ROUTED).increment(queues.len() as u64);
         let persistent = properties.delivery_mode() == &Some(2);
         self.enqueue(
             vhost,

@@ -116,6 +116,9 @@ pub struct Channel {
     /// Replies of this channel still waiting for the log; while non-zero, later
     /// methods on the channel are deferred so replies keep their order.
     pub pending_replies: u32,
+    /// It has published at least once: RabbitMQ's `rabbitmq_global_publishers`
+    /// counts such channels while they are open.
+    pub publishing: bool,
 }
 
 impl Default for Channel {
@@ -132,6 +135,7 @@ impl Default for Channel {
             tx: None,
             reply_consumer: None,
             pending_replies: 0,
+            publishing: false,
         }
     }
 }

@@ -7,7 +7,6 @@
 //! log when deposed.
 
 use super::replica::{self, Core};
-use crate::broker::Broker;
 use crate::config::Config;
 use crate::error::{AmqpError, ReplyCode};
 use crate::management::CoreView;
@@ -99,7 +98,6 @@ pub async fn run(
     let mut gauges = tokio::time::interval(Duration::from_secs(1));
     // Expiry and timeouts are checked this often; a TTL fires at most this late.
     let mut tick = tokio::time::interval(Duration::from_millis(50));
-    let node = crate::metrics::node_name(config.cluster.as_ref().map(|c| c.node));
     let mut alarm: Option<String> = None;
     let memory_limit = config
         .memory_high_watermark_bytes
@@ -167,7 +165,6 @@ pub async fn run(
                 }
             }
             _ = gauges.tick() => {
-                publish_gauges(core.broker(), core.master(), &config, &node);
                 let now = check_alarms(&config, &data_dir, memory_limit);
                 if now != alarm {
                     match &now {
@@ -287,38 +284,14 @@ fn dispatch(
     }
 }
 
-fn publish_gauges(broker: &Broker, master: Option<&Master>, config: &Config, node: &str) {
-    metrics::gauge!(m::IDENTITY, "rabbitmq_node" => node.to_string(), "rabbitmq_cluster" => config.cluster_name.clone())
-        .set(1.0);
-    metrics::gauge!(m::RSS).set(crate::metrics::resident_memory_bytes() as f64);
-    metrics::gauge!(m::CHANNELS).set(master.map_or(0, Master::channel_count) as f64);
-    let mut queues = 0usize;
-    for (vname, v) in &broker.vhosts {
-        for (qname, q) in &v.queues {
-            queues += 1;
-            let labels = [("vhost", vname.clone()), ("queue", qname.clone())];
-            metrics::gauge!(m::QUEUE_READY, &labels).set(q.ready.len() as f64);
-            metrics::gauge!(m::QUEUE_UNACKED, &labels).set(q.unacked.len() as f64);
-            metrics::gauge!(m::QUEUE_MESSAGES, &labels).set(q.len() as f64);
-            metrics::gauge!(m::QUEUE_CONSUMERS, &labels)
-                .set(master.map_or(0, |m| m.consumer_count(vname, qname)) as f64);
-        }
-    }
-    metrics::gauge!(m::QUEUES).set(queues as f64);
-}
-
 /// The active resource alarm, if any, with RabbitMQ's reason text.
 fn check_alarms(config: &Config, data_dir: &std::path::Path, memory_limit: u64) -> Option<String> {
     let rss = crate::metrics::resident_memory_bytes();
     let free = crate::metrics::disk_free_bytes(data_dir);
-    metrics::gauge!(m::MEMORY_LIMIT).set(memory_limit as f64);
-    if let Some(f) = free {
-        metrics::gauge!(m::DISK_FREE).set(f as f64);
-    }
     let memory = rss > memory_limit;
     let disk = free.is_some_and(|f| f < config.disk_free_limit_bytes);
-    metrics::gauge!(m::ALARMS_MEMORY).set(if memory { 1.0 } else { 0.0 });
-    metrics::gauge!(m::ALARMS_DISK).set(if disk { 1.0 } else { 0.0 });
+    // The Prometheus endpoint reports the decision made here.
+    crate::metrics::set_alarm_state(memory_limit, memory, disk);
     if memory {
         Some("low on memory".into())
     } else if disk {

@@ -78,13 +78,11 @@ const MASTER_QUEUE: usize = 8192;
 pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&opts.data_dir)
         .map_err(|e| ServeError::Other(format!("create {}: {e}", opts.data_dir.display())))?;
-    if let Some(addr) = opts.prometheus_addr {
-        crate::metrics::install(addr).map_err(ServeError::Other)?;
-        stablemq_cluster::metrics::describe();
-    }
+    crate::metrics::started();
     // The master task's queue exists before anything that talks to it: the
-    // management API reads broker state through it.
+    // management API and the Prometheus endpoint read broker state through it.
     let master = mpsc::channel::<MasterMsg>(MASTER_QUEUE);
+    let _metrics = start_metrics(&opts, master.0.clone()).await?;
     let Some(cluster) = opts.config.cluster.clone() else {
         let (core, backend) = recover_local(&opts)?;
         let local_stable = match &backend {
@@ -217,6 +215,31 @@ impl Drop for AbortOnDrop {
 fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
     // Recover: the stable log, applied in order, is the broker state (I4).
     let store = FjallStore::open(&opts.data_dir.join("store"))?;
+/// Install the metrics recorder and serve `/metrics` and
+/// `/metrics/per-object`, if a Prometheus address is set; the endpoint stops
+/// when the returned guard drops.
+async fn start_metrics(
+    opts: &ServeOptions,
+    master: mpsc::Sender<MasterMsg>,
+) -> Result<Option<AbortOnDrop>, ServeError> {
+    let Some(addr) = opts.prometheus_addr else {
+        return Ok(None);
+    };
+    let recorder = crate::metrics::install().map_err(ServeError::Other)?;
+    let state = crate::metrics::endpoint::EndpointState {
+        recorder,
+        master,
+        node: crate::metrics::node_name(opts.config.cluster.as_ref().map(|c| c.node)),
+        cluster_name: opts.config.cluster_name.clone(),
+        data_dir: opts.data_dir.clone(),
+        disk_free_limit: opts.config.disk_free_limit_bytes,
+    };
+    let task = crate::metrics::endpoint::serve(addr, state)
+        .await
+        .map_err(|source| ServeError::Listen { addr, source })?;
+    Ok(Some(AbortOnDrop(task)))
+}
+
     let (stable_tx, stable_rx) = watch::channel(0u64);
     let (log, entries) = LocalLog::open(
         Box::new(store),

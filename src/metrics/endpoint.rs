@@ -1,0 +1,561 @@
+//! The Prometheus endpoint (RabbitMQ's port 15692): `/metrics` and
+//! `/metrics/per-object`.
+//!
+//! As in rabbitmq_prometheus, `/metrics` aggregates: queue depths are summed
+//! over every queue and carry no queue label, so a scrape stays small however
+//! many queues there are. `/metrics/per-object` gives one series per queue
+//! (labels `vhost`, `queue`) and per channel. Both carry the same counters,
+//! node facts and `rabbitmq_identity_info`, whose `rabbitmq_endpoint` label
+//! says which one answered (as RabbitMQ 4 does; 3.10 dashboards ignore it).
+//!
+//! State gauges are computed at scrape time from the master task (a query
+//! closure, like the management API's), so they are never stale and a
+//! deleted queue's series disappears. A slave has no sessions and does not
+//! own the queues, so it reports zero connections and no queues, and a
+//! dashboard summing over nodes counts each queue once.
+
+use super::text::{Exposition, Kind};
+use crate::server::MasterMsg;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a scrape waits for the master task before answering 503: a
+/// scrape that hangs past Prometheus's own timeout helps nobody.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the endpoint needs to answer.
+#[derive(Clone)]
+pub struct EndpointState {
+    /// The recorder holding the counters.
+    pub recorder: PrometheusHandle,
+    /// The master task's input, for the state query.
+    pub master: mpsc::Sender<MasterMsg>,
+    /// `rabbitmq_node`.
+    pub node: String,
+    /// `rabbitmq_cluster`.
+    pub cluster_name: String,
+    /// Where the data lives (for free disk space).
+    pub data_dir: PathBuf,
+    /// The free disk alarm threshold.
+    pub disk_free_limit: u64,
+}
+
+/// Bind `addr` and serve until the task is aborted.
+pub async fn serve(
+    addr: SocketAddr,
+    state: EndpointState,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!("prometheus metrics on http://{addr}/metrics");
+    let app = Router::new()
+        .route("/metrics", get(aggregated))
+        .route("/metrics/per-object", get(per_object))
+        .with_state(Arc::new(state));
+    Ok(tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app).await {
+            tracing::error!("prometheus endpoint stopped: {err}");
+        }
+    }))
+}
+
+async fn aggregated(State(state): State<Arc<EndpointState>>) -> Response {
+    scrape(&state, false).await
+}
+
+async fn per_object(State(state): State<Arc<EndpointState>>) -> Response {
+    scrape(&state, true).await
+}
+
+async fn scrape(state: &EndpointState, per_object: bool) -> Response {
+    let snapshot = match take_snapshot(&state.master).await {
+        Ok(s) => s,
+        Err(()) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the broker did not answer in time\n",
+            )
+                .into_response();
+        }
+    };
+    let node = NodeFacts::read(state);
+    let mut e = Exposition::default();
+    render(&mut e, &snapshot, &node, per_object);
+    e.raw(&state.recorder.render());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        e.finish(),
+    )
+        .into_response()
+}
+
+/// The broker state a scrape reports, copied out of the master task.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Queues, while this node is the master.
+    pub queues: Vec<QueueSample>,
+    /// Open connections.
+    pub connections: usize,
+    /// Open channels with their consumer counts.
+    pub channels: Vec<ChannelSample>,
+    /// Channels that have published and are still open.
+    pub publishers: usize,
+}
+
+/// One queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSample {
+    /// Its vhost.
+    pub vhost: String,
+    /// Its name.
+    pub name: String,
+    /// Ready messages.
+    pub ready: usize,
+    /// Delivered, not yet acked.
+    pub unacked: usize,
+    /// Consumers.
+    pub consumers: usize,
+}
+
+/// One channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelSample {
+    /// `<connection id.channel number>`, unique on this node.
+    pub id: String,
+    /// Consumers on it.
+    pub consumers: usize,
+}
+
+impl Snapshot {
+    /// Copy what a scrape needs from the master task's state.
+    pub fn of(view: &crate::management::CoreView<'_>) -> Snapshot {
+        let Some(master) = view.master else {
+            return Snapshot::default();
+        };
+        let mut queues = Vec::new();
+        for (vname, v) in &view.broker.vhosts {
+            for (qname, q) in &v.queues {
+                queues.push(QueueSample {
+                    vhost: vname.clone(),
+                    name: qname.clone(),
+                    ready: q.ready.len(),
+                    unacked: q.unacked.len(),
+                    consumers: master.consumer_count(vname, qname),
+                });
+            }
+        }
+        let mut channels = Vec::new();
+        let (mut connections, mut publishers) = (0, 0);
+        for (conn, session) in master.sessions() {
+            connections += 1;
+            for (ch, chan) in &session.channels {
+                publishers += usize::from(chan.publishing);
+                channels.push(ChannelSample {
+                    id: format!("<{conn}.{ch}>"),
+                    consumers: chan.consumers.len(),
+                });
+            }
+        }
+        Snapshot {
+            queues,
+            connections,
+            channels,
+            publishers,
+        }
+    }
+}
+
+/// Ask the master task for a snapshot. A closed queue (a store-only node,
+/// or one stopping) has no broker state: an empty snapshot. A master too
+/// busy to answer in time is an error.
+async fn take_snapshot(master: &mpsc::Sender<MasterMsg>) -> Result<Snapshot, ()> {
+    let (tx, rx) = oneshot::channel();
+    let q: crate::management::Query = Box::new(move |view| {
+        let _ = tx.send(Snapshot::of(&view));
+    });
+    match tokio::time::timeout(QUERY_TIMEOUT, master.send(MasterMsg::Query(q))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return Ok(Snapshot::default()),
+        Err(_) => return Err(()),
+    }
+    match tokio::time::timeout(QUERY_TIMEOUT, rx).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(_)) => Ok(Snapshot::default()),
+        Err(_) => Err(()),
+    }
+}
+
+/// Node facts, read at scrape time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFacts {
+    /// `rabbitmq_node`.
+    pub node: String,
+    /// `rabbitmq_cluster`.
+    pub cluster: String,
+    /// Resident memory.
+    pub rss: u64,
+    /// Memory alarm threshold.
+    pub memory_limit: u64,
+    /// Free disk space, if known.
+    pub disk_free: Option<u64>,
+    /// Disk alarm threshold.
+    pub disk_free_limit: u64,
+    /// Open fds and sockets, if known.
+    pub fds: Option<(u64, u64)>,
+    /// Fd limit, if any.
+    pub max_fds: Option<u64>,
+    /// Seconds since start.
+    pub uptime: f64,
+    /// The alarms in effect: memory, disk.
+    pub alarms: (bool, bool),
+    /// Message size bucket counts (the last +Inf) and the sum.
+    pub sizes: Vec<u64>,
+}
+
+impl NodeFacts {
+    fn read(state: &EndpointState) -> NodeFacts {
+        let flags = super::ALARM_FLAGS.load(Ordering::Relaxed);
+        NodeFacts {
+            node: state.node.clone(),
+            cluster: state.cluster_name.clone(),
+            rss: super::resident_memory_bytes(),
+            memory_limit: super::MEMORY_LIMIT_BYTES.load(Ordering::Relaxed),
+            disk_free: super::disk_free_bytes(&state.data_dir),
+            disk_free_limit: state.disk_free_limit,
+            fds: super::open_fds(),
+            max_fds: super::max_fds(),
+            uptime: super::uptime_seconds(),
+            alarms: (flags & 1 != 0, flags & 2 != 0),
+            sizes: super::SIZES
+                .iter()
+                .map(|a| a.load(Ordering::Relaxed))
+                .collect(),
+        }
+    }
+}
+
+/// Write every scrape-time family.
+pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool) {
+    use super::*;
+    let endpoint = if per_object {
+        "per-object"
+    } else {
+        "aggregated"
+    };
+    e.family(
+        IDENTITY,
+        Kind::Untyped,
+        "RabbitMQ node & cluster identity info",
+    )
+    .sample(
+        IDENTITY,
+        &[
+            ("rabbitmq_node", &n.node),
+            ("rabbitmq_cluster", &n.cluster),
+            ("rabbitmq_endpoint", endpoint),
+        ],
+        1.0,
+    );
+    e.family(
+        BUILD_INFO,
+        Kind::Untyped,
+        "RabbitMQ & Erlang/OTP version info",
+    )
+    .sample(
+        BUILD_INFO,
+        &[
+            (
+                "rabbitmq_version",
+                crate::management::RABBITMQ_COMPAT_VERSION,
+            ),
+            (
+                "prometheus_plugin_version",
+                crate::management::RABBITMQ_COMPAT_VERSION,
+            ),
+            ("product_name", "StableMQ"),
+            ("product_version", env!("CARGO_PKG_VERSION")),
+        ],
+        1.0,
+    );
+    let consumers: usize = s.channels.iter().map(|c| c.consumers).sum();
+    e.single(
+        CONNECTIONS,
+        Kind::Gauge,
+        "Connections currently open",
+        s.connections as f64,
+    );
+    e.single(
+        CHANNELS,
+        Kind::Gauge,
+        "Channels currently open",
+        s.channels.len() as f64,
+    );
+    e.single(
+        CONSUMERS,
+        Kind::Gauge,
+        "Consumers currently connected",
+        consumers as f64,
+    );
+    e.single(
+        QUEUES,
+        Kind::Gauge,
+        "Queues available",
+        s.queues.len() as f64,
+    );
+    let proto = [("protocol", "amqp091")];
+    e.family(
+        GLOBAL_PUBLISHERS,
+        Kind::Gauge,
+        "Current number of publishers",
+    )
+    .sample(GLOBAL_PUBLISHERS, &proto, s.publishers as f64);
+    e.family(GLOBAL_CONSUMERS, Kind::Gauge, "Current number of consumers")
+        .sample(GLOBAL_CONSUMERS, &proto, consumers as f64);
+
+    type Field = fn(&QueueSample) -> usize;
+    let queue_families: [(&str, &str, Field); 4] = [
+        (
+            QUEUE_READY,
+            "Messages ready to be delivered to consumers",
+            |q| q.ready,
+        ),
+        (
+            QUEUE_UNACKED,
+            "Messages delivered to consumers but not yet acknowledged",
+            |q| q.unacked,
+        ),
+        (
+            QUEUE_MESSAGES,
+            "Sum of ready and unacknowledged messages - total queue depth",
+            |q| q.ready + q.unacked,
+        ),
+        (QUEUE_CONSUMERS, "Consumers on a queue", |q| q.consumers),
+    ];
+    for (name, help, field) in queue_families {
+        e.family(name, Kind::Gauge, help);
+        if per_object {
+            for q in &s.queues {
+                e.sample(
+                    name,
+                    &[("vhost", &q.vhost), ("queue", &q.name)],
+                    field(q) as f64,
+                );
+            }
+        } else {
+            e.sample(name, &[], s.queues.iter().map(field).sum::<usize>() as f64);
+        }
+    }
+    e.family(CHANNEL_CONSUMERS, Kind::Gauge, "Consumers on a channel");
+    if per_object {
+        for c in &s.channels {
+            e.sample(CHANNEL_CONSUMERS, &[("channel", &c.id)], c.consumers as f64);
+        }
+    } else {
+        e.sample(CHANNEL_CONSUMERS, &[], consumers as f64);
+    }
+
+    e.single(RSS, Kind::Gauge, "Memory used in bytes", n.rss as f64);
+    e.single(
+        MEMORY_LIMIT,
+        Kind::Gauge,
+        "Memory high watermark in bytes",
+        n.memory_limit as f64,
+    );
+    if let Some(free) = n.disk_free {
+        e.single(
+            DISK_FREE,
+            Kind::Gauge,
+            "Disk space available in bytes",
+            free as f64,
+        );
+    }
+    e.single(
+        DISK_FREE_LIMIT,
+        Kind::Gauge,
+        "Free disk space low watermark in bytes",
+        n.disk_free_limit as f64,
+    );
+    if let Some((fds, sockets)) = n.fds {
+        e.single(OPEN_FDS, Kind::Gauge, "Open file descriptors", fds as f64);
+        e.single(
+            OPEN_TCP_SOCKETS,
+            Kind::Gauge,
+            "Open TCP sockets",
+            sockets as f64,
+        );
+    }
+    if let Some(max) = n.max_fds {
+        e.single(
+            MAX_FDS,
+            Kind::Gauge,
+            "Open file descriptors limit",
+            max as f64,
+        );
+        e.single(
+            MAX_TCP_SOCKETS,
+            Kind::Gauge,
+            "Open TCP sockets limit",
+            max as f64,
+        );
+    }
+    e.single(UPTIME, Kind::Gauge, "Node uptime", n.uptime);
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    e.single(
+        ALARMS_FDS,
+        Kind::Untyped,
+        "is 1 if file descriptor limit alarm is in effect",
+        0.0,
+    );
+    e.single(
+        ALARMS_DISK,
+        Kind::Untyped,
+        "is 1 if free disk space watermark alarm is in effect",
+        flag(n.alarms.1),
+    );
+    e.single(
+        ALARMS_MEMORY,
+        Kind::Untyped,
+        "is 1 if VM memory watermark alarm is in effect",
+        flag(n.alarms.0),
+    );
+
+    e.family(
+        MESSAGE_SIZE,
+        Kind::Histogram,
+        "Size of messages received from publishers",
+    );
+    let bucket = format!("{MESSAGE_SIZE}_bucket");
+    let mut cumulative = 0u64;
+    let les = SIZE_BUCKETS.iter().map(|(_, le)| *le).chain(["+Inf"]);
+    for (le, count) in les.zip(&n.sizes) {
+        cumulative += count;
+        e.sample(
+            &bucket,
+            &[("protocol", "amqp091"), ("le", le)],
+            cumulative as f64,
+        );
+    }
+    let sum = n.sizes.get(SIZE_BUCKETS.len() + 1).copied().unwrap_or(0);
+    e.sample(&format!("{MESSAGE_SIZE}_sum"), &proto, sum as f64);
+    e.sample(&format!("{MESSAGE_SIZE}_count"), &proto, cumulative as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> NodeFacts {
+        let mut sizes = vec![0u64; 10];
+        sizes[0] = 2; // two bodies of at most 100 bytes
+        sizes[4] = 1; // one of at most 1e6
+        sizes[9] = 2 * 10 + 500_000;
+        NodeFacts {
+            node: "stablemq@h".into(),
+            cluster: "c1".into(),
+            rss: 1000,
+            memory_limit: 4000,
+            disk_free: Some(5),
+            disk_free_limit: 50_000_000,
+            fds: Some((20, 7)),
+            max_fds: Some(1024),
+            uptime: 1.5,
+            alarms: (false, true),
+            sizes,
+        }
+    }
+
+    fn snapshot() -> Snapshot {
+        let q = |name: &str, ready, unacked, consumers| QueueSample {
+            vhost: "/".into(),
+            name: name.into(),
+            ready,
+            unacked,
+            consumers,
+        };
+        Snapshot {
+            queues: vec![q("a", 3, 1, 1), q("b\"x", 5, 0, 0)],
+            connections: 2,
+            channels: vec![
+                ChannelSample {
+                    id: "<1.1>".into(),
+                    consumers: 1,
+                },
+                ChannelSample {
+                    id: "<2.1>".into(),
+                    consumers: 0,
+                },
+            ],
+            publishers: 1,
+        }
+    }
+
+    fn text(per_object: bool) -> String {
+        let mut e = Exposition::default();
+        render(&mut e, &snapshot(), &facts(), per_object);
+        e.finish()
+    }
+
+    #[test]
+    fn aggregated_sums_queues_and_has_no_queue_labels() {
+        let t = text(false);
+        assert!(t.contains("\nrabbitmq_queue_messages_ready 8\n"), "{t}");
+        assert!(t.contains("\nrabbitmq_queue_messages_unacked 1\n"));
+        assert!(t.contains("\nrabbitmq_queue_messages 9\n"));
+        assert!(t.contains("\nrabbitmq_queue_consumers 1\n"));
+        assert!(t.contains("\nrabbitmq_queues 2\n"));
+        assert!(t.contains("\nrabbitmq_channels 2\n"));
+        assert!(t.contains("\nrabbitmq_consumers 1\n"));
+        assert!(t.contains("\nrabbitmq_global_publishers{protocol=\"amqp091\"} 1\n"));
+        assert!(
+            !t.contains("queue=\""),
+            "aggregated leaks queue labels:\n{t}"
+        );
+        assert!(t.contains(
+            "rabbitmq_identity_info{rabbitmq_node=\"stablemq@h\",rabbitmq_cluster=\"c1\",rabbitmq_endpoint=\"aggregated\"} 1"
+        ));
+        assert!(t.contains("\nrabbitmq_alarms_free_disk_space_watermark 1\n"));
+        assert!(t.contains("\nrabbitmq_alarms_memory_used_watermark 0\n"));
+        // Each family once, with TYPE before its samples.
+        let mut seen = std::collections::HashSet::new();
+        for line in t.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let name = line.split(' ').nth(2).expect("name");
+            assert!(seen.insert(name.to_string()), "{name} twice");
+        }
+    }
+
+    #[test]
+    fn per_object_has_one_series_per_queue_and_channel() {
+        let t = text(true);
+        assert!(t.contains("rabbitmq_queue_messages_ready{vhost=\"/\",queue=\"a\"} 3\n"));
+        assert!(t.contains("rabbitmq_queue_messages{vhost=\"/\",queue=\"b\\\"x\"} 5\n"));
+        assert!(t.contains("rabbitmq_channel_consumers{channel=\"<1.1>\"} 1\n"));
+        assert!(t.contains("rabbitmq_endpoint=\"per-object\""));
+        assert!(!t.contains("\nrabbitmq_queue_messages_ready "));
+    }
+
+    #[test]
+    fn message_size_buckets_are_cumulative_with_rabbitmqs_labels() {
+        let t = text(false);
+        let b = |le: &str| {
+            format!("rabbitmq_message_size_bytes_bucket{{protocol=\"amqp091\",le=\"{le}\"}} ")
+        };
+        assert!(t.contains(&format!("{}2\n", b("100.0"))));
+        assert!(t.contains(&format!("{}2\n", b("100000.0"))));
+        assert!(t.contains(&format!("{}3\n", b("1e+06"))));
+        assert!(t.contains(&format!("{}3\n", b("+Inf"))));
+        assert!(t.contains("rabbitmq_message_size_bytes_count{protocol=\"amqp091\"} 3\n"));
+        assert!(t.contains("rabbitmq_message_size_bytes_sum{protocol=\"amqp091\"} 500020\n"));
+    }
+}
