@@ -58,9 +58,11 @@ usage() {
 # --- arguments ----------------------------------------------------------------
 BROKER=stablemq
 SUITES=()
+JOBS=${SUITES_JOBS:-1}
 for arg in "$@"; do
     case "$arg" in
         --against-rabbitmq) BROKER=rabbitmq ;;
+        --jobs=*) JOBS=${arg#--jobs=} ;;
         -h|--help) usage; exit 0 ;;
         -*) die "unknown option $arg (see --help)" ;;
         *)
@@ -73,6 +75,7 @@ for arg in "$@"; do
     esac
 done
 [[ ${#SUITES[@]} -gt 0 ]] || SUITES=("${ALL_SUITES[@]}")
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "--jobs wants a positive number, not '$JOBS'"
 
 mkdir -p "$CACHE"/{sdists,src,logs,run}
 RESULTS="$CACHE/results/$BROKER"
@@ -310,6 +313,7 @@ PYTEST_COMMON=(-p stablemq_fixtures -p no:cacheprovider -q -rfE -o log_cli=false
 run_pytest_suite() { # suite, source dir, -k expression or "", pytest args...
     local suite=$1 dir=$2 k=$3
     shift 3
+    # TAG and SHARD are run_suite's: the result file is per shard.
     if [[ -n "${SUITES_K:-}" ]]; then
         k="${k:+($k) and }(${SUITES_K})"
     fi
@@ -318,7 +322,7 @@ run_pytest_suite() { # suite, source dir, -k expression or "", pytest args...
     (
         cd "$dir"
         export PYTHONPATH="$SUITES_DIR" STABLEMQ_SUITE="$suite" STABLEMQ_DESELECT_FILE="$DESELECT" \
-            STABLEMQ_RESULT_FILE="$RESULTS/$suite.json" AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/" \
+            STABLEMQ_RESULT_FILE="$RESULTS/$TAG.json" STABLEMQ_SHARD="$SHARD" AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/" \
             RABBITMQ_HOST=127.0.0.1 RABBITMQ_5672_TCP="$AMQP_PORT" \
             RABBITMQ_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f" \
             AMQP_HOST=127.0.0.1 AMQP_USERNAME=guest AMQP_PASSWORD=guest \
@@ -328,9 +332,17 @@ run_pytest_suite() { # suite, source dir, -k expression or "", pytest args...
     )
 }
 
-run_suite() {
-    local suite=$1 dir status=0 t0=$SECONDS log="$CACHE/logs/$BROKER-$suite.log"
-    log "$suite ${VERSION[$suite]} against $BROKER (log: ${log#"$ROOT"/})"
+# TAG names a run's files: the suite, or "<suite>-s<K>" for shard K of a suite that
+# runs in shards (see SHARDS). SHARD is "K/N" or empty.
+TAG=""
+SHARD=""
+
+run_suite() { # suite [shard K/N]
+    local suite=$1 dir status=0 t0=$SECONDS log
+    SHARD=${2:-}
+    TAG=$suite${SHARD:+-s${SHARD%/*}}
+    log="$CACHE/logs/$BROKER-$TAG.log"
+    log "$suite ${VERSION[$suite]}${SHARD:+ (shard $SHARD)} against $BROKER (log: ${log#"$ROOT"/})"
     if [[ $suite == lapin ]]; then
         dir=$(fetch_lapin)
         # Build the test binaries before the broker starts.
@@ -341,8 +353,8 @@ run_suite() {
     else
         dir=$(fetch_sdist "$suite")
     fi
-    if ! start_broker "$suite"; then
-        echo "{\"suite\": \"$suite\", \"passed\": 0, \"failed\": 1, \"skipped\": 0, \"deselected\": 0, \"failures\": [{\"id\": \"$suite::<broker>\", \"error\": \"the broker did not start\"}]}" >"$RESULTS/$suite.json"
+    if ! start_broker "$TAG"; then
+        echo "{\"suite\": \"$suite\", \"passed\": 0, \"failed\": 1, \"skipped\": 0, \"deselected\": 0, \"failures\": [{\"id\": \"$TAG::<broker>\", \"error\": \"the broker did not start\"}]}" >"$RESULTS/$TAG.json"
         stop_broker
         return
     fi
@@ -392,8 +404,70 @@ run_suite() {
     broker_alive || died=true
     stop_broker
     printf '{"version": "%s", "wall_seconds": %d, "broker_died": %s}\n' \
-        "${VERSION[$suite]}" "$((SECONDS - t0))" "$died" >"$RESULTS/$suite.meta.json"
-    log "$suite done in $((SECONDS - t0)) s"
+        "${VERSION[$suite]}" "$((SECONDS - t0))" "$died" >"$RESULTS/$TAG.meta.json"
+    log "$TAG done in $((SECONDS - t0)) s"
+}
+
+# --- parallel runs --------------------------------------------------------------------
+# With --jobs=N, up to N jobs run at once, each in a subshell with its own broker (its
+# own ports and data dir, as in a sequential run). Most suites spend their time
+# waiting on sleeps, timeouts and round trips rather than on the CPU (aio-pika alone
+# uses about a third of one core), so on 2 cores several suites side by side take
+# little longer than the longest alone, and lapin's test build overlaps the Python
+# suites. A suite listed in SHARDS runs as that many jobs, each with its own broker
+# and every Nth test (the plugin's STABLEMQ_SHARD); the summary adds the shards up.
+# Jobs start in the order the suites are given: put the longest first. A job's
+# console output is printed when it finishes.
+declare -A SHARDS=([aio-pika]=${SUITES_AIO_PIKA_SHARDS:-2})
+declare -A JOB_TAG=()
+
+stop_jobs() {
+    local pid
+    for pid in "${!JOB_TAG[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${!JOB_TAG[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    JOB_TAG=()
+}
+
+reap_job() {
+    local pid="" tag
+    wait -n -p pid "${!JOB_TAG[@]}" || true
+    [[ -n $pid && -n ${JOB_TAG[$pid]:-} ]] || return 0
+    tag=${JOB_TAG[$pid]}
+    unset "JOB_TAG[$pid]"
+    cat "$CACHE/logs/$BROKER-$tag.console"
+}
+
+start_job() { # suite [shard K/N]
+    local tag=$1${2:+-s${2%/*}}
+    while [[ ${#JOB_TAG[@]} -ge $JOBS ]]; do reap_job; done
+    (
+        trap stop_broker EXIT
+        trap 'exit 143' TERM
+        run_suite "$@"
+    ) >"$CACHE/logs/$BROKER-$tag.console" 2>&1 &
+    JOB_TAG[$!]=$tag
+    log "started $tag (console: compat-tests/.cache/logs/$BROKER-$tag.console)"
+}
+
+run_parallel() {
+    local suite n k
+    trap 'stop_jobs; stop_broker' EXIT
+    trap 'stop_jobs; stop_broker; exit 130' INT
+    trap 'stop_jobs; stop_broker; exit 143' TERM
+    log "running ${#SUITES[@]} suites, up to $JOBS jobs at a time"
+    for suite in "${SUITES[@]}"; do
+        n=${SHARDS[$suite]:-1}
+        if [[ $n -gt 1 ]]; then
+            for ((k = 1; k <= n; k++)); do start_job "$suite" "$k/$n"; done
+        else
+            start_job "$suite"
+        fi
+    done
+    while [[ ${#JOB_TAG[@]} -gt 0 ]]; do reap_job; done
 }
 
 # --- main -------------------------------------------------------------------------------
@@ -410,8 +484,18 @@ else
     log "broker: ${STABLEMQ_BIN:-target/release/stablemq} (fresh data dir per suite)"
 fi
 
+# Sources first, so that parallel suites never unpack the same sdist at once.
 for suite in "${SUITES[@]}"; do
-    run_suite "$suite"
+    # (in $(...), as in run_suite: `tar | head` ends tar with SIGPIPE)
+    if [[ $suite == lapin ]]; then _src=$(fetch_lapin); else _src=$(fetch_sdist "$suite"); fi
 done
+
+if [[ $JOBS -eq 1 ]]; then
+    for suite in "${SUITES[@]}"; do
+        run_suite "$suite"
+    done
+else
+    run_parallel
+fi
 
 "$PY" "$CTL" summarize "$RESULTS" "$BROKER" "$SUMMARY" "$((SECONDS - START))" "${SUITES[@]}"

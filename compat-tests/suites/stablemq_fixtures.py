@@ -14,7 +14,9 @@ Loaded with ``-p stablemq_fixtures`` (this directory is on PYTHONPATH) by
    is registered we replace its Docker check and its fixture functions in the module
    itself, before pytest's fixture manager reads them.
 
-2. Deselection. ``STABLEMQ_DESELECT_FILE`` names ``deselected.txt`` and
+2. Shards and deselection. ``STABLEMQ_SHARD`` "K/N" keeps every Nth test (from the
+   Kth), so that one suite can run as N pytest processes side by side, each against
+   a broker of its own. ``STABLEMQ_DESELECT_FILE`` names ``deselected.txt`` and
    ``STABLEMQ_SUITE`` the suite being run; every entry of that suite is removed from
    the run (reported as deselected, as with ``-k``). An entry matches a test id
    exactly, or every test under it (a file or class id followed by ``::``, a test
@@ -199,8 +201,26 @@ def pytest_deselected(items):
     _state.deselected_total += len(items)
 
 
+def _shard() -> tuple[int, int]:
+    """``STABLEMQ_SHARD`` "K/N": this run is shard K (from 1) of N; "" is 1/1."""
+    spec = os.environ.get("STABLEMQ_SHARD", "")
+    if not spec:
+        return 1, 1
+    k, n = (int(x) for x in spec.split("/"))
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"stablemq_fixtures: bad STABLEMQ_SHARD {spec!r}")
+    return k, n
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
+    # Shards first, deselection second, so that the shards' deselected counts add
+    # up to the suite's. Every Nth test rather than whole files: the long files (a
+    # third of aio-pika's tests are in test_amqp_robust.py) spread over all shards.
+    # Tests left to other shards are not reported as deselected: they run there.
+    k, n = _shard()
+    if n > 1:
+        items[:] = [item for i, item in enumerate(items) if i % n == k - 1]
     path = os.environ.get("STABLEMQ_DESELECT_FILE")
     suite = os.environ.get("STABLEMQ_SUITE")
     if not path or not suite:
@@ -269,7 +289,10 @@ def pytest_sessionfinish(session, exitstatus):
         **counts,
         "deselected": len(_state.deselected),
         # Not collected into the run by -k "not amqps and not ssl" / "not tls".
-        "tls_not_run": _state.deselected_total - len(_state.deselected),
+        # Every shard sees the whole -k deselection: the first one counts it.
+        "tls_not_run": (_state.deselected_total - len(_state.deselected))
+        if _shard()[0] == 1
+        else 0,
         "pytest_exit_status": int(exitstatus),
         "seconds": round(time.monotonic() - _state.start, 1),
         "failures": [

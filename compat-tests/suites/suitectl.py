@@ -184,21 +184,55 @@ def cargo_result(suite: str, log: str, desel_path: str, out: str, status: int) -
         fh.write("\n")
 
 
+def _load_run(results_dir: str, tag: str, suite: str) -> dict:
+    """The result of one run (a suite, or one shard of it) with its meta data."""
+    try:
+        with open(os.path.join(results_dir, f"{tag}.json"), encoding="utf-8") as fh:
+            r = json.load(fh)
+    except (OSError, ValueError):
+        r = {"suite": suite, "passed": 0, "failed": 1, "skipped": 0, "deselected": 0,
+             "failures": [{"id": f"{tag}::<run>", "error": "the suite produced no result (crashed, or the broker did not start)"}]}
+    meta_path = os.path.join(results_dir, f"{tag}.meta.json")
+    if os.path.exists(meta_path):
+        with open(meta_path, encoding="utf-8") as fh:
+            r.update(json.load(fh))
+    return r
+
+
+_SHARD_FILE = re.compile(r"^(?P<suite>.+)-s(?P<k>[0-9]+)\.json$")
+
+
+def _load_suite(results_dir: str, suite: str) -> dict:
+    """A suite's result; the shards of a suite that ran in shards, added up."""
+    shards = sorted(
+        (int(m.group("k")), name)
+        for name in os.listdir(results_dir)
+        if (m := _SHARD_FILE.match(name)) and m.group("suite") == suite
+    )
+    if not shards:
+        return _load_run(results_dir, suite, suite)
+    runs = [_load_run(results_dir, f"{suite}-s{k}", suite) for k, _ in shards]
+    r = {"suite": suite, "shards": len(runs), "version": runs[0].get("version", "")}
+    for key in ("passed", "failed", "skipped", "deselected", "tls_not_run"):
+        r[key] = sum(x.get(key, 0) for x in runs)
+    for key in ("failures", "deselected_tests"):
+        r[key] = [item for x in runs for item in x.get(key, [])]
+    # An entry is unused only when no shard used it.
+    unused = [set(x.get("unused_deselections") or []) for x in runs]
+    r["unused_deselections"] = sorted(set.intersection(*unused))
+    statuses = [x.get("pytest_exit_status", x.get("cargo_exit_status", 0)) or 0 for x in runs]
+    r["pytest_exit_status"] = next((s for s in statuses if s != 0), 0)
+    r["broker_died"] = any(x.get("broker_died") for x in runs)
+    r["wall_seconds"] = max(x.get("wall_seconds", x.get("seconds", 0)) for x in runs)
+    r["seconds"] = max(x.get("seconds", 0) for x in runs)
+    return r
+
+
 def summarize(results_dir: str, broker: str, out: str, wall: float, suites: list[str]) -> None:
     rows, any_failed = [], False
     per_suite = {}
     for suite in suites:
-        path = os.path.join(results_dir, f"{suite}.json")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                r = json.load(fh)
-        except (OSError, ValueError):
-            r = {"suite": suite, "passed": 0, "failed": 1, "skipped": 0, "deselected": 0,
-                 "failures": [{"id": f"{suite}::<run>", "error": "the suite produced no result (crashed, or the broker did not start)"}]}
-        meta_path = os.path.join(results_dir, f"{suite}.meta.json")
-        if os.path.exists(meta_path):
-            with open(meta_path, encoding="utf-8") as fh:
-                r.update(json.load(fh))
+        r = _load_suite(results_dir, suite)
         exit_status = r.get("pytest_exit_status", r.get("cargo_exit_status", 0))
         if r.get("failed", 0) == 0 and exit_status not in (0, None):
             # Collection error, interruption, usage error, or no test collected (5).
@@ -213,12 +247,12 @@ def summarize(results_dir: str, broker: str, out: str, wall: float, suites: list
                      r.get("skipped", 0), r.get("tls_not_run", 0), r.get("wall_seconds", r.get("seconds", 0))))
     print()
     print(f"==> third-party suites against {broker}")
-    print(f"{'suite':<10} {'version':<8} {'passed':>7} {'failed':>7} {'deselected':>11} {'skipped':>8} {'TLS (not run)':>14} {'seconds':>8}")
+    print(f"{'suite':<20} {'version':<8} {'passed':>7} {'failed':>7} {'deselected':>11} {'skipped':>8} {'TLS (not run)':>14} {'seconds':>8}")
     tot = [0, 0, 0, 0, 0]
     for suite, ver, p, f, d, s, tls, sec in rows:
-        print(f"{suite:<10} {ver:<8} {p:>7} {f:>7} {d:>11} {s:>8} {tls:>14} {sec:>8.0f}")
+        print(f"{suite:<20} {ver:<8} {p:>7} {f:>7} {d:>11} {s:>8} {tls:>14} {sec:>8.0f}")
         tot = [tot[0] + p, tot[1] + f, tot[2] + d, tot[3] + s, tot[4] + tls]
-    print(f"{'total':<10} {'':<8} {tot[0]:>7} {tot[1]:>7} {tot[2]:>11} {tot[3]:>8} {tot[4]:>14} {wall:>8.0f}")
+    print(f"{'total':<20} {'':<8} {tot[0]:>7} {tot[1]:>7} {tot[2]:>11} {tot[3]:>8} {tot[4]:>14} {wall:>8.0f}")
     print("(deselected: listed in compat-tests/suites/deselected.txt; TLS (not run): -k excludes the TLS variants, no TLS listener yet)")
     for suite in suites:
         fails = per_suite[suite].get("failures", [])
