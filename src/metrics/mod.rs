@@ -486,3 +486,42 @@ fn register_zeroes() {
     }
     metrics::counter!(stablemq_cluster::metrics::FSYNCS_TOTAL).increment(0);
 }
+
+/// The single node's appends not yet stable: (last index of a batch, when
+/// it was handed to the log). The cluster's driver keeps its own; this one
+/// gives the single node the same `stablemq_quorum_ack_seconds` (a quorum of
+/// one: the local fsync plus the queueing before it).
+static LOCAL_UNSTABLE: std::sync::Mutex<std::collections::VecDeque<(u64, std::time::Instant)>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// The master task handed a batch ending at `last` to the local log.
+pub fn local_appended(last: u64) {
+    if let Ok(mut q) = LOCAL_UNSTABLE.lock() {
+        q.push_back((last, std::time::Instant::now()));
+    }
+}
+
+/// The local log reports `index` durable (stable, with one store).
+pub fn local_stable(index: u64) {
+    let Ok(mut q) = LOCAL_UNSTABLE.lock() else {
+        return;
+    };
+    while let Some(&(last, at)) = q.front() {
+        if last > index {
+            break;
+        }
+        metrics::histogram!(stablemq_cluster::metrics::QUORUM_ACK_SECONDS)
+            .record(at.elapsed().as_secs_f64());
+        q.pop_front();
+    }
+}
+
+/// The single node is the master of its own epoch, with nobody to lag.
+pub fn single_node_status(epoch: u64) {
+    for role in ["master", "slave", "candidate"] {
+        let on = if role == "master" { 1.0 } else { 0.0 };
+        metrics::gauge!(ROLE, "role" => role).set(on);
+    }
+    metrics::gauge!(EPOCH).set(epoch as f64);
+    metrics::gauge!(SLAVE_LAG).set(0.0);
+}

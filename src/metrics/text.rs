@@ -41,8 +41,8 @@ impl Exposition {
     /// Start a family: its help and type lines.
     pub fn family(&mut self, name: &str, kind: Kind, help: &str) -> &mut Self {
         let help = help.replace('\\', "\\\\").replace('\n', "\\n");
-        let _ = writeln!(self.out, "# TYPE {name} {}", kind.as_str());
         let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {}", kind.as_str());
         self
     }
 
@@ -138,12 +138,12 @@ mod tests {
         let text = e.finish();
         assert_eq!(
             text,
-            "# TYPE rabbitmq_queue_messages gauge\n\
-             # HELP rabbitmq_queue_messages Sum of ready\\nand unacked\n\
+            "# HELP rabbitmq_queue_messages Sum of ready\\nand unacked\n\
+             # TYPE rabbitmq_queue_messages gauge\n\
              rabbitmq_queue_messages{vhost=\"/\",queue=\"a\\\"b\\\\c\\nd\"} 3\n\
              rabbitmq_queue_messages 0.5\n\
-             # TYPE rabbitmq_build_info untyped\n\
              # HELP rabbitmq_build_info info\n\
+             # TYPE rabbitmq_build_info untyped\n\
              rabbitmq_build_info 1\n\
              x 1\n"
         );

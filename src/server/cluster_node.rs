@@ -85,7 +85,7 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
                 .map_err(|e| ServeError::Other(e.to_string()))?;
         let handle = driver.handle();
         let status = handle.watch_status();
-        tokio::spawn(export_status(status.clone()));
+        tokio::spawn(export_status(status.clone(), store_status.clone()));
         let backend = Backend::Replicated {
             handle,
             events,
@@ -111,10 +111,24 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
     })
 }
 
-/// Keep the role and epoch gauges current.
-async fn export_status(mut status: watch::Receiver<BrokerStatus>) {
+/// Keep the role, epoch and slave lag gauges current. The lag needs the
+/// master's stable index, which a slave learns through its own event store
+/// (the master tells every store what is stable); a slave without a store
+/// of its own reports no lag.
+async fn export_status(
+    mut status: watch::Receiver<BrokerStatus>,
+    mut store: Option<watch::Receiver<StoreStatus>>,
+) {
     loop {
         let s = *status.borrow_and_update();
+        let store_stable = store.as_mut().map(|st| st.borrow_and_update().stable);
+        match (s.role, store_stable) {
+            (RoleKind::Master, _) => metrics::gauge!(m::SLAVE_LAG).set(0.0),
+            (_, Some(known)) => {
+                metrics::gauge!(m::SLAVE_LAG).set(known.saturating_sub(s.stable) as f64)
+            }
+            (_, None) => {}
+        }
         for (role, name) in [
             (RoleKind::Master, "master"),
             (RoleKind::Slave, "slave"),
@@ -125,8 +139,15 @@ async fn export_status(mut status: watch::Receiver<BrokerStatus>) {
         }
         metrics::gauge!(m::EPOCH).set(s.epoch as f64);
         metrics::gauge!(m::STABLE_INDEX).set(s.stable as f64);
-        if status.changed().await.is_err() {
-            return;
+        let store_changed = async {
+            match store.as_mut() {
+                Some(st) => st.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = status.changed() => if r.is_err() { return },
+            r = store_changed => if r.is_err() { store = None },
         }
     }
 }

@@ -74,7 +74,11 @@ impl Backend {
     async fn next(&mut self) -> Option<BrokerEvent> {
         match self {
             Backend::Local { stable, .. } => match stable.changed().await {
-                Ok(()) => Some(BrokerEvent::Stable(*stable.borrow_and_update())),
+                Ok(()) => {
+                    let index = *stable.borrow_and_update();
+                    m::local_stable(index);
+                    Some(BrokerEvent::Stable(index))
+                }
                 Err(_) => std::future::pending().await,
             },
             Backend::Replicated { events, .. } => match events.recv().await {
@@ -104,6 +108,9 @@ pub async fn run(
         .unwrap_or_else(|| crate::metrics::total_memory_bytes().map_or(u64::MAX, |t| t / 10 * 4));
     loop {
         tokio::select! {
+    if let Backend::Local { log, .. } = &backend {
+        m::single_node_status(log.epoch());
+    }
             n = rx.recv_many(&mut batch, 512) => {
                 if n == 0 {
                     return;
@@ -308,3 +315,8 @@ fn now_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+    if appends > 0 && matches!(backend, Backend::Local { .. }) {
+        // The replication driver times its own appends; the single node's
+        // quorum of one is timed here.
+        m::local_appended(index - 1);
+    }
