@@ -1,52 +1,65 @@
-//! The Prometheus endpoint: RabbitMQ's metric names, fed by real traffic.
+//! The Prometheus endpoint: rabbitmq_prometheus's names, types, help texts and
+//! labels, fed by real traffic, on `/metrics` (aggregated) and
+//! `/metrics/per-object`.
 
 mod common;
 
 use common::*;
 use lapin::BasicProperties;
-use lapin::options::{BasicAckOptions, BasicPublishOptions};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use lapin::options::{BasicAckOptions, BasicPublishOptions, BasicRejectOptions};
+use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-/// GET /metrics over a plain socket (no HTTP client dependency needed).
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .expect("write request");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("read response");
-    assert!(
-        body.starts_with("HTTP/1.1 200"),
-        "unexpected response: {body:.200}"
-    );
-    body
+/// GET a metrics path of the broker.
+fn scrape_path(port: u16, path: &str) -> String {
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let mut resp = ureq::get(&url)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    assert_eq!(resp.status(), 200, "GET {url}");
+    let ctype = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(ctype.starts_with("text/plain"), "content type {ctype}");
+    resp.body_mut().read_to_string().expect("metrics text")
 }
 
-/// The value of the first sample whose line starts with `series` (name plus labels).
-fn sample(text: &str, name: &str, label: Option<&str>) -> Option<f64> {
-    text.lines()
+fn per_object(port: u16) -> String {
+    scrape_path(port, "/metrics/per-object")
+}
+
+/// Samples of `name` (exact family member, not a longer name) whose line
+/// contains `label`, summed: counters are split by protocol and queue type.
+fn total(text: &str, name: &str, label: Option<&str>) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
         .filter(|l| label.is_none_or(|lab| l.contains(lab)))
-        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
 }
 
-/// Scrape until `check` holds (gauges are refreshed once a second).
-fn scrape_until(port: u16, what: &str, check: impl Fn(&str) -> bool) -> String {
+/// Scrape `path` until `check` holds (queue gauges are read at scrape time,
+/// but a message's delivery may still be in flight).
+fn scrape_until(port: u16, path: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let text = scrape(port);
+        let text = scrape_path(port, path);
         if check(&text) {
             return text;
         }
         assert!(
             Instant::now() < deadline,
-            "metrics never showed {what}:\n{text}"
+            "{path} never showed {what}:\n{text}"
         );
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -84,49 +97,424 @@ async fn counters_and_queue_gauges_use_rabbitmq_names() {
 
     let port = broker.prometheus_port;
     let label = format!("queue=\"{q}\"");
-    let text = scrape_until(port, "the queue's gauges", |t| {
-        sample(t, "rabbitmq_queue_messages_ready", Some(&label)) == Some(3.0)
-            && sample(t, "rabbitmq_queue_messages_unacked", Some(&label)) == Some(1.0)
+    let text = scrape_until(port, "/metrics/per-object", "the queue's gauges", |t| {
+        total(t, "rabbitmq_queue_messages_ready", Some(&label)) == Some(3.0)
+            && total(t, "rabbitmq_queue_messages_unacked", Some(&label)) == Some(1.0)
     });
+    let counter = |name: &str| total(&text, name, None);
     assert_eq!(
-        sample(&text, "rabbitmq_global_messages_received_total", None),
+        counter("rabbitmq_global_messages_received_total"),
+        Some(6.0)
+    );
+    assert_eq!(counter("rabbitmq_global_messages_routed_total"), Some(5.0));
+    assert_eq!(
+        counter("rabbitmq_global_messages_confirmed_total"),
         Some(6.0)
     );
     assert_eq!(
-        sample(&text, "rabbitmq_global_messages_routed_total", None),
-        Some(5.0)
-    );
-    assert_eq!(
-        sample(&text, "rabbitmq_global_messages_confirmed_total", None),
-        Some(6.0)
-    );
-    assert_eq!(
-        sample(
-            &text,
-            "rabbitmq_global_messages_unroutable_returned_total",
-            None
-        ),
+        counter("rabbitmq_global_messages_unroutable_returned_total"),
         Some(1.0)
     );
     assert_eq!(
-        sample(
-            &text,
-            "rabbitmq_global_messages_delivered_get_manual_ack_total",
-            None
-        ),
+        counter("rabbitmq_global_messages_unroutable_dropped_total"),
+        Some(0.0)
+    );
+    assert_eq!(
+        counter("rabbitmq_global_messages_delivered_get_manual_ack_total"),
+        Some(2.0)
+    );
+    // basic.get deliveries count as deliveries, as in RabbitMQ.
+    assert_eq!(
+        counter("rabbitmq_global_messages_delivered_total"),
         Some(2.0)
     );
     assert_eq!(
-        sample(&text, "rabbitmq_global_messages_acknowledged_total", None),
+        counter("rabbitmq_global_messages_acknowledged_total"),
         Some(1.0)
     );
     assert_eq!(
-        sample(&text, "rabbitmq_queue_messages", Some(&label)),
+        total(&text, "rabbitmq_queue_messages", Some(&label)),
         Some(4.0)
     );
-    assert!(sample(&text, "rabbitmq_connections", None).is_some_and(|v| v >= 1.0));
+    assert_eq!(counter("rabbitmq_connections"), Some(1.0));
+    assert_eq!(counter("rabbitmq_channels"), Some(1.0));
+    assert_eq!(counter("rabbitmq_global_publishers"), Some(1.0));
+    assert_eq!(counter("rabbitmq_message_size_bytes_count"), Some(6.0));
+    // 5 one-byte bodies and "lost".
+    assert_eq!(counter("rabbitmq_message_size_bytes_sum"), Some(9.0));
     assert!(
         text.contains("rabbitmq_identity_info{"),
         "identity info missing"
+    );
+}
+
+/// What a family looks like in one scrape.
+#[derive(Debug, Default)]
+struct Family {
+    kind: String,
+    help: String,
+    /// Label names over all samples (`le` left out).
+    labels: BTreeSet<String>,
+    samples: usize,
+}
+
+fn parse(text: &str) -> BTreeMap<String, Family> {
+    let mut fams: BTreeMap<String, Family> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("HELP name text");
+            fams.entry(name.into()).or_default().help = help.into();
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+            let f = fams.entry(name.into()).or_default();
+            assert!(f.kind.is_empty(), "{name} typed twice");
+            f.kind = kind.into();
+        } else {
+            let series = line.rsplit_once(' ').expect("sample value").0;
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| {
+                    name.strip_suffix(s)
+                        .filter(|base| fams.get(*base).is_some_and(|f| f.kind == "histogram"))
+                })
+                .unwrap_or(name);
+            let f = fams
+                .get_mut(family)
+                .unwrap_or_else(|| panic!("sample of {name} before its TYPE"));
+            f.samples += 1;
+            for pair in labels
+                .trim_end_matches('}')
+                .split("\",")
+                .filter(|p| !p.is_empty())
+            {
+                let key = pair.split_once('=').expect("label=value").0;
+                if key != "le" {
+                    f.labels.insert(key.to_string());
+                }
+            }
+        }
+    }
+    fams
+}
+
+/// (name, type, label names on /metrics) as RabbitMQ 3.10's
+/// rabbitmq_prometheus serves them, and StableMQ's own.
+const EXPECTED: &[(&str, &str, &[&str])] = &[
+    (
+        "rabbitmq_identity_info",
+        "untyped",
+        &["rabbitmq_cluster", "rabbitmq_endpoint", "rabbitmq_node"],
+    ),
+    (
+        "rabbitmq_build_info",
+        "untyped",
+        &[
+            "product_name",
+            "product_version",
+            "prometheus_plugin_version",
+            "rabbitmq_version",
+        ],
+    ),
+    ("rabbitmq_queue_messages_ready", "gauge", &[]),
+    ("rabbitmq_queue_messages_unacked", "gauge", &[]),
+    ("rabbitmq_queue_messages", "gauge", &[]),
+    ("rabbitmq_queue_consumers", "gauge", &[]),
+    ("rabbitmq_queues", "gauge", &[]),
+    ("rabbitmq_connections", "gauge", &[]),
+    ("rabbitmq_channels", "gauge", &[]),
+    ("rabbitmq_consumers", "gauge", &[]),
+    ("rabbitmq_channel_consumers", "gauge", &[]),
+    ("rabbitmq_global_publishers", "gauge", &["protocol"]),
+    ("rabbitmq_global_consumers", "gauge", &["protocol"]),
+    (
+        "rabbitmq_global_messages_received_total",
+        "counter",
+        &["protocol"],
+    ),
+    (
+        "rabbitmq_global_messages_received_confirm_total",
+        "counter",
+        &["protocol"],
+    ),
+    (
+        "rabbitmq_global_messages_routed_total",
+        "counter",
+        &["protocol"],
+    ),
+    (
+        "rabbitmq_global_messages_unroutable_dropped_total",
+        "counter",
+        &["protocol"],
+    ),
+    (
+        "rabbitmq_global_messages_unroutable_returned_total",
+        "counter",
+        &["protocol"],
+    ),
+    (
+        "rabbitmq_global_messages_confirmed_total",
+        "counter",
+        &["protocol"],
+    ),
+    (
+        "rabbitmq_global_messages_delivered_total",
+        "counter",
+        &["protocol", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_delivered_consume_manual_ack_total",
+        "counter",
+        &["protocol", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_delivered_consume_auto_ack_total",
+        "counter",
+        &["protocol", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_delivered_get_manual_ack_total",
+        "counter",
+        &["protocol", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_delivered_get_auto_ack_total",
+        "counter",
+        &["protocol", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_get_empty_total",
+        "counter",
+        &["protocol", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_redelivered_total",
+        "counter",
+        &["protocol", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_acknowledged_total",
+        "counter",
+        &["protocol", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_dead_lettered_expired_total",
+        "counter",
+        &["dead_letter_strategy", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_dead_lettered_rejected_total",
+        "counter",
+        &["dead_letter_strategy", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_dead_lettered_maxlen_total",
+        "counter",
+        &["dead_letter_strategy", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_dead_lettered_delivery_limit_total",
+        "counter",
+        &["dead_letter_strategy", "queue_type"],
+    ),
+    (
+        "rabbitmq_global_messages_dead_lettered_confirmed_total",
+        "counter",
+        &["dead_letter_strategy", "queue_type"],
+    ),
+    ("rabbitmq_connections_opened_total", "counter", &[]),
+    ("rabbitmq_connections_closed_total", "counter", &[]),
+    ("rabbitmq_channels_opened_total", "counter", &[]),
+    ("rabbitmq_channels_closed_total", "counter", &[]),
+    ("rabbitmq_queues_declared_total", "counter", &[]),
+    ("rabbitmq_queues_created_total", "counter", &[]),
+    ("rabbitmq_queues_deleted_total", "counter", &[]),
+    ("rabbitmq_process_resident_memory_bytes", "gauge", &[]),
+    ("rabbitmq_resident_memory_limit_bytes", "gauge", &[]),
+    ("rabbitmq_disk_space_available_bytes", "gauge", &[]),
+    ("rabbitmq_disk_space_available_limit_bytes", "gauge", &[]),
+    ("rabbitmq_process_open_fds", "gauge", &[]),
+    ("rabbitmq_process_max_fds", "gauge", &[]),
+    ("rabbitmq_process_open_tcp_sockets", "gauge", &[]),
+    ("rabbitmq_process_max_tcp_sockets", "gauge", &[]),
+    ("rabbitmq_erlang_uptime_seconds", "gauge", &[]),
+    ("rabbitmq_alarms_memory_used_watermark", "untyped", &[]),
+    ("rabbitmq_alarms_free_disk_space_watermark", "untyped", &[]),
+    ("rabbitmq_alarms_file_descriptor_limit", "untyped", &[]),
+    ("rabbitmq_message_size_bytes", "histogram", &["protocol"]),
+    ("stablemq_role", "gauge", &["role"]),
+    ("stablemq_epoch", "gauge", &[]),
+    ("stablemq_stable_index", "gauge", &[]),
+    ("stablemq_slave_lag_entries", "gauge", &[]),
+    ("stablemq_failovers_total", "counter", &[]),
+    ("stablemq_quorum_ack_seconds", "histogram", &[]),
+    ("stablemq_store_fsync_seconds", "histogram", &[]),
+    ("stablemq_store_fsync_batch_messages", "histogram", &[]),
+    ("stablemq_store_fsyncs_total", "counter", &[]),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_serve_rabbitmq_families_aggregated_and_per_object() {
+    let broker = Broker::start();
+    assert!(!broker.is_external(), "reads StableMQ's own metrics port");
+    let (_conn, ch) = open(&broker).await;
+    let q = unique("shape");
+    // A durable queue and a persistent message: the log, its fsyncs and the
+    // quorum ack timer all move.
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    declare_queue_with(&ch, &q, durable, FieldTable::default()).await;
+    let persistent = BasicProperties::default().with_delivery_mode(2);
+    publish_props(&ch, "", &q, b"kept", persistent).await;
+
+    let port = broker.prometheus_port;
+    let agg_text = scrape_path(port, "/metrics");
+    let per_text = per_object(port);
+    let (agg, per) = (parse(&agg_text), parse(&per_text));
+    for (name, kind, labels) in EXPECTED {
+        let f = agg
+            .get(*name)
+            .unwrap_or_else(|| panic!("/metrics lacks {name}:\n{agg_text}"));
+        assert_eq!(f.kind, *kind, "type of {name}");
+        assert!(!f.help.is_empty(), "{name} has no help text");
+        assert!(f.samples > 0, "{name} has no sample on /metrics");
+        let want: BTreeSet<String> = labels.iter().map(|s| s.to_string()).collect();
+        assert_eq!(f.labels, want, "labels of {name} on /metrics");
+        assert!(per.contains_key(*name), "/metrics/per-object lacks {name}");
+    }
+    assert_eq!(
+        agg.keys().collect::<Vec<_>>(),
+        per.keys().collect::<Vec<_>>(),
+        "both endpoints serve the same families"
+    );
+    // rabbitmq_prometheus's default endpoint carries no per-object labels.
+    assert!(
+        !agg_text.contains("queue=\"") && !agg_text.contains("vhost=\""),
+        "/metrics leaks per-object labels"
+    );
+    for name in [
+        "rabbitmq_queue_messages_ready",
+        "rabbitmq_queue_messages",
+        "rabbitmq_queue_consumers",
+    ] {
+        let want: BTreeSet<String> = ["queue", "vhost"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(per[name].labels, want, "labels of {name} per object");
+    }
+    let label = format!("queue=\"{q}\"");
+    assert_eq!(
+        total(&per_text, "rabbitmq_queue_messages", Some(&label)),
+        Some(1.0)
+    );
+    assert!(total(&agg_text, "rabbitmq_queue_messages", None).is_some_and(|v| v >= 1.0));
+    assert!(agg_text.contains("rabbitmq_endpoint=\"aggregated\""));
+    assert!(per_text.contains("rabbitmq_endpoint=\"per-object\""));
+    // The single node is its own master, and its log really moved.
+    assert_eq!(
+        total(&agg_text, "stablemq_role", Some("role=\"master\"")),
+        Some(1.0)
+    );
+    assert!(total(&agg_text, "stablemq_stable_index", None).is_some_and(|v| v >= 2.0));
+    assert!(total(&agg_text, "stablemq_quorum_ack_seconds_count", None).is_some_and(|v| v >= 1.0));
+    assert!(total(&agg_text, "stablemq_store_fsyncs_total", None).is_some_and(|v| v >= 1.0));
+    assert!(total(&agg_text, "rabbitmq_process_open_fds", None).is_some_and(|v| v >= 5.0));
+    assert!(total(&agg_text, "rabbitmq_process_open_tcp_sockets", None).is_some_and(|v| v >= 2.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_gets_and_dead_letters_are_counted_as_rabbitmq_does() {
+    let broker = Broker::start();
+    assert!(!broker.is_external(), "reads StableMQ's own metrics port");
+    let port = broker.prometheus_port;
+    let (conn, ch) = open(&broker).await;
+    let before = per_object(port);
+    let q = unique("churn");
+
+    let extra = channel(&conn).await;
+    within("channel.close", extra.close(200, "OK".into()))
+        .await
+        .expect("channel.close");
+    declare_queue(&ch, &q).await; // created
+    declare_queue(&ch, &q).await; // declared again, not created
+    queue_counts(&ch, &q).await; // passive: RabbitMQ does not count it
+    assert!(get_with(&ch, &q, false).await.is_none(), "empty queue");
+    for i in 0..3u8 {
+        publish(&ch, "", &q, &[i]).await;
+    }
+    get_with(&ch, &q, true).await.expect("auto-ack get");
+    let m = get_with(&ch, &q, false).await.expect("manual-ack get");
+    within(
+        "reject",
+        m.delivery
+            .acker
+            .reject(BasicRejectOptions { requeue: false }),
+    )
+    .await
+    .expect("reject");
+    let label = format!("queue=\"{q}\"");
+    let during = scrape_until(port, "/metrics/per-object", "one ready message", |t| {
+        total(t, "rabbitmq_queue_messages_ready", Some(&label)) == Some(1.0)
+            && total(t, "rabbitmq_queue_messages_unacked", Some(&label)) == Some(0.0)
+    });
+    within(
+        "queue.delete",
+        ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()),
+    )
+    .await
+    .expect("queue.delete");
+    let after = per_object(port);
+
+    let delta = |text: &str, name: &str, label: Option<&str>| {
+        total(text, name, label).unwrap_or_else(|| panic!("{name} missing"))
+            - total(&before, name, label).unwrap_or_else(|| panic!("{name} missing before"))
+    };
+    assert_eq!(delta(&after, "rabbitmq_channels_opened_total", None), 1.0);
+    assert_eq!(delta(&after, "rabbitmq_channels_closed_total", None), 1.0);
+    assert_eq!(delta(&after, "rabbitmq_queues_declared_total", None), 2.0);
+    assert_eq!(delta(&after, "rabbitmq_queues_created_total", None), 1.0);
+    assert_eq!(delta(&after, "rabbitmq_queues_deleted_total", None), 1.0);
+    let classic = Some("queue_type=\"rabbit_classic_queue\"");
+    assert_eq!(
+        delta(&after, "rabbitmq_global_messages_get_empty_total", classic),
+        1.0
+    );
+    assert_eq!(
+        delta(
+            &after,
+            "rabbitmq_global_messages_delivered_get_auto_ack_total",
+            classic
+        ),
+        1.0
+    );
+    assert_eq!(
+        delta(
+            &after,
+            "rabbitmq_global_messages_delivered_get_manual_ack_total",
+            classic
+        ),
+        1.0
+    );
+    assert_eq!(
+        delta(&after, "rabbitmq_global_messages_delivered_total", classic),
+        2.0
+    );
+    // No dead-letter exchange: counted under the "disabled" strategy.
+    assert_eq!(
+        delta(
+            &after,
+            "rabbitmq_global_messages_dead_lettered_rejected_total",
+            Some("queue_type=\"rabbit_classic_queue\",dead_letter_strategy=\"disabled\""),
+        ),
+        1.0
+    );
+    assert_eq!(
+        total(&during, "rabbitmq_global_publishers", None),
+        Some(1.0)
+    );
+    // A deleted queue's series go with it.
+    assert!(
+        !after.contains(&label),
+        "deleted queue still exported:\n{after}"
     );
 }
