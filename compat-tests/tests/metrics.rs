@@ -518,3 +518,84 @@ async fn churn_gets_and_dead_letters_are_counted_as_rabbitmq_does() {
         "deleted queue still exported:\n{after}"
     );
 }
+
+/// In a cluster every node answers, but only the master owns sessions and
+/// queues: summing over nodes counts each queue once. Slaves report their
+/// role and how far behind the master's stable index they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_only_the_master_reports_queues_and_slaves_report_lag() {
+    use compat_tests::cluster::Cluster;
+    let blocking = |f: &dyn Fn() -> String| tokio::task::block_in_place(f);
+    let cluster = tokio::task::block_in_place(Cluster::start_example);
+    let master = tokio::task::block_in_place(|| cluster.wait_master(Duration::from_secs(30)));
+    let conn = connect_uri(&cluster.uri(master)).await;
+    let ch = confirm_channel(&conn).await;
+    let q = unique("clustered");
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    declare_queue_with(&ch, &q, durable, FieldTable::default()).await;
+    for i in 0..10u8 {
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        publish_props(&ch, "", &q, &[i], persistent).await;
+    }
+
+    let label = format!("queue=\"{q}\"");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for i in 0..3 {
+        // Slaves apply what is stable; give them a moment to catch up.
+        let text = loop {
+            let text = blocking(&|| cluster.metrics(i));
+            let caught_up =
+                i == master || total(&text, "stablemq_slave_lag_entries", None) == Some(0.0);
+            if caught_up || Instant::now() > deadline {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let node = format!("rabbitmq_node=\"stablemq-{}@", i + 1);
+        assert!(text.contains(&node), "node {i} names itself:\n{text}");
+        assert_eq!(
+            total(&text, "stablemq_slave_lag_entries", None),
+            Some(0.0),
+            "node {i} lag"
+        );
+        if i == master {
+            assert_eq!(
+                total(&text, "stablemq_role", Some("role=\"master\"")),
+                Some(1.0)
+            );
+            assert!(total(&text, "rabbitmq_queues", None).is_some_and(|v| v >= 1.0));
+            assert_eq!(total(&text, "rabbitmq_connections", None), Some(1.0));
+            assert_eq!(
+                total(&text, "rabbitmq_queue_messages_ready", None),
+                Some(10.0)
+            );
+            assert!(
+                total(&text, "stablemq_quorum_ack_seconds_count", None).is_some_and(|v| v >= 1.0)
+            );
+        } else {
+            assert_eq!(
+                total(&text, "stablemq_role", Some("role=\"slave\"")),
+                Some(1.0)
+            );
+            assert_eq!(
+                total(&text, "rabbitmq_queues", None),
+                Some(0.0),
+                "slave {i}"
+            );
+            assert_eq!(
+                total(&text, "rabbitmq_connections", None),
+                Some(0.0),
+                "slave {i}"
+            );
+            assert!(
+                !text.contains(&label),
+                "slave {i} exports the master's queue"
+            );
+            // Its own store learnt the entries too.
+            assert!(total(&text, "stablemq_stable_index", None).is_some_and(|v| v >= 11.0));
+        }
+    }
+}
