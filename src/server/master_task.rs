@@ -106,11 +106,11 @@ pub async fn run(
     let memory_limit = config
         .memory_high_watermark_bytes
         .unwrap_or_else(|| crate::metrics::total_memory_bytes().map_or(u64::MAX, |t| t / 10 * 4));
-    loop {
-        tokio::select! {
     if let Backend::Local { log, .. } = &backend {
         m::single_node_status(log.epoch());
     }
+    loop {
+        tokio::select! {
             n = rx.recv_many(&mut batch, 512) => {
                 if n == 0 {
                     return;
@@ -289,6 +289,11 @@ fn dispatch(
             }
         }
     }
+    if appends > 0 && matches!(backend, Backend::Local { .. }) {
+        // The replication driver times its own appends; the single node's
+        // quorum of one is timed here.
+        m::local_appended(index - 1);
+    }
 }
 
 /// The active resource alarm, if any, with RabbitMQ's reason text.
@@ -315,8 +320,3 @@ fn now_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
-    if appends > 0 && matches!(backend, Backend::Local { .. }) {
-        // The replication driver times its own appends; the single node's
-        // quorum of one is timed here.
-        m::local_appended(index - 1);
-    }

@@ -202,19 +202,6 @@ async fn start_management(
     Ok(Some(AbortOnDrop(task)))
 }
 
-/// Aborts a background task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The embedded single node: recover the broker state from the local log.
-fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
-    // Recover: the stable log, applied in order, is the broker state (I4).
-    let store = FjallStore::open(&opts.data_dir.join("store"))?;
 /// Install the metrics recorder and serve `/metrics` and
 /// `/metrics/per-object`, if a Prometheus address is set; the endpoint stops
 /// when the returned guard drops.
@@ -240,6 +227,19 @@ async fn start_metrics(
     Ok(Some(AbortOnDrop(task)))
 }
 
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The embedded single node: recover the broker state from the local log.
+fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
+    // Recover: the stable log, applied in order, is the broker state (I4).
+    let store = FjallStore::open(&opts.data_dir.join("store"))?;
     let (stable_tx, stable_rx) = watch::channel(0u64);
     let (log, entries) = LocalLog::open(
         Box::new(store),
