@@ -24,8 +24,8 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
     ConfirmSelectOptions, QueueDeclareOptions,
 };
-use lapin::{Confirmation, PublisherConfirm};
 use lapin::types::FieldTable;
+use lapin::{Confirmation, PublisherConfirm};
 use lapin::{Connection, ConnectionProperties};
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -337,7 +337,11 @@ pub async fn run(args: &ShovelArgs) -> Result<ShovelReport, ShovelError> {
         ..Default::default()
     };
     src_probe
-        .queue_declare(args.src_queue.as_str().into(), passive, FieldTable::default())
+        .queue_declare(
+            args.src_queue.as_str().into(),
+            passive,
+            FieldTable::default(),
+        )
         .await
         .map_err(src_err("find the source queue (passive declare)"))?;
     if let Target::Queue(q) = &target {
@@ -471,7 +475,11 @@ pub async fn run(args: &ShovelArgs) -> Result<ShovelReport, ShovelError> {
         .await;
     let _ = src_ch.close(200, "OK".into()).await;
     let q = src_probe
-        .queue_declare(args.src_queue.as_str().into(), passive, FieldTable::default())
+        .queue_declare(
+            args.src_queue.as_str().into(),
+            passive,
+            FieldTable::default(),
+        )
         .await
         .map_err(src_err("count the source queue (passive declare)"))?;
     report.source_remaining = q.message_count();

@@ -40,6 +40,10 @@ pub struct CtlArgs {
     /// Output: readable table, or JSON.
     #[arg(long, global = true, value_enum, default_value_t = Formatter::Table)]
     pub formatter: Formatter,
+    /// Leave out the header line of tables (as rabbitmqctl's flag): one
+    /// object per line, for shell loops.
+    #[arg(long, global = true)]
+    pub no_table_headers: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: CtlCommand,
@@ -212,7 +216,13 @@ pub fn run(api: &Api, args: &CtlArgs) -> Result<String, CtlError> {
         } else {
             c.columns.clone()
         };
-        Ok(format::render(kind, &rows, &columns, f))
+        let out = format::render(kind, &rows, &columns, f);
+        Ok(match (f, args.no_table_headers) {
+            (Formatter::Table, true) => out
+                .split_once('\n')
+                .map_or(String::new(), |(_, rest)| rest.to_string()),
+            _ => out,
+        })
     };
     let done = |what: String| -> Result<String, CtlError> {
         Ok(match f {
