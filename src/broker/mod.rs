@@ -12,6 +12,7 @@ pub mod message;
 pub mod queue;
 pub mod queue_args;
 pub mod routing;
+pub mod state;
 
 use event::{Binding, Destination, Event, ExchangeSpec};
 use exchange::{Exchange, PREDECLARED};

@@ -236,13 +236,24 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Stable entries the single node keeps in its log behind the materialized
+/// state. Nobody reads them (there is no follower); a short window keeps the
+/// last events inspectable on disk while the log stays bounded.
+const LOCAL_LOG_RETENTION: u64 = 64;
+
 /// The embedded single node: recover the broker state from the local log.
 fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
-    // Recover: the stable log, applied in order, is the broker state (I4).
+    // Recover: the materialized state plus the stable log after it, applied
+    // in order, is the broker state (I4). The store thread keeps the state up
+    // to date and compacts the log behind it, so a restart reads the live
+    // backlog rather than every event ever written.
     let store = FjallStore::open(&opts.data_dir.join("store"))?;
     let (stable_tx, stable_rx) = watch::channel(0u64);
-    let (log, entries) = LocalLog::open(
+    let reducer = crate::broker::state::BrokerReducer::new(opts.config.vhosts.clone());
+    let (log, recovered) = LocalLog::open_with_state(
         Box::new(store),
+        Box::new(reducer),
+        LOCAL_LOG_RETENTION,
         move |index| {
             stable_tx.send_replace(index);
         },
@@ -253,14 +264,16 @@ fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
             std::process::exit(70);
         },
     )?;
-    let last_index = entries.last().map_or(0, |e| e.pos.index);
-    let mut events = Vec::with_capacity(entries.len());
-    for e in &entries {
-        events.push(crate::broker::event::Event::decode(&e.payload)?);
+    let mut broker = crate::broker::state::restore(&opts.config.vhosts, &recovered.state)
+        .map_err(|e| ServeError::Other(format!("event store state: {e}")))?;
+    let last_index = recovered
+        .suffix
+        .last()
+        .map_or(recovered.state_index, |e| e.pos.index);
+    for e in &recovered.suffix {
+        broker.apply(&crate::broker::event::Event::decode(&e.payload)?, 0);
     }
-    let recovered = events.len();
-    let broker = Master::recover(&opts.config, events);
-    drop(entries);
+    let recovered = recovered.suffix.len();
     let master = Master::new(opts.config.clone(), broker, last_index);
     tracing::info!(
         recovered,

@@ -32,6 +32,15 @@ use super::{
 use crate::metrics as m;
 use crate::position::{Entry, LogPosition};
 
+/// The journal holds every write until the memtables it covers are flushed,
+/// so it, not the live data, dominates the disk of a busy store whose
+/// messages are consumed quickly: cap it at fjall's minimum (512 MiB by
+/// default), which forces flushes of the memtables holding it up.
+const JOURNAL_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Smaller than fjall's 64 MiB default so that flushes, and with them the
+/// journal's reclamation, come sooner. A publish and its ack's deletion that
+/// meet in one memtable flush as a tombstone only.
+const MEMTABLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
 const LOG_KEYSPACE: &str = "log";
 const META_KEYSPACE: &str = "meta";
 const STATE_KEYSPACE: &str = "state";
@@ -75,10 +84,14 @@ impl FjallStore {
     /// never synced; the entries after the gap were never acked either, so they
     /// are dropped (with a warning) rather than served with a hole in them.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = Database::builder(dir).manual_journal_persist(true).open()?;
-        let log = db.keyspace(LOG_KEYSPACE, KeyspaceCreateOptions::default)?;
+        let db = Database::builder(dir)
+            .manual_journal_persist(true)
+            .max_journaling_size(JOURNAL_BYTES_MAX)
+            .open()?;
+        let bounded = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
+        let log = db.keyspace(LOG_KEYSPACE, bounded)?;
         let meta = db.keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)?;
-        let state = db.keyspace(STATE_KEYSPACE, KeyspaceCreateOptions::default)?;
+        let state = db.keyspace(STATE_KEYSPACE, bounded)?;
 
         let promised_epoch = read_meta(&meta, PROMISED_EPOCH_KEY)?;
         let stable_index = read_meta(&meta, STABLE_INDEX_KEY)?;

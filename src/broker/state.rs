@@ -1,0 +1,314 @@
+//! The broker's materialized state: the [`Reducer`] the event stores run over
+//! stable events, and the inverse, [`restore`], which rebuilds a [`Broker`]
+//! from that state.
+//!
+//! Layout of the `state` keyspace (keys ordered bytewise):
+//! - `d` + log index (u64 big-endian): a definition event, stored as the log
+//!   payload itself. Definitions are every event that is not `Published` or
+//!   `Removed` (declares, bindings, vhosts, users, policies, and whatever is
+//!   added later). Restoring replays them through [`Broker::apply`], so the
+//!   implicit effects (bindings going with their queue, no-ops for missing
+//!   objects, policies picked per object) are the very same code (I4), and a new
+//!   event variant needs no change here. The price: definition churn stays in
+//!   the state (see docs/replication.md, "What the state does not do yet").
+//! - `m` + u16 length + vhost + u16 length + queue + message id (u64
+//!   big-endian): one queued message, per queue it reached. Length prefixes,
+//!   not separators, because AMQP names may contain any byte: the prefix of
+//!   one queue can then never be the prefix of another.
+//! - `x`: the highest message id ever published (u64 big-endian).
+//!
+//! The reducer keeps the definitions in memory (a [`Broker`] that never holds
+//! messages) so it knows which routed queues exist and what TTL they impose,
+//! exactly as apply does when the message is published.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use stablemq_cluster::Entry;
+use stablemq_cluster::replication::is_epoch_marker;
+use stablemq_cluster::store::{ReduceError, Reducer, StateOp, StateRead};
+use stablemq_protocol::BasicProperties;
+
+use super::Broker;
+use super::event::Event;
+use super::message::{Message, QueuedMessage};
+
+const DEFINITION_TAG: u8 = b'd';
+const MESSAGE_TAG: u8 = b'm';
+const MAX_MSG_ID_KEY: &[u8] = b"x";
+/// Bumped when [`StoredMessage`]'s encoding changes, so an old state is refused.
+const MESSAGE_FORMAT_VERSION: u8 = 1;
+
+/// The state could not be read back into a broker.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The store failed while reading.
+    #[error("reading the state: {0}")]
+    Store(#[from] stablemq_cluster::StoreError),
+    /// A key or value does not decode.
+    #[error("corrupt state: {0}")]
+    Corrupt(String),
+}
+
+/// One queue's copy of a message, as the state keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredMessage {
+    exchange: String,
+    routing_key: String,
+    timestamp_ms: u64,
+    properties: BasicProperties,
+    body: Bytes,
+    /// Computed at publish from the queue's arguments then in force, as apply
+    /// does; stored so a later policy change does not move it on restore.
+    expires_at_ms: Option<u64>,
+}
+
+/// The reducer the stores run; see the module docs.
+pub struct BrokerReducer {
+    /// Vhosts from the configuration: they exist before the log says anything,
+    /// as in [`crate::master::Master::recover`].
+    config_vhosts: Vec<String>,
+    /// Definitions only; never holds a message.
+    defs: Broker,
+    max_msg_id: u64,
+    /// `max_msg_id` changed in this batch: write `x` once, at flush.
+    max_dirty: bool,
+}
+
+impl BrokerReducer {
+    /// A reducer for a node configured with `config_vhosts`.
+    pub fn new(config_vhosts: Vec<String>) -> BrokerReducer {
+        BrokerReducer {
+            config_vhosts,
+            defs: Broker::new(),
+            max_msg_id: 0,
+            max_dirty: false,
+        }
+    }
+}
+
+impl Reducer for BrokerReducer {
+    fn restore(&mut self, state: &dyn StateRead) -> Result<(), ReduceError> {
+        let (defs, max) = restore_definitions(&self.config_vhosts, state)
+            .map_err(|e| ReduceError(e.to_string()))?;
+        self.defs = defs;
+        self.max_msg_id = max;
+        Ok(())
+    }
+
+    fn reduce(&mut self, entry: &Entry, out: &mut Vec<StateOp>) -> Result<(), ReduceError> {
+        if is_epoch_marker(entry) {
+            return Ok(());
+        }
+        let event = Event::decode(&entry.payload)
+            .map_err(|e| ReduceError(format!("entry {}: {e}", entry.pos)))?;
+        match event {
+            Event::Published {
+                vhost,
+                exchange,
+                routing_key,
+                msg_id,
+                timestamp_ms,
+                properties,
+                body,
+                queues,
+            } => {
+                if msg_id > self.max_msg_id {
+                    self.max_msg_id = msg_id;
+                    self.max_dirty = true;
+                }
+                let msg = Message {
+                    id: msg_id,
+                    exchange,
+                    routing_key,
+                    properties,
+                    body,
+                    timestamp_ms,
+                };
+                let msg_ttl = msg.expiration_ms();
+                let mut stored = StoredMessage {
+                    exchange: msg.exchange,
+                    routing_key: msg.routing_key,
+                    timestamp_ms,
+                    properties: msg.properties,
+                    body: msg.body,
+                    expires_at_ms: None,
+                };
+                for queue in &queues {
+                    // Only queues the log declared: a non-durable queue is
+                    // routed to but never logged, and apply skips it too.
+                    let Some(q) = self.defs.queue(&vhost, queue) else {
+                        continue;
+                    };
+                    let ttl = match (q.args.message_ttl, msg_ttl) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    stored.expires_at_ms = ttl.map(|t| timestamp_ms.saturating_add(t));
+                    out.push(StateOp::Put {
+                        key: message_key(&vhost, queue, msg_id)?,
+                        value: encode_message(&stored),
+                    });
+                }
+            }
+            Event::Removed {
+                vhost,
+                queue,
+                msg_ids,
+            } => {
+                for id in msg_ids {
+                    out.push(StateOp::Delete {
+                        key: message_key(&vhost, &queue, id)?,
+                    });
+                }
+            }
+            definition => {
+                let applied = self.defs.apply(&definition, 0);
+                for (vhost, q) in applied.deleted_queues {
+                    out.push(StateOp::DeletePrefix {
+                        prefix: queue_prefix(&vhost, &q.name)?.freeze(),
+                    });
+                }
+                let mut key = BytesMut::with_capacity(9);
+                key.put_u8(DEFINITION_TAG);
+                key.put_u64(entry.pos.index);
+                out.push(StateOp::Put {
+                    key: key.freeze(),
+                    value: entry.payload.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, out: &mut Vec<StateOp>) -> Result<(), ReduceError> {
+        if std::mem::take(&mut self.max_dirty) {
+            out.push(StateOp::Put {
+                key: Bytes::from_static(MAX_MSG_ID_KEY),
+                value: Bytes::copy_from_slice(&self.max_msg_id.to_be_bytes()),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Rebuild the broker a log would have produced from the state it reduced
+/// to: the configured vhosts, the definitions replayed in log order, then
+/// every message in key order (publish order, per queue).
+pub fn restore(config_vhosts: &[String], state: &dyn StateRead) -> Result<Broker, RestoreError> {
+    let (mut broker, max) = restore_definitions(config_vhosts, state)?;
+    broker.max_msg_id = max;
+    for (key, value) in state.scan_prefix(&[MESSAGE_TAG])? {
+        let (vhost, queue, id) = parse_message_key(&key)?;
+        let stored = decode_message(&value)?;
+        let Some(q) = broker.queue_mut(&vhost, &queue) else {
+            return Err(RestoreError::Corrupt(format!(
+                "message {id} of queue {queue:?} in vhost {vhost:?}, which does not exist"
+            )));
+        };
+        q.push(QueuedMessage {
+            msg: Arc::new(Message {
+                id,
+                exchange: stored.exchange,
+                routing_key: stored.routing_key,
+                properties: stored.properties,
+                body: stored.body,
+                timestamp_ms: stored.timestamp_ms,
+            }),
+            redelivered: false,
+            wait_index: 0,
+            expires_at_ms: stored.expires_at_ms,
+            delivery_count: 0,
+        });
+    }
+    Ok(broker)
+}
+
+fn restore_definitions(
+    config_vhosts: &[String],
+    state: &dyn StateRead,
+) -> Result<(Broker, u64), RestoreError> {
+    let mut broker = Broker::new();
+    for vhost in config_vhosts {
+        broker.apply(
+            &Event::VhostCreated {
+                vhost: vhost.clone(),
+            },
+            0,
+        );
+    }
+    for (key, value) in state.scan_prefix(&[DEFINITION_TAG])? {
+        let event = Event::decode(&value)
+            .map_err(|e| RestoreError::Corrupt(format!("definition {key:?}: {e}")))?;
+        broker.apply(&event, 0);
+    }
+    let max =
+        match state.get(MAX_MSG_ID_KEY)? {
+            None => 0,
+            Some(v) => v.as_ref().try_into().map(u64::from_be_bytes).map_err(|_| {
+                RestoreError::Corrupt(format!("max message id of {} bytes", v.len()))
+            })?,
+        };
+    Ok((broker, max))
+}
+
+fn put_name(out: &mut BytesMut, name: &str) -> Result<(), ReduceError> {
+    let len = u16::try_from(name.len())
+        .map_err(|_| ReduceError(format!("name of {} bytes", name.len())))?;
+    out.put_u16(len);
+    out.put_slice(name.as_bytes());
+    Ok(())
+}
+
+fn queue_prefix(vhost: &str, queue: &str) -> Result<BytesMut, ReduceError> {
+    let mut key = BytesMut::with_capacity(5 + vhost.len() + queue.len() + 8);
+    key.put_u8(MESSAGE_TAG);
+    put_name(&mut key, vhost)?;
+    put_name(&mut key, queue)?;
+    Ok(key)
+}
+
+fn message_key(vhost: &str, queue: &str, id: u64) -> Result<Bytes, ReduceError> {
+    let mut key = queue_prefix(vhost, queue)?;
+    key.put_u64(id);
+    Ok(key.freeze())
+}
+
+fn parse_message_key(key: &[u8]) -> Result<(String, String, u64), RestoreError> {
+    let corrupt = || RestoreError::Corrupt(format!("message key {key:?}"));
+    let rest = key.strip_prefix(&[MESSAGE_TAG]).ok_or_else(corrupt)?;
+    let take_name = |rest: &[u8]| -> Result<(String, usize), RestoreError> {
+        let (len, tail) = rest.split_first_chunk::<2>().ok_or_else(corrupt)?;
+        let len = usize::from(u16::from_be_bytes(*len));
+        let name = tail.get(..len).ok_or_else(corrupt)?;
+        let name = String::from_utf8(name.to_vec()).map_err(|_| corrupt())?;
+        Ok((name, 2 + len))
+    };
+    let (vhost, used) = take_name(rest)?;
+    let rest = &rest[used..];
+    let (queue, used) = take_name(rest)?;
+    let id: [u8; 8] = rest[used..].try_into().map_err(|_| corrupt())?;
+    Ok((vhost, queue, u64::from_be_bytes(id)))
+}
+
+fn encode_message(m: &StoredMessage) -> Bytes {
+    let out = vec![MESSAGE_FORMAT_VERSION];
+    // Writing to a Vec cannot fail for these types; a failure is a bug.
+    match postcard::to_extend(m, out) {
+        Ok(v) => Bytes::from(v),
+        Err(e) => panic!("message encoding failed: {e}"),
+    }
+}
+
+fn decode_message(b: &[u8]) -> Result<StoredMessage, RestoreError> {
+    match b.split_first() {
+        Some((&MESSAGE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest)
+            .map_err(|e| RestoreError::Corrupt(format!("stored message: {e}"))),
+        Some((v, _)) => Err(RestoreError::Corrupt(format!("stored message format {v}"))),
+        None => Err(RestoreError::Corrupt("empty stored message".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests;
