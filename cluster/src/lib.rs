@@ -27,8 +27,9 @@
 //!
 //! - aware of AMQP: payloads are opaque [`bytes::Bytes`], encoded and decoded by
 //!   the broker;
-//! - wired into the broker (yet): the broker runs the single-node [`LocalLog`]
-//!   today;
+//! - a compactor in clusters (yet): only [`LocalLog`] materializes the state
+//!   and deletes old log entries; replicated stores keep their whole log until
+//!   followers can catch up from a state snapshot (docs/replication.md);
 //! - async at its core: the engine and the stores are synchronous (fjall blocks,
 //!   so a store runs on its own thread); only [`transport`] and [`driver`] need
 //!   a tokio runtime.
