@@ -1,10 +1,13 @@
-//! Login: SASL PLAIN and AMQPLAIN, checked against the configured users.
+//! Login: SASL PLAIN and AMQPLAIN, checked against the replicated users.
 //!
 //! Kept apart from the connection state machine so the rules RabbitMQ applies
 //! (loopback-only users, `authentication_failure_close`) are tested on their own.
+//! Users come from the access table every replica derives from the log
+//! ([`crate::users`]); the config file only seeds it on a fresh node.
 
-use crate::config::{Config, UserConfig};
+use crate::config::Config;
 use crate::error::{AmqpError, ReplyCode};
+use crate::users::{AccessTable, User};
 use std::net::IpAddr;
 
 /// Mechanisms offered in connection.start, in RabbitMQ's order.
@@ -73,25 +76,23 @@ fn parse_amqplain(mut b: &[u8]) -> Option<(String, String)> {
     Some((login?, password?))
 }
 
-/// Check credentials and the peer address; returns the user on success.
-pub fn authenticate<'c>(
-    config: &'c Config,
+/// Check credentials and the peer address; returns the user on success. A
+/// user without a password hash cannot log in with a password.
+pub fn authenticate<'t>(
+    config: &Config,
+    users: &'t AccessTable,
     user: &str,
     password: &str,
     peer: IpAddr,
-) -> Result<&'c UserConfig, AmqpError> {
+) -> Result<&'t User, AmqpError> {
     let refused = || {
         AmqpError::access_refused(format!(
             "Login was refused using authentication mechanism PLAIN. For details see the broker logfile. (user '{user}')"
         ))
         .at_connection()
     };
-    let u = config
-        .users
-        .iter()
-        .find(|u| u.name == user)
-        .ok_or_else(refused)?;
-    if !constant_time_eq(u.password.as_bytes(), password.as_bytes()) {
+    let u = users.users.get(user).ok_or_else(refused)?;
+    if !u.password_matches(password) {
         return Err(refused());
     }
     if config.loopback_users.iter().any(|l| l == user) && !is_loopback(peer) {
@@ -153,14 +154,27 @@ mod tests {
     #[test]
     fn guest_only_from_loopback_and_wrong_password_refused() {
         let c = Config::default();
+        let mut t = AccessTable::default();
+        for (name, hash) in [
+            ("guest", crate::users::password::hash("guest")),
+            ("nopw", String::new()),
+        ] {
+            t.put_user(User {
+                name: name.into(),
+                password_hash: hash,
+                hashing_algorithm: crate::users::HashAlgorithm::Sha256,
+                tags: vec![],
+            });
+        }
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
         let remote: IpAddr = "192.0.2.7".parse().unwrap();
-        assert!(authenticate(&c, "guest", "guest", lo).is_ok());
-        assert!(authenticate(&c, "guest", "guest", "::1".parse().unwrap()).is_ok());
-        let e = authenticate(&c, "guest", "guest", remote).unwrap_err();
+        assert!(authenticate(&c, &t, "guest", "guest", lo).is_ok());
+        assert!(authenticate(&c, &t, "guest", "guest", "::1".parse().unwrap()).is_ok());
+        let e = authenticate(&c, &t, "guest", "guest", remote).unwrap_err();
         assert_eq!(e.code, ReplyCode::AccessRefused);
         assert!(e.connection_level);
-        assert!(authenticate(&c, "guest", "nope", lo).is_err());
-        assert!(authenticate(&c, "nobody", "guest", lo).is_err());
+        assert!(authenticate(&c, &t, "guest", "nope", lo).is_err());
+        assert!(authenticate(&c, &t, "nobody", "guest", lo).is_err());
+        assert!(authenticate(&c, &t, "nopw", "", lo).is_err());
     }
 }

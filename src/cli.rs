@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// `management_port`; in a cluster the node's `management_addr`; else 15672].
     #[arg(long)]
     pub management_port: Option<u16>,
+    /// Definitions file (RabbitMQ's JSON export) imported at every boot, as
+    /// RabbitMQ's `load_definitions` does: users and permissions in it are
+    /// (re)applied, objects that exist already are left alone.
+    #[arg(long)]
+    pub definitions: Option<PathBuf>,
 }
 
 /// Parse arguments and run; returns the process exit code.
@@ -134,6 +139,7 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
         ipv6_optional,
         data_dir,
         config,
+        definitions: args.definitions,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

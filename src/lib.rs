@@ -23,3 +23,4 @@ pub mod metrics;
 pub mod perf;
 pub mod server;
 pub mod shovel;
+pub mod users;

@@ -106,6 +106,82 @@ pub enum Event {
         /// Name.
         vhost: String,
     },
+    /// A vhost's description, tags and default queue type (management API,
+    /// definitions); the vhost is created if missing.
+    VhostMetadata {
+        /// Name.
+        vhost: String,
+        /// Free text.
+        description: String,
+        /// Tags.
+        tags: Vec<String>,
+        /// `default_queue_type`, if set.
+        default_queue_type: Option<String>,
+    },
+    /// A vhost was deleted with everything in it and every permission on it.
+    VhostDeleted {
+        /// Name.
+        vhost: String,
+    },
+    /// A user was created or replaced. The hash is computed before the event
+    /// (its salt is random), so every replica stores the same bytes (I4).
+    UserPut {
+        /// Login name.
+        name: String,
+        /// base64(salt ‖ hash), RabbitMQ's format; empty = no password login.
+        password_hash: String,
+        /// Hash function of `password_hash`.
+        hashing_algorithm: crate::users::HashAlgorithm,
+        /// Tags.
+        tags: Vec<String>,
+    },
+    /// A user was deleted with its permissions.
+    UserDeleted {
+        /// Login name.
+        name: String,
+    },
+    /// A user's configure/write/read regexes on a vhost.
+    PermissionSet {
+        /// User.
+        user: String,
+        /// Vhost.
+        vhost: String,
+        /// Configure regex.
+        configure: String,
+        /// Write regex.
+        write: String,
+        /// Read regex.
+        read: String,
+    },
+    /// A user lost its permissions on a vhost.
+    PermissionCleared {
+        /// User.
+        user: String,
+        /// Vhost.
+        vhost: String,
+    },
+    /// A user's topic permissions on one exchange.
+    TopicPermissionSet {
+        /// User.
+        user: String,
+        /// Vhost.
+        vhost: String,
+        /// Exchange.
+        exchange: String,
+        /// Write regex (routing keys of publishes).
+        write: String,
+        /// Read regex (binding keys).
+        read: String,
+    },
+    /// Topic permissions cleared on one exchange, or on all (None).
+    TopicPermissionCleared {
+        /// User.
+        user: String,
+        /// Vhost.
+        vhost: String,
+        /// Exchange, or None for every exchange of the vhost.
+        exchange: Option<String>,
+    },
     /// An exchange was declared.
     ExchangeDeclared {
         /// Vhost.
@@ -198,7 +274,7 @@ pub enum EventCodecError {
 }
 
 /// Bumped whenever `Event`'s encoding changes, so old logs are refused, not misread.
-const EVENT_FORMAT_VERSION: u8 = 2;
+const EVENT_FORMAT_VERSION: u8 = 3;
 
 impl Event {
     /// Encode for the log: one version byte, then postcard.

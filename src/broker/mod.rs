@@ -49,6 +49,10 @@ pub struct Broker {
     /// Highest message id ever published, so ids keep increasing across restarts
     /// and failovers even when every queue is empty.
     pub max_msg_id: u64,
+    /// Users, permissions, topic permissions and vhost metadata. Behind an
+    /// `Arc` so the master task can hand out read-only snapshots cheaply;
+    /// apply copies it on write (`Arc::make_mut`).
+    pub access: Arc<crate::users::AccessTable>,
 }
 
 impl Broker {
@@ -163,6 +167,14 @@ impl Broker {
                     unbind(v, binding);
                 }
             }
+            Event::VhostMetadata { .. }
+            | Event::VhostDeleted { .. }
+            | Event::UserPut { .. }
+            | Event::UserDeleted { .. }
+            | Event::PermissionSet { .. }
+            | Event::PermissionCleared { .. }
+            | Event::TopicPermissionSet { .. }
+            | Event::TopicPermissionCleared { .. } => self.apply_access(ev, &mut out),
             Event::Published {
                 vhost,
                 exchange,

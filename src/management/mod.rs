@@ -17,18 +17,21 @@
 //! decide what it may read, as in RabbitMQ ([`Access`]).
 
 mod access;
+pub mod definitions;
 mod json;
 mod nodes;
 mod objects;
 mod overview;
 mod query;
 mod sessions;
+mod users_api;
 
 pub use nodes::{NodeReport, NodeStatusSource, Peer, StoreReport};
 pub use query::{CoreView, Query};
 
-use crate::config::{Config, UserConfig};
+use crate::config::Config;
 use crate::server::MasterMsg;
+use crate::users::{AccessTable, User};
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -55,9 +58,9 @@ pub struct AppState {
     /// What this node listens on, for the overview and the port-listener
     /// health check.
     pub listeners: Arc<Vec<Listener>>,
-    /// Each configured user's password in RabbitMQ's hash format, computed
-    /// once at start so repeated exports agree (the salt is random).
-    pub password_hashes: Arc<Vec<String>>,
+    /// The master task's latest users and permissions (replicated state):
+    /// logins and the user, permission and definitions endpoints read it.
+    pub users: crate::users::Snapshot,
 }
 
 impl AppState {
@@ -67,19 +70,20 @@ impl AppState {
         nodes: NodeStatusSource,
         master: mpsc::Sender<MasterMsg>,
         listeners: Vec<Listener>,
+        users: crate::users::Snapshot,
     ) -> AppState {
-        let password_hashes = config
-            .users
-            .iter()
-            .map(|u| access::rabbit_sha256_hash(&u.password))
-            .collect();
         AppState {
             config,
             nodes: Arc::new(nodes),
             master,
             listeners: Arc::new(listeners),
-            password_hashes: Arc::new(password_hashes),
+            users,
         }
+    }
+
+    /// The access table as of now.
+    pub fn access(&self) -> Arc<crate::users::AccessTable> {
+        self.users.borrow().clone()
     }
 
     /// This node's name, RabbitMQ style.
@@ -123,6 +127,7 @@ fn router() -> Router<AppState> {
         .merge(access::routes())
         .merge(objects::routes())
         .merge(sessions::routes())
+        .merge(definitions::routes())
         .fallback(|| async { ApiError::NotFound })
 }
 
@@ -240,13 +245,19 @@ impl Caller {
     }
 }
 
-/// Check basic auth and that the user's tags reach `need`.
-pub fn caller(config: &Config, headers: &HeaderMap, need: Access) -> Result<Caller, ApiError> {
+/// Check basic auth against the replicated users and that the user's tags
+/// reach `need`.
+pub fn caller(state: &AppState, headers: &HeaderMap, need: Access) -> Result<Caller, ApiError> {
+    caller_in(&state.access(), headers, need)
+}
+
+/// [`caller`] against a given table.
+fn caller_in(users: &AccessTable, headers: &HeaderMap, need: Access) -> Result<Caller, ApiError> {
     let value = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .ok_or(ApiError::Unauthorized)?;
-    let user = check_basic(config, value).ok_or(ApiError::Unauthorized)?;
+    let user = check_basic(users, value).ok_or(ApiError::Unauthorized)?;
     let access =
         Access::of(&user.tags).ok_or(ApiError::NotAuthorised(Access::Management.refusal()))?;
     if access < need {
@@ -260,22 +271,22 @@ pub fn caller(config: &Config, headers: &HeaderMap, need: Access) -> Result<Call
     })
 }
 
-/// The configured user a `Basic` header names, if the password matches.
-fn check_basic<'c>(config: &'c Config, value: &str) -> Option<&'c UserConfig> {
+/// The user a `Basic` header names, if the password matches its hash.
+fn check_basic<'t>(users: &'t AccessTable, value: &str) -> Option<&'t User> {
     let encoded = value.strip_prefix("Basic ")?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
         .ok()?;
     let text = String::from_utf8(decoded).ok()?;
     let (user, password) = text.split_once(':')?;
-    let u = config.users.iter().find(|u| u.name == user)?;
-    crate::auth::constant_time_eq(u.password.as_bytes(), password.as_bytes()).then_some(u)
+    let u = users.users.get(user)?;
+    u.password_matches(password).then_some(u)
 }
 
 /// Check basic auth for node status (monitoring or administrator). Returns
 /// the `Authorization` header to forward to peers.
-pub fn authorize(config: &Config, headers: &HeaderMap) -> Result<String, ApiError> {
-    caller(config, headers, Access::Monitoring).map(|c| c.authorization)
+pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
+    caller(state, headers, Access::Monitoring).map(|c| c.authorization)
 }
 
 #[cfg(test)]
@@ -292,10 +303,10 @@ mod tests {
         h
     }
 
-    fn config() -> Config {
+    fn config() -> AccessTable {
         let mut c = Config::default();
         for (name, tags) in [("mon", "monitoring"), ("mgmt", "management"), ("none", "")] {
-            c.users.push(UserConfig {
+            c.users.push(crate::config::UserConfig {
                 name: name.into(),
                 password: "pw".into(),
                 tags: tags
@@ -305,31 +316,31 @@ mod tests {
                     .collect(),
             });
         }
-        c
+        crate::users::table_from_config(&c)
     }
 
     #[test]
     fn tags_decide_what_a_user_reads() {
         let c = config();
-        let admin = caller(&c, &basic("guest", "guest"), Access::Administrator).expect("admin");
+        let admin = caller_in(&c, &basic("guest", "guest"), Access::Administrator).expect("admin");
         assert_eq!(admin.access, Access::Administrator);
-        assert!(caller(&c, &basic("mon", "pw"), Access::Monitoring).is_ok());
+        assert!(caller_in(&c, &basic("mon", "pw"), Access::Monitoring).is_ok());
         assert!(matches!(
-            caller(&c, &basic("mon", "pw"), Access::Administrator),
+            caller_in(&c, &basic("mon", "pw"), Access::Administrator),
             Err(ApiError::NotAuthorised("Not administrator user"))
         ));
-        let m = caller(&c, &basic("mgmt", "pw"), Access::Management).expect("mgmt");
+        let m = caller_in(&c, &basic("mgmt", "pw"), Access::Management).expect("mgmt");
         assert!(m.sees_user("mgmt") && !m.sees_user("guest"));
         assert!(matches!(
-            caller(&c, &basic("none", "pw"), Access::Management),
+            caller_in(&c, &basic("none", "pw"), Access::Management),
             Err(ApiError::NotAuthorised("Not management user"))
         ));
         assert!(matches!(
-            caller(&c, &basic("guest", "nope"), Access::Management),
+            caller_in(&c, &basic("guest", "nope"), Access::Management),
             Err(ApiError::Unauthorized)
         ));
         assert!(matches!(
-            caller(&c, &HeaderMap::new(), Access::Management),
+            caller_in(&c, &HeaderMap::new(), Access::Management),
             Err(ApiError::Unauthorized)
         ));
     }

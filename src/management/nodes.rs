@@ -210,7 +210,7 @@ pub async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<NodeReport>>, ApiError> {
-    let auth = authorize(&state.config, &headers)?;
+    let auth = authorize(&state, &headers)?;
     Ok(Json(state.nodes.all(&auth).await))
 }
 
@@ -220,7 +220,7 @@ pub async fn one(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<NodeReport>, ApiError> {
-    let auth = authorize(&state.config, &headers)?;
+    let auth = authorize(&state, &headers)?;
     let all = state.nodes.all(&auth).await;
     all.into_iter()
         .find(|r| r.name == name)
@@ -233,6 +233,6 @@ pub async fn local(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<NodeReport>, ApiError> {
-    authorize(&state.config, &headers)?;
+    authorize(&state, &headers)?;
     Ok(Json(state.nodes.local()))
 }

@@ -179,7 +179,7 @@ async fn queues_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<QueueJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     let list = query(&state, move |view| list_queues(view, None, &node)).await?;
     Ok(Json(list.unwrap_or_default()))
@@ -190,7 +190,7 @@ async fn queues_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<QueueJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     query(&state, move |view| list_queues(view, Some(&vhost), &node))
         .await?
@@ -203,7 +203,7 @@ async fn queue_one(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<QueueJson>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     query(&state, move |view| {
         let q = view.broker.queue(&vhost, &name)?;
@@ -304,7 +304,7 @@ async fn exchanges_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ExchangeJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let list = query(&state, |view| list_exchanges(view, None)).await?;
     Ok(Json(list.unwrap_or_default()))
 }
@@ -314,7 +314,7 @@ async fn exchanges_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ExchangeJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     query(&state, move |view| list_exchanges(view, Some(&vhost)))
         .await?
         .map(Json)
@@ -326,7 +326,7 @@ async fn exchange_one(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<ExchangeJson>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let name = exchange_name(name);
     query(&state, move |view| {
         let mut x = ExchangeJson::of(&vhost, view.broker.exchange(&vhost, &name)?);
@@ -412,7 +412,7 @@ async fn bindings_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let list = query(&state, |view| list_bindings(&view, None)).await?;
     Ok(Json(list.unwrap_or_default()))
 }
@@ -422,7 +422,7 @@ async fn bindings_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     query(&state, move |view| list_bindings(&view, Some(&vhost)))
         .await?
         .map(Json)
@@ -465,7 +465,7 @@ async fn queue_bindings(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     query(&state, move |view| {
         bindings_of(&view, &vhost, &name, End::Destination, "queue")
     })
@@ -479,7 +479,7 @@ async fn exchange_bindings_source(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let name = exchange_name(name);
     query(&state, move |view| {
         bindings_of(&view, &vhost, &name, End::Source, "exchange")
@@ -494,7 +494,7 @@ async fn exchange_bindings_destination(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let name = exchange_name(name);
     query(&state, move |view| {
         bindings_of(&view, &vhost, &name, End::Destination, "exchange")
@@ -529,7 +529,7 @@ async fn bindings_between(
     Path((vhost, source, kind, dest)): Path<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let source = exchange_name(source);
     query(&state, move |view| {
         between(&view, &vhost, &source, &kind, &dest)
@@ -544,7 +544,7 @@ async fn binding_one(
     Path((vhost, source, kind, dest, props)): Path<(String, String, String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<BindingJson>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let source = exchange_name(source);
     query(&state, move |view| {
         between(&view, &vhost, &source, &kind, &dest)?

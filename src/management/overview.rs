@@ -79,7 +79,7 @@ async fn overview(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let user = (who.access < Access::Monitoring).then(|| who.name.clone());
     let t = query(&state, move |view| Totals::count(view, user.as_deref())).await?;
     let listeners: Vec<Value> = state
@@ -150,7 +150,7 @@ async fn whoami(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     Ok(Json(json!({"name": who.name, "tags": who.tags})))
 }
 
@@ -159,7 +159,7 @@ async fn cluster_name(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     Ok(Json(json!({"name": state.config.cluster_name})))
 }
 
@@ -177,7 +177,7 @@ async fn aliveness(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let exists = query(&state, move |view| view.broker.vhost(&vhost).is_some()).await?;
     if !exists {
         return Err(ApiError::NotFound);
@@ -189,7 +189,7 @@ async fn aliveness(
 /// alarm blocks publishers. Both report this node's alarm only; in a cluster
 /// each node has to be asked.
 async fn alarms(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let alarm = query(&state, |view| view.alarm.map(str::to_string)).await?;
     Ok(match alarm {
         None => Json(json!({"status": "ok"})).into_response(),
@@ -214,7 +214,7 @@ async fn port_listener(
     Path(port): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let port: u16 = port
         .parse()
         .map_err(|_| ApiError::BadRequest("Invalid port".into()))?;
@@ -237,7 +237,7 @@ async fn protocol_listener(
     Path(protocol): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     let protocols: Vec<&str> = state.listeners.iter().map(|l| l.protocol).collect();
     Ok(if protocols.contains(&protocol.as_str()) {
         Json(json!({"status": "ok", "protocol": protocol})).into_response()
@@ -257,7 +257,7 @@ async fn virtual_hosts(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    caller(&state.config, &headers, Access::Management)?;
+    caller(&state, &headers, Access::Management)?;
     query(&state, |_| ()).await?;
     Ok(Json(json!({"status": "ok"})))
 }

@@ -149,7 +149,7 @@ async fn connections_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ConnectionJson>>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     let list = query(&state, move |view| {
         list_connections(view, &who, None, &node)
@@ -163,7 +163,7 @@ async fn connections_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ConnectionJson>>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     query(&state, move |view| {
         list_connections(view, &who, Some(&vhost), &node)
@@ -178,7 +178,7 @@ async fn connection_one(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<ConnectionJson>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     let list = query(&state, move |view| {
         list_connections(view, &who, None, &node)
@@ -270,7 +270,7 @@ async fn channels_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ChannelJson>>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     let list = query(&state, move |view| list_channels(view, &who, None, &node)).await?;
     Ok(Json(list.unwrap_or_default()))
@@ -281,7 +281,7 @@ async fn channels_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ChannelJson>>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     query(&state, move |view| {
         list_channels(view, &who, Some(&vhost), &node)
@@ -296,7 +296,7 @@ async fn channel_one(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<ChannelJson>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     let list = query(&state, move |view| list_channels(view, &who, None, &node)).await?;
     list.unwrap_or_default()
@@ -311,7 +311,7 @@ async fn connection_channels(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ChannelJson>>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     query(&state, move |view| {
         let exists = visible(&view, &who, None)
@@ -441,7 +441,7 @@ async fn consumers_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ConsumerJson>>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     Ok(Json(
         query(&state, move |view| consumers(&view, &who, None, &node)).await?,
@@ -453,7 +453,7 @@ async fn consumers_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ConsumerJson>>, ApiError> {
-    let who = caller(&state.config, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     query(&state, move |view| {
         view.broker

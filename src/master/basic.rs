@@ -129,6 +129,7 @@ impl Master {
             return self.consume_reply_to(conn, ch, c);
         }
         let queue = c.queue.to_string();
+        self.authorize(conn, crate::users::Perm::Read, "queue", &queue)?;
         if self.broker.queue(vhost, &queue).is_none() {
             return Err(AmqpError::no_queue(vhost, &queue));
         }
@@ -223,6 +224,7 @@ impl Master {
 
     fn get(&mut self, conn: ConnId, ch: u16, vhost: &str, g: mb::Get) -> AmqpResult<()> {
         let queue = g.queue.to_string();
+        self.authorize(conn, crate::users::Perm::Read, "queue", &queue)?;
         if self.broker.queue(vhost, &queue).is_none() {
             return Err(AmqpError::no_queue(vhost, &queue));
         }

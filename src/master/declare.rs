@@ -5,6 +5,7 @@ use super::io::{ConnId, ToConn};
 use crate::broker::event::{Binding, Destination, Event, ExchangeKind, ExchangeSpec, QueueSpec};
 use crate::broker::routing::HeadersMatch;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::users::Perm;
 use stablemq_protocol::methods::{exchange as mx, queue as mq};
 use stablemq_protocol::{AMQPClass, AMQPValue, FieldTable};
 
@@ -110,6 +111,7 @@ impl Master {
                         "operation not permitted on exchange '{name}' in vhost '{vhost}'"
                     )));
                 }
+                self.authorize(conn, Perm::Configure, "exchange", name)?;
                 if let Some(x) = self.broker.exchange(&vhost, name) {
                     let used_as_dest = self.broker.vhost(&vhost).is_some_and(|v| {
                         v.exchanges.values().any(|e| {
@@ -192,6 +194,7 @@ impl Master {
             }
             return Ok(());
         }
+        self.authorize(conn, Perm::Configure, "exchange", &name)?;
         if name.is_empty() {
             return Err(AmqpError::access_refused(
                 "operation not permitted on the default exchange",
@@ -247,6 +250,17 @@ impl Master {
                 "exchange name '{name}' contains reserved prefix 'amq.*'"
             )));
         } else {
+            // A new exchange with an alternate exchange: read on it, write on
+            // the alternate, as RabbitMQ checks.
+            if let Some(ae) = spec
+                .arguments
+                .inner()
+                .get("alternate-exchange")
+                .and_then(crate::broker::queue_args::text)
+            {
+                self.authorize(conn, Perm::Read, "exchange", &name)?;
+                self.authorize(conn, Perm::Write, "exchange", &ae)?;
+            }
             let logged = spec.durable;
             self.emit(
                 Event::ExchangeDeclared {
@@ -286,9 +300,20 @@ impl Master {
     fn bind(&mut self, conn: ConnId, vhost: &str, binding: Binding, add: bool) -> AmqpResult<()> {
         let default_refused =
             || AmqpError::access_refused("operation not permitted on the default exchange");
+        // RabbitMQ's order: write on the destination, read on the source,
+        // then the default-exchange rule, then topic read on the key.
+        self.authorize_destination(conn, Perm::Write, &binding.destination)?;
+        self.authorize(conn, Perm::Read, "exchange", &binding.source)?;
         if binding.source.is_empty() {
             return Err(default_refused());
         }
+        self.authorize_topic(
+            conn,
+            Perm::Read,
+            vhost,
+            &binding.source,
+            &binding.routing_key,
+        )?;
         if !add {
             // Unbinding is idempotent in RabbitMQ: a binding whose queue or exchange
             // is already gone (an auto-deleted queue, say) is simply not there.
@@ -374,6 +399,7 @@ impl Master {
             }
             mq::AMQPMethod::Purge(p) => {
                 let name = p.queue.to_string();
+                self.authorize(conn, Perm::Read, "queue", &name)?;
                 self.existing_queue(conn, &vhost, &name)?;
                 let count = self.purge(&vhost, &name);
                 if !p.nowait {
@@ -389,6 +415,7 @@ impl Master {
             }
             mq::AMQPMethod::Delete(d) => {
                 let name = d.queue.to_string();
+                self.authorize(conn, Perm::Configure, "queue", &name)?;
                 let mut count = 0;
                 if let Some(q) = self.broker.queue(&vhost, &name) {
                     self.exclusive_check(conn, &vhost, &name)?;
@@ -499,6 +526,8 @@ impl Master {
                     "queue name '{name}' contains reserved prefix 'amq.*'"
                 )));
             }
+            // Server-named queues are checked under the name chosen for them.
+            self.authorize(conn, Perm::Configure, "queue", &name)?;
             let spec = QueueSpec {
                 durable: d.durable,
                 auto_delete: d.auto_delete,
@@ -558,6 +587,17 @@ impl Master {
                 }
             } else {
                 validate_queue_spec(vhost, &name, &spec)?;
+                // A new queue with a dead-letter exchange: read on the queue,
+                // write on the exchange, as RabbitMQ checks.
+                if let Some(dlx) = spec
+                    .arguments
+                    .inner()
+                    .get("x-dead-letter-exchange")
+                    .and_then(crate::broker::queue_args::text)
+                {
+                    self.authorize(conn, Perm::Read, "queue", &name)?;
+                    self.authorize(conn, Perm::Write, "exchange", &dlx)?;
+                }
                 metrics::counter!(crate::metrics::QUEUES_CREATED).increment(1);
                 let logged = spec.durable && spec.exclusive_owner.is_none();
                 if spec.exclusive_owner.is_some()

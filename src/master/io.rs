@@ -90,6 +90,14 @@ pub enum Input {
         /// Highest stable index.
         index: u64,
     },
+    /// A management write (users, vhosts, permissions, definitions); the
+    /// answer is handed to `reply` once its events are stable.
+    Admin {
+        /// What to do.
+        op: super::admin::AdminOp,
+        /// Where the answer goes.
+        reply: super::admin::AdminReply,
+    },
 }
 
 /// What a connection's handshake negotiated, as the management API lists it

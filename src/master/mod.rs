@@ -8,9 +8,11 @@
 //! the message's own `wait_index` is stable. Nothing here does I/O: the result of
 //! every step is a list of [`Output`]s.
 
+pub mod admin;
 pub mod io;
 pub mod session;
 
+mod authz;
 mod basic;
 mod dead_letter;
 mod declare;
@@ -91,15 +93,15 @@ pub struct Master {
     dead_letter_depth: u32,
     /// Consumer cancel notifications to send after this step's replies.
     cancels: Vec<(ConnId, u16, Arc<str>)>,
+    /// Management writes whose answers wait for the log (`admin`).
+    admin_waiting: admin::AdminWaiting,
 }
 
 impl Master {
     /// A master over an already recovered broker state whose log ends (stably) at
-    /// `last_index`. Vhosts from the config are created if missing.
-    pub fn new(config: Arc<Config>, mut broker: Broker, last_index: u64) -> Master {
-        for v in &config.vhosts {
-            broker.apply(&Event::VhostCreated { vhost: v.clone() }, 0);
-        }
+    /// `last_index`. A fresh node's vhosts and users come from
+    /// [`Master::seed_from_config`], which the server calls next.
+    pub fn new(config: Arc<Config>, broker: Broker, last_index: u64) -> Master {
         let next_msg_id = broker.max_msg_id + 1;
         Master {
             broker,
@@ -119,17 +121,15 @@ impl Master {
             queue_last_used: HashMap::new(),
             dead_letter_depth: 0,
             cancels: Vec::new(),
+            admin_waiting: admin::AdminWaiting::default(),
         }
     }
 
     /// Rebuild broker state from the stable log (I4: the same events give the same
-    /// state). The configured vhosts exist before the log is replayed, since the log
-    /// refers to them but does not (yet) create them.
-    pub fn recover(config: &Config, events: impl IntoIterator<Item = Event>) -> Broker {
+    /// state). Vhosts and users are events too; a fresh node gets the config's
+    /// through [`Master::seed_from_config`], logged like any other change.
+    pub fn recover(_config: &Config, events: impl IntoIterator<Item = Event>) -> Broker {
         let mut b = Broker::new();
-        for v in &config.vhosts {
-            b.apply(&Event::VhostCreated { vhost: v.clone() }, 0);
-        }
         for e in events {
             b.apply(&e, 0);
         }
@@ -203,6 +203,7 @@ impl Master {
             Input::Disconnected { conn } => self.disconnect(conn),
             Input::Stable { index } => self.on_stable(index),
             Input::Tick => self.tick(),
+            Input::Admin { op, reply } => self.admin(op, reply),
             Input::ChannelOpen { conn, ch } => self.channel_open(conn, ch),
             Input::ChannelError { conn, ch, error } => self.fail(conn, ch, error),
             other => {
@@ -269,6 +270,15 @@ impl Master {
         if self.broker.vhost(&vhost).is_none() {
             let e = AmqpError::new(ReplyCode::NotAllowed, format!("vhost {vhost} not found"))
                 .on(10, 40);
+            self.send(conn, ToConn::CloseConnection(e));
+            return;
+        }
+        if !self.may_open(&user, &vhost) {
+            let e = AmqpError::new(
+                ReplyCode::NotAllowed,
+                format!("access to vhost '{vhost}' refused for user '{user}'"),
+            )
+            .on(10, 40);
             self.send(conn, ToConn::CloseConnection(e));
             return;
         }
@@ -491,6 +501,7 @@ impl Master {
                 }
             }
         }
+        self.release_admin();
         let stalled = std::mem::take(&mut self.stalled);
         for (v, q) in stalled {
             self.try_deliver(&v, &q);

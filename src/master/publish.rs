@@ -28,6 +28,9 @@ impl Master {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true").on(60, 40));
         }
         let exchange = p.exchange.as_str();
+        // Write on the exchange before looking it up, as RabbitMQ does.
+        self.authorize(conn, crate::users::Perm::Write, "exchange", exchange)
+            .map_err(|e| e.on(60, 40))?;
         let Some(x) = self.broker.exchange(&vhost, exchange) else {
             return Err(AmqpError::no_exchange(&vhost, exchange).on(60, 40));
         };
@@ -60,6 +63,14 @@ impl Master {
             ))
             .on(60, 40));
         }
+        self.authorize_topic(
+            conn,
+            crate::users::Perm::Write,
+            &vhost,
+            exchange,
+            p.routing_key.as_str(),
+        )
+        .map_err(|e| e.on(60, 40))?;
         let properties = self.rewrite_reply_to(conn, ch, properties)?;
         m::global(m::RECEIVED).increment(1);
         m::observe_message_size(body.len());

@@ -9,8 +9,15 @@ use stablemq_protocol::methods::{basic, confirm, queue, tx};
 use stablemq_protocol::{AMQPClass, BasicProperties};
 use std::sync::Arc;
 
+/// A master over a state seeded from the default config (unlogged here, so
+/// the tests' log indexes start at their own first event).
 fn master() -> Master {
-    Master::new(Arc::new(Config::default()), Broker::new(), 0)
+    let config = Config::default();
+    let mut b = Broker::new();
+    for e in crate::users::seed_events(&config) {
+        b.apply(&e, 0);
+    }
+    Master::new(Arc::new(config), b, 0)
 }
 
 fn open(m: &mut Master, conn: u64, ch: u16) {
@@ -278,13 +285,12 @@ fn recovery_replays_the_log_into_the_configured_vhosts() {
     log.extend(m.take_outputs());
     log.extend(publish(&mut m, 1, 1, "q", true, "kept"));
     log.extend(publish(&mut m, 1, 1, "q", false, "transient"));
-    let events: Vec<_> = log
-        .into_iter()
-        .filter_map(|o| match o {
-            Output::Append(b) => Some(crate::broker::event::Event::decode(&b).unwrap()),
-            _ => None,
-        })
-        .collect();
+    // The seed is part of a real log; here it was applied unlogged.
+    let mut events = crate::users::seed_events(&Config::default());
+    events.extend(log.into_iter().filter_map(|o| match o {
+        Output::Append(b) => Some(crate::broker::event::Event::decode(&b).unwrap()),
+        _ => None,
+    }));
     let b = Master::recover(&Config::default(), events);
     let q = b.queue("/", "q").expect("durable queue recovered");
     let bodies: Vec<_> = q.ready.values().map(|m| m.msg.body.clone()).collect();

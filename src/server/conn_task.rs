@@ -22,6 +22,7 @@ pub async fn run(
     config: Arc<Config>,
     master: mpsc::Sender<MasterMsg>,
     mut shutdown: watch::Receiver<bool>,
+    users: crate::users::Snapshot,
 ) {
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<ToConn>();
     if master.send(MasterMsg::Register(id, out_tx)).await.is_err() {
@@ -31,6 +32,7 @@ pub async fn run(
     let (mut rd, mut wr) = sock.into_split();
     let mut conn = Connection::new(id, peer.ip(), config, Instant::now());
     conn.set_addresses(peer, local);
+    conn.set_users(users);
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut wbuf = BytesMut::with_capacity(64 * 1024);
     let mut actions = Vec::with_capacity(64);

@@ -33,6 +33,13 @@ pub enum MasterMsg {
     /// A read of the state for the management API, run between two inputs
     /// so it sees a consistent state without locks.
     Query(crate::management::Query),
+    /// A management write (users, vhosts, permissions, definitions): the
+    /// answer comes once its events are stable. A node that is not the
+    /// master drops the sender (the API answers 503).
+    Admin(
+        crate::master::admin::AdminOp,
+        oneshot::Sender<crate::master::admin::AdminResult>,
+    ),
 }
 
 /// Where the master's events go, and where stability comes from.
@@ -96,9 +103,14 @@ pub async fn run(
     mut rx: mpsc::Receiver<MasterMsg>,
     config: Arc<Config>,
     data_dir: std::path::PathBuf,
+    users: watch::Sender<Arc<crate::users::AccessTable>>,
 ) {
+    let users = Arc::new(users);
     let mut outboxes: HashMap<ConnId, mpsc::UnboundedSender<ToConn>> = HashMap::new();
     let mut batch = Vec::with_capacity(512);
+    if let Backend::Local { log, .. } = &backend {
+        m::single_node_status(log.epoch());
+    }
     let mut gauges = tokio::time::interval(Duration::from_secs(1));
     // Expiry and timeouts are checked this often; a TTL fires at most this late.
     let mut tick = tokio::time::interval(Duration::from_millis(50));
@@ -106,10 +118,14 @@ pub async fn run(
     let memory_limit = config
         .memory_high_watermark_bytes
         .unwrap_or_else(|| crate::metrics::total_memory_bytes().map_or(u64::MAX, |t| t / 10 * 4));
-    if let Backend::Local { log, .. } = &backend {
-        m::single_node_status(log.epoch());
-    }
+    let mut published = users.borrow().clone();
     loop {
+        // Logins and the management API read users from this snapshot; a
+        // new one goes out whenever an event changed the table.
+        if !Arc::ptr_eq(&published, &core.broker().access) {
+            published = core.broker().access.clone();
+            publish_users(&users, &published);
+        }
         tokio::select! {
             n = rx.recv_many(&mut batch, 512) => {
                 if n == 0 {
@@ -145,6 +161,20 @@ pub async fn run(
                                 let _ = tx.send(ToConn::Alarm(alarm.clone()));
                             }
                             outboxes.insert(id, tx);
+                        }
+                        MasterMsg::Admin(op, tx) => {
+                            if let Core::Serving(master) = &mut core {
+                                let users = users.clone();
+                                let reply = crate::master::admin::AdminReply::new(
+                                    move |result, table| {
+                                        publish_users(&users, table);
+                                        let _ = tx.send(result);
+                                    },
+                                );
+                                master.set_now(now_ms());
+                                master.handle(Input::Admin { op, reply });
+                                dispatch(master, &mut backend, &mut outboxes);
+                            }
                         }
                         MasterMsg::Query(q) => q(CoreView {
                             broker: core.broker(),
@@ -188,6 +218,21 @@ pub async fn run(
     }
 }
 
+/// Hand out a new users snapshot unless it is the one already out.
+fn publish_users(
+    users: &watch::Sender<Arc<crate::users::AccessTable>>,
+    table: &Arc<crate::users::AccessTable>,
+) {
+    users.send_if_modified(|cur| {
+        if Arc::ptr_eq(cur, table) {
+            false
+        } else {
+            *cur = table.clone();
+            true
+        }
+    });
+}
+
 /// The close a client gets when the node it talks to is no longer the master.
 fn not_master() -> AmqpError {
     AmqpError::new(
@@ -221,7 +266,10 @@ fn on_log_event(
                 metrics::counter!(m::FAILOVERS).increment(1);
             }
             broker.mark_redelivered();
-            let master = Master::new(config.clone(), broker, stable);
+            let mut master = Master::new(config.clone(), broker, stable);
+            // The cluster's first master seeds users and vhosts from the
+            // config; later ones find them in the log.
+            master.seed_from_config(config);
             tracing::info!(epoch, stable, "serving clients as master");
             set_serving(backend, true);
             Core::Serving(Box::new(master))

@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub data_dir: PathBuf,
     /// Parsed configuration.
     pub config: Arc<Config>,
+    /// A definitions file to import at boot (`--definitions`).
+    pub definitions: Option<PathBuf>,
 }
 
 /// Why the server could not run.
@@ -85,6 +87,7 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
     let _metrics = start_metrics(&opts, master.0.clone()).await?;
     let Some(cluster) = opts.config.cluster.clone() else {
         let (core, backend) = recover_local(&opts)?;
+        let users = watch::channel(core.broker().access.clone());
         let local_stable = match &backend {
             Backend::Local { stable, .. } => Some(stable.clone()),
             Backend::Replicated { .. } => None,
@@ -103,8 +106,16 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
         };
         let amqp_port = Some(opts.amqp_port);
         let api_addr = opts.management_addr;
-        let _api = start_management(&opts, api_addr, amqp_port, source, master.0.clone()).await?;
-        return run_broker(opts, core, backend, Router::Local, None, master).await;
+        let _api = start_management(
+            &opts,
+            api_addr,
+            amqp_port,
+            source,
+            master.0.clone(),
+            &users.0,
+        )
+        .await?;
+        return run_broker(opts, core, backend, Router::Local, None, master, users.0).await;
     };
     let node = cluster_node::start(&cluster, &opts.data_dir).await?;
     let me = cluster.me();
@@ -135,7 +146,18 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
         false => opts.management_addr.or(me.management_addr),
     };
     let amqp_port = me.amqp_addr.map(|a| a.port());
-    let _api = start_management(&opts, api_addr, amqp_port, source, master.0.clone()).await?;
+    // A slave's replica has no users until the log reaches it; its API
+    // answers 401 until then.
+    let users = watch::channel(Arc::new(crate::users::AccessTable::default()));
+    let _api = start_management(
+        &opts,
+        api_addr,
+        amqp_port,
+        source,
+        master.0.clone(),
+        &users.0,
+    )
+    .await?;
     let (Some(backend), Some(status), Some(amqp)) = (node.backend, node.status, me.amqp_addr)
     else {
         // A store-only node: no AMQP, no broker state; queries of broker
@@ -162,7 +184,7 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
         amqp_addrs: Arc::new(node.amqp_addrs),
     };
     let driver = node.driver;
-    let result = run_broker(opts, core, backend, router, node.store, master).await;
+    let result = run_broker(opts, core, backend, router, node.store, master, users.0).await;
     drop(driver);
     result
 }
@@ -176,6 +198,7 @@ async fn start_management(
     amqp_port: Option<u16>,
     source: NodeStatusSource,
     master: mpsc::Sender<MasterMsg>,
+    users: &watch::Sender<Arc<crate::users::AccessTable>>,
 ) -> Result<Option<AbortOnDrop>, ServeError> {
     let Some(addr) = addr else { return Ok(None) };
     let mut listeners = vec![Listener {
@@ -195,7 +218,13 @@ async fn start_management(
             addr: p,
         });
     }
-    let state = crate::management::AppState::new(opts.config.clone(), source, master, listeners);
+    let state = crate::management::AppState::new(
+        opts.config.clone(),
+        source,
+        master,
+        listeners,
+        users.subscribe(),
+    );
     let task = crate::management::serve(addr, state)
         .await
         .map_err(|source| ServeError::Listen { addr, source })?;
@@ -274,7 +303,8 @@ fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
         broker.apply(&crate::broker::event::Event::decode(&e.payload)?, 0);
     }
     let recovered = recovered.suffix.len();
-    let master = Master::new(opts.config.clone(), broker, last_index);
+    let mut master = Master::new(opts.config.clone(), broker, last_index);
+    master.seed_from_config(&opts.config);
     tracing::info!(
         recovered,
         last_index,
@@ -311,6 +341,8 @@ struct ConnContext {
     master_tx: mpsc::Sender<MasterMsg>,
     shutdown: watch::Receiver<bool>,
     router: Router,
+    /// The master task's latest users and permissions, for logins.
+    users: crate::users::Snapshot,
 }
 
 async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, peer: SocketAddr) {
@@ -319,6 +351,7 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
         master_tx,
         shutdown,
         router,
+        users,
     } = ctx;
     let Router::Cluster {
         me,
@@ -327,7 +360,7 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
         amqp_addrs,
     } = router
     else {
-        return conn_task::run(id, sock, peer, config, master_tx, shutdown).await;
+        return conn_task::run(id, sock, peer, config, master_tx, shutdown, users).await;
     };
     // Decide once: here while master, else the master's node. A client that
     // arrives mid-election waits for the outcome.
@@ -347,13 +380,63 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
     })
     .await;
     match decided {
-        Ok(None) => conn_task::run(id, sock, peer, config, master_tx, shutdown).await,
+        Ok(None) => conn_task::run(id, sock, peer, config, master_tx, shutdown, users).await,
         Ok(Some(master)) => match amqp_addrs.get(&master) {
             Some(&addr) => proxy::run(sock, addr, master, status, shutdown, config).await,
             None => tracing::warn!(master, "no AMQP address for the master; dropping client"),
         },
         Err(_) => tracing::warn!(%peer, "no master elected in time; dropping client"),
     }
+}
+
+/// Import the `--definitions` file through the master, as a management
+/// write. A single node waits for it before accepting clients, as RabbitMQ
+/// loads definitions before it listens; a cluster node cannot (no master
+/// may be elected yet), so it keeps offering the import in the background
+/// until a master (this node or, once forwarding exists, another) takes it.
+async fn boot_import(
+    master: &mpsc::Sender<MasterMsg>,
+    events: Vec<crate::broker::event::Event>,
+    not_imported: Vec<String>,
+    wait: bool,
+) -> Result<(), ServeError> {
+    for n in &not_imported {
+        tracing::warn!("definitions: not imported: {n}");
+    }
+    let master = master.clone();
+    let task = async move {
+        for _ in 0..120 {
+            let (tx, rx) = oneshot::channel();
+            let op = crate::master::admin::AdminOp::Import {
+                events: events.clone(),
+            };
+            if master.send(MasterMsg::Admin(op, tx)).await.is_err() {
+                return Err("master task stopped".to_string());
+            }
+            match rx.await {
+                Ok(Ok(crate::master::admin::AdminOutcome::Imported { skipped })) => {
+                    for s in &skipped {
+                        tracing::warn!("definitions: not imported: {s}");
+                    }
+                    tracing::info!("definitions imported");
+                    return Ok(());
+                }
+                Ok(other) => return Err(format!("definitions import failed: {other:?}")),
+                // Not the master (yet): try again.
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+        Err("no master took the definitions import within 2 minutes".to_string())
+    };
+    if wait {
+        return task.await.map_err(ServeError::Other);
+    }
+    tokio::spawn(async move {
+        if let Err(e) = task.await {
+            tracing::error!("{e}");
+        }
+    });
+    Ok(())
 }
 
 async fn wait_for_signal() -> Result<(), ServeError> {
@@ -374,6 +457,7 @@ async fn run_broker(
     router: Router,
     store: Option<tokio::task::JoinHandle<()>>,
     (master_tx, master_rx): (mpsc::Sender<MasterMsg>, mpsc::Receiver<MasterMsg>),
+    users: watch::Sender<Arc<crate::users::AccessTable>>,
 ) -> Result<(), ServeError> {
     let listeners = listen::bind_all(&opts.amqp_ips, opts.amqp_port, opts.ipv6_optional)
         .map_err(|(addr, source)| ServeError::Listen { addr, source })?;
@@ -406,6 +490,12 @@ async fn run_broker(
         }));
     }
     drop(accepted_tx);
+    let definitions = match &opts.definitions {
+        Some(path) => {
+            Some(crate::management::definitions::load_file(path).map_err(ServeError::Other)?)
+        }
+        None => None,
+    };
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let master_handle = tokio::spawn(master_task::run(
@@ -414,14 +504,25 @@ async fn run_broker(
         master_rx,
         opts.config.clone(),
         opts.data_dir.clone(),
+        users.clone(),
     ));
     let ctx = ConnContext {
         config: opts.config.clone(),
         master_tx: master_tx.clone(),
         shutdown: shutdown_rx,
         router,
+        users: users.subscribe(),
     };
 
+    if let Some((events, not_imported)) = definitions {
+        boot_import(
+            &master_tx,
+            events,
+            not_imported,
+            matches!(ctx.router, Router::Local),
+        )
+        .await?;
+    }
     let next_id = Arc::new(AtomicU64::new(1));
     let mut conns = tokio::task::JoinSet::new();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -66,9 +66,11 @@ impl Connection {
                 self.client_properties = s.client_properties;
                 let mech = s.mechanism.as_str();
                 self.auth_mechanism = mech.to_string();
+                let users = self.users_now();
                 let result =
                     auth::parse_response(mech, s.response.as_bytes()).and_then(|(u, p)| {
-                        auth::authenticate(&self.config, &u, &p, self.peer).map(|u| u.name.clone())
+                        auth::authenticate(&self.config, &users, &u, &p, self.peer)
+                            .map(|u| u.name.clone())
                     });
                 match result {
                     Ok(user) => {

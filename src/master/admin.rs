@@ -1,0 +1,495 @@
+//! Management writes for users, vhosts, permissions and topic permissions,
+//! and definitions import: operations that arrive from the HTTP API rather
+//! than from an AMQP channel.
+//!
+//! Each operation is validated against the current state, turned into
+//! events that are applied at once and appended to the log, and answered
+//! only once those events are stable (I1): the HTTP client that got 201 or
+//! 204 can rely on the change surviving a crash or a failover. The answer
+//! goes back through a callback ([`AdminReply`]) that the master task wraps
+//! around a oneshot channel; the core itself does no I/O.
+
+use super::Master;
+use super::io::ToConn;
+use crate::broker::event::Event;
+use crate::error::{AmqpError, ReplyCode};
+use crate::users::{AccessTable, HashAlgorithm};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// A management write.
+#[derive(Debug, Clone)]
+pub enum AdminOp {
+    /// Create or replace a user (the hash is computed by the caller).
+    PutUser {
+        /// Name.
+        name: String,
+        /// base64 hash, empty for no password.
+        password_hash: String,
+        /// Its algorithm.
+        hashing_algorithm: HashAlgorithm,
+        /// Tags.
+        tags: Vec<String>,
+    },
+    /// Delete users; `must_exist` makes a missing one a 404 (single DELETE),
+    /// bulk-delete ignores missing names as RabbitMQ does.
+    DeleteUsers {
+        /// Names.
+        names: Vec<String>,
+        /// 404 when the (single) user does not exist.
+        must_exist: bool,
+    },
+    /// Create a vhost or update its metadata.
+    PutVhost {
+        /// Name.
+        name: String,
+        /// Description (None keeps the current one).
+        description: Option<String>,
+        /// Tags (None keeps the current ones).
+        tags: Option<Vec<String>>,
+        /// Default queue type (None keeps the current one).
+        default_queue_type: Option<String>,
+    },
+    /// Delete a vhost with everything in it.
+    DeleteVhost {
+        /// Name.
+        name: String,
+    },
+    /// Set a user's permissions on a vhost (regexes already validated).
+    SetPermission {
+        /// User.
+        user: String,
+        /// Vhost.
+        vhost: String,
+        /// Configure regex.
+        configure: String,
+        /// Write regex.
+        write: String,
+        /// Read regex.
+        read: String,
+    },
+    /// Clear a user's permissions on a vhost.
+    ClearPermission {
+        /// User.
+        user: String,
+        /// Vhost.
+        vhost: String,
+    },
+    /// Set a user's topic permissions on an exchange.
+    SetTopicPermission {
+        /// User.
+        user: String,
+        /// Vhost.
+        vhost: String,
+        /// Exchange.
+        exchange: String,
+        /// Write regex.
+        write: String,
+        /// Read regex.
+        read: String,
+    },
+    /// Clear topic permissions (one exchange, or all of the vhost).
+    ClearTopicPermission {
+        /// User.
+        user: String,
+        /// Vhost.
+        vhost: String,
+        /// Exchange, or every exchange.
+        exchange: Option<String>,
+    },
+    /// Import definitions: a list of events, already checked for shape, in
+    /// RabbitMQ's import order. Events referring to something missing are
+    /// skipped and reported.
+    Import {
+        /// The events, in order.
+        events: Vec<Event>,
+    },
+}
+
+/// How a write went, in the terms of the HTTP answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminOutcome {
+    /// A new object: 201.
+    Created,
+    /// An existing object changed or removed: 204.
+    Done,
+    /// An import, with what was skipped and why.
+    Imported {
+        /// One line per skipped item.
+        skipped: Vec<String>,
+    },
+}
+
+/// Why a write was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    /// The object does not exist: 404.
+    #[error("not found")]
+    NotFound,
+    /// The request refers to something missing or invalid: 400 with reason.
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// The outcome of one write.
+pub type AdminResult = Result<AdminOutcome, AdminError>;
+
+/// The callback behind an [`AdminReply`].
+type ReplyFn = Box<dyn FnOnce(AdminResult, &Arc<AccessTable>) + Send>;
+
+/// Where an answer goes (the master task sends it on to the HTTP handler).
+/// It also gets the access table as of the answer, so the master task can
+/// publish it first: a client told "201 Created" can log in at once.
+pub struct AdminReply(ReplyFn);
+
+impl AdminReply {
+    /// Wrap a callback.
+    pub fn new(f: impl FnOnce(AdminResult, &Arc<AccessTable>) + Send + 'static) -> AdminReply {
+        AdminReply(Box::new(f))
+    }
+}
+
+impl std::fmt::Debug for AdminReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminReply")
+    }
+}
+
+/// Answers that wait for the stable index.
+#[derive(Debug, Default)]
+pub struct AdminWaiting {
+    queue: VecDeque<(u64, AdminReply, AdminResult)>,
+}
+
+impl Master {
+    /// Seed a fresh node from the config (see [`crate::users::seed_events`]):
+    /// logged events, so slaves and restarts see the same users. A node
+    /// whose log already has users ignores the config's users and says so.
+    pub fn seed_from_config(&mut self, config: &crate::config::Config) {
+        if !self.broker.access.initialized {
+            for ev in crate::users::seed_events(config) {
+                self.emit(ev, true);
+            }
+            return;
+        }
+        for u in &config.users {
+            if !self.broker.access.users.contains_key(&u.name) {
+                tracing::warn!(
+                    user = %u.name,
+                    "config user ignored: this node's log already holds users; manage them with the management API (docs/access-control.md)"
+                );
+            }
+        }
+    }
+
+    /// Run one management write; the answer waits for the log.
+    pub(super) fn admin(&mut self, op: AdminOp, reply: AdminReply) {
+        let result = self.admin_op(op);
+        if self.stable >= self.last_appended {
+            (reply.0)(result, &self.broker.access);
+        } else {
+            let index = self.last_appended;
+            self.admin_waiting.queue.push_back((index, reply, result));
+        }
+    }
+
+    /// Send the answers whose events are now stable.
+    pub(super) fn release_admin(&mut self) {
+        while self
+            .admin_waiting
+            .queue
+            .front()
+            .is_some_and(|w| w.0 <= self.stable)
+        {
+            if let Some((_, reply, result)) = self.admin_waiting.queue.pop_front() {
+                (reply.0)(result, &self.broker.access);
+            }
+        }
+    }
+
+    fn admin_op(&mut self, op: AdminOp) -> AdminResult {
+        let access = self.broker.access.clone();
+        match op {
+            AdminOp::PutUser {
+                name,
+                password_hash,
+                hashing_algorithm,
+                tags,
+            } => {
+                let existed = access.users.contains_key(&name);
+                self.emit(
+                    Event::UserPut {
+                        name,
+                        password_hash,
+                        hashing_algorithm,
+                        tags,
+                    },
+                    true,
+                );
+                Ok(if existed {
+                    AdminOutcome::Done
+                } else {
+                    AdminOutcome::Created
+                })
+            }
+            AdminOp::DeleteUsers { names, must_exist } => {
+                if must_exist && names.iter().any(|n| !access.users.contains_key(n)) {
+                    return Err(AdminError::NotFound);
+                }
+                for name in names {
+                    if access.users.contains_key(&name) {
+                        self.emit(Event::UserDeleted { name: name.clone() }, true);
+                        self.close_sessions(
+                            |s| s.user == name,
+                            &format!("user '{name}' was deleted"),
+                        );
+                    }
+                }
+                Ok(AdminOutcome::Done)
+            }
+            AdminOp::PutVhost {
+                name,
+                description,
+                tags,
+                default_queue_type,
+            } => {
+                let existed = self.broker.vhost(&name).is_some();
+                if !existed {
+                    self.emit(
+                        Event::VhostCreated {
+                            vhost: name.clone(),
+                        },
+                        true,
+                    );
+                }
+                let cur = access.vhost_meta.get(&name).cloned().unwrap_or_default();
+                self.emit(
+                    Event::VhostMetadata {
+                        vhost: name,
+                        description: description.unwrap_or(cur.description),
+                        tags: tags.unwrap_or(cur.tags),
+                        default_queue_type: default_queue_type.or(cur.default_queue_type),
+                    },
+                    true,
+                );
+                Ok(if existed {
+                    AdminOutcome::Done
+                } else {
+                    AdminOutcome::Created
+                })
+            }
+            AdminOp::DeleteVhost { name } => {
+                if self.broker.vhost(&name).is_none() {
+                    return Err(AdminError::NotFound);
+                }
+                // Clients of the vhost go first, as in RabbitMQ, so no
+                // channel is left pointing at queues that are gone.
+                self.close_sessions(|s| s.vhost == name, &format!("vhost '{name}' is deleted"));
+                self.emit(Event::VhostDeleted { vhost: name }, true);
+                Ok(AdminOutcome::Done)
+            }
+            AdminOp::SetPermission {
+                user,
+                vhost,
+                configure,
+                write,
+                read,
+            } => {
+                if !access.users.contains_key(&user) || self.broker.vhost(&vhost).is_none() {
+                    return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
+                }
+                let existed = access.permission(&user, &vhost).is_some();
+                self.emit(
+                    Event::PermissionSet {
+                        user,
+                        vhost,
+                        configure,
+                        write,
+                        read,
+                    },
+                    true,
+                );
+                Ok(if existed {
+                    AdminOutcome::Done
+                } else {
+                    AdminOutcome::Created
+                })
+            }
+            AdminOp::ClearPermission { user, vhost } => {
+                if access.permission(&user, &vhost).is_none() {
+                    return Err(AdminError::NotFound);
+                }
+                self.emit(Event::PermissionCleared { user, vhost }, true);
+                Ok(AdminOutcome::Done)
+            }
+            AdminOp::SetTopicPermission {
+                user,
+                vhost,
+                exchange,
+                write,
+                read,
+            } => {
+                if !access.users.contains_key(&user) || self.broker.vhost(&vhost).is_none() {
+                    return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
+                }
+                let existed = access
+                    .topic_permissions
+                    .get(&user)
+                    .and_then(|m| m.get(&vhost))
+                    .is_some_and(|m| m.contains_key(&exchange));
+                self.emit(
+                    Event::TopicPermissionSet {
+                        user,
+                        vhost,
+                        exchange,
+                        write,
+                        read,
+                    },
+                    true,
+                );
+                Ok(if existed {
+                    AdminOutcome::Done
+                } else {
+                    AdminOutcome::Created
+                })
+            }
+            AdminOp::ClearTopicPermission {
+                user,
+                vhost,
+                exchange,
+            } => {
+                let has = access
+                    .topic_permissions
+                    .get(&user)
+                    .and_then(|m| m.get(&vhost))
+                    .is_some_and(|m| exchange.as_ref().is_none_or(|x| m.contains_key(x)));
+                if !has {
+                    return Err(AdminError::NotFound);
+                }
+                self.emit(
+                    Event::TopicPermissionCleared {
+                        user,
+                        vhost,
+                        exchange,
+                    },
+                    true,
+                );
+                Ok(AdminOutcome::Done)
+            }
+            AdminOp::Import { events } => Ok(AdminOutcome::Imported {
+                skipped: self.import(events),
+            }),
+        }
+    }
+
+    /// Apply imported events in order; returns what was skipped.
+    fn import(&mut self, events: Vec<Event>) -> Vec<String> {
+        let mut skipped = Vec::new();
+        for ev in events {
+            match self.import_one(&ev) {
+                Ok(Some(logged)) => {
+                    self.emit(ev, logged);
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    tracing::warn!("definitions import: {why}");
+                    skipped.push(why);
+                }
+            }
+        }
+        skipped
+    }
+
+    /// Whether an imported event applies: Some(logged) to emit it, None when
+    /// it is already in place, Err when it refers to something missing.
+    fn import_one(&self, ev: &Event) -> Result<Option<bool>, String> {
+        let vhost_missing = |v: &str| format!("vhost '{v}' does not exist");
+        match ev {
+            Event::VhostCreated { vhost } => Ok(self.broker.vhost(vhost).is_none().then_some(true)),
+            Event::PermissionSet { user, vhost, .. }
+            | Event::TopicPermissionSet { user, vhost, .. } => {
+                if self.broker.vhost(vhost).is_none() {
+                    Err(vhost_missing(vhost))
+                } else if !self.broker.access.users.contains_key(user) {
+                    Err(format!("user '{user}' does not exist"))
+                } else {
+                    Ok(Some(true))
+                }
+            }
+            Event::QueueDeclared { vhost, name, spec } => {
+                if self.broker.vhost(vhost).is_none() {
+                    return Err(vhost_missing(vhost));
+                }
+                if self.broker.queue(vhost, name).is_some() {
+                    return Ok(None);
+                }
+                if let Err((arg, why)) =
+                    crate::broker::queue_args::QueueArgs::parse(&spec.arguments)
+                {
+                    return Err(format!(
+                        "queue '{name}' in vhost '{vhost}': invalid arg '{arg}': {why}"
+                    ));
+                }
+                Ok(Some(spec.durable))
+            }
+            Event::ExchangeDeclared { vhost, name, spec } => {
+                if self.broker.vhost(vhost).is_none() {
+                    return Err(vhost_missing(vhost));
+                }
+                if self.broker.exchange(vhost, name).is_some() {
+                    return Ok(None);
+                }
+                Ok(Some(spec.durable))
+            }
+            Event::Bound { vhost, binding } => {
+                use crate::broker::event::Destination;
+                let Some(src) = self.broker.exchange(vhost, &binding.source) else {
+                    return Err(format!(
+                        "binding from '{}' in vhost '{vhost}': no such exchange",
+                        binding.source
+                    ));
+                };
+                let dest_durable = match &binding.destination {
+                    Destination::Queue(q) => self.broker.queue(vhost, q).map(|q| q.is_logged()),
+                    Destination::Exchange(x) => {
+                        self.broker.exchange(vhost, x).map(|x| x.spec.durable)
+                    }
+                };
+                let Some(dest_durable) = dest_durable else {
+                    return Err(format!(
+                        "binding to {:?} in vhost '{vhost}': no such destination",
+                        binding.destination
+                    ));
+                };
+                if src.has_binding(binding) {
+                    return Ok(None);
+                }
+                Ok(Some(src.spec.durable && dest_durable))
+            }
+            Event::VhostMetadata { vhost, .. } => {
+                if self.broker.vhost(vhost).is_none() {
+                    return Err(vhost_missing(vhost));
+                }
+                Ok(Some(true))
+            }
+            // Users and anything else the importer built: always applies.
+            _ => Ok(Some(true)),
+        }
+    }
+
+    /// Close every connection whose session matches, with 320 as RabbitMQ
+    /// does when an operator deletes its user or vhost.
+    fn close_sessions(&mut self, which: impl Fn(&super::session::Session) -> bool, why: &str) {
+        let conns: Vec<_> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| which(s))
+            .map(|(c, _)| *c)
+            .collect();
+        for conn in conns {
+            let e = AmqpError::new(ReplyCode::ConnectionForced, why.to_string());
+            self.send(conn, ToConn::CloseConnection(e));
+            self.disconnect(conn);
+        }
+    }
+}
