@@ -5,6 +5,7 @@
 #      from RabbitMQ by scripts/export-rabbitmq-fixture.sh);
 #   2. a user created in RabbitMQ logs in to StableMQ over AMQP (PLAIN and
 #      AMQPLAIN) with its original password, and a wrong password is refused;
+#      `stablemq serve --definitions FIXTURE` loads the same state at boot;
 #   3. export StableMQ's definitions, import them into a fresh RabbitMQ 3.10
 #      (scripts/rabbitmq-node.sh), export again, and compare with the
 #      fixture: users (hashes included), vhosts, permissions, topic
@@ -97,6 +98,24 @@ PY
 
 curl -fsS -u guest:guest "http://127.0.0.1:$HTTP/api/definitions" >"$TMP/stablemq.json" \
     || fail "export from StableMQ"
+
+# --- 2b. serve --definitions loads the same file at boot --------------------
+kill "$SMQ_PID"; wait "$SMQ_PID" 2>/dev/null || true
+"$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --management-port "$HTTP" \
+    --prometheus-port "$PROM" --data-dir "$TMP/smq-boot" --definitions "$FIXTURE" \
+    >"$TMP/smq-boot.log" 2>&1 &
+SMQ_PID=$!
+for _ in $(seq 1 200); do
+    curl -fsS -u fx-admin:fx-admin-pw "http://127.0.0.1:$HTTP/api/users/fx-app" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+curl -fsS -u guest:guest "http://127.0.0.1:$HTTP/api/definitions" >"$TMP/boot.json" \
+    || fail "serve --definitions: export"
+python3 -c 'import json,sys
+a,b=(json.load(open(p)) for p in sys.argv[1:])
+for k in ("users","permissions","topic_permissions","policies","queues","exchanges","bindings"):
+    assert sorted(map(json.dumps,a[k]))==sorted(map(json.dumps,b[k])), k' \
+    "$TMP/stablemq.json" "$TMP/boot.json" || fail "serve --definitions loaded something else"
 
 # --- 3. RabbitMQ imports StableMQ's export ------------------------------------
 eval "$("$ROOT/scripts/rabbitmq-node.sh" start --dir "$TMP/rmq")"
