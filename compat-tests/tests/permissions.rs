@@ -550,3 +550,40 @@ async fn management_writes_answer_in_rabbitmq_shapes_and_survive_a_restart() {
     let (s, _) = api.send("DELETE", "/api/users/u1", None);
     assert_eq!(s, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn definitions_import_into_one_vhost_and_say_what_was_not_imported() {
+    let broker = Broker::start();
+    let api = Api::new(&broker);
+    let doc = json!({
+        "queues": [{"name": "imp-q", "durable": true, "auto_delete": false,
+                    "arguments": {"x-max-length": 7}}],
+        "exchanges": [{"name": "imp-x", "type": "fanout", "durable": true,
+                       "auto_delete": false, "internal": false, "arguments": {}},
+                      {"name": "imp-delayed", "type": "x-delayed-message", "durable": true,
+                       "auto_delete": false, "internal": false, "arguments": {}}],
+        "bindings": [{"source": "imp-x", "destination": "imp-q", "destination_type": "queue",
+                      "routing_key": "", "arguments": {}}],
+        "parameters": [{"name": "up", "component": "federation-upstream", "value": {}}]
+    });
+    let (s, body) = api.send("POST", "/api/definitions/%2F", Some(&doc));
+    assert_eq!(s, 200, "{body}");
+    let skipped = body["not_imported"].as_array().expect("list").len();
+    assert_eq!(skipped, 2, "the delayed exchange and the parameter: {body}");
+    let (_, q) = api.send("GET", "/api/queues/%2F/imp-q", None);
+    assert_eq!(q["arguments"]["x-max-length"], 7);
+    let (_c, ch) = open(&broker).await;
+    publish(&ch, "imp-x", "", b"routed").await;
+    assert_eq!(get_eventually(&ch, "imp-q", true).await.data, b"routed");
+    // Importing again changes nothing and reports nothing new for the objects.
+    let (s, _) = api.send(
+        "POST",
+        "/api/definitions/%2F",
+        Some(&json!({"queues": doc["queues"]})),
+    );
+    assert_eq!(s, 204);
+    let (s, _) = api.send("POST", "/api/definitions/nope", Some(&json!({})));
+    assert_eq!(s, 404);
+    let (s, _) = api.send("POST", "/api/definitions", Some(&json!({"queues": "x"})));
+    assert_eq!(s, 400);
+}

@@ -257,6 +257,29 @@ pub enum Event {
         /// Message ids.
         msg_ids: Vec<u64>,
     },
+    /// A policy was created or replaced (validated by the management API).
+    PolicySet {
+        /// Vhost.
+        vhost: String,
+        /// Name.
+        name: String,
+        /// Regex on object names.
+        pattern: String,
+        /// `queues`, `exchanges` or `all`.
+        apply_to: String,
+        /// Higher wins.
+        priority: i64,
+        /// The definition as JSON text (postcard cannot carry a free-form
+        /// JSON value; the text decodes the same on every replica).
+        definition: String,
+    },
+    /// A policy was removed; its objects fall back to the next match.
+    PolicyCleared {
+        /// Vhost.
+        vhost: String,
+        /// Name.
+        name: String,
+    },
 }
 
 /// An event could not be read back from the log.

@@ -1,6 +1,7 @@
 //! Exchanges and their bindings, and routing over them.
 
 use super::event::{Binding, Destination, ExchangeKind, ExchangeSpec};
+use super::policy::AppliedPolicy;
 use super::routing::{headers_match, topic_matches};
 use stablemq_protocol::FieldTable;
 
@@ -13,6 +14,8 @@ pub struct Exchange {
     pub spec: ExchangeSpec,
     /// Bindings whose source is this exchange, in creation order.
     pub bindings: Vec<Binding>,
+    /// The policy this exchange follows, if any (recomputed by apply).
+    pub policy: Option<AppliedPolicy>,
 }
 
 impl Exchange {
@@ -31,6 +34,21 @@ impl Exchange {
                 ExchangeKind::Headers => headers_match(&b.arguments, headers),
             })
             .map(|b| &b.destination)
+    }
+
+    /// The alternate exchange in force: the `alternate-exchange` argument,
+    /// else the policy's (an argument wins over a policy, as in RabbitMQ).
+    pub fn alternate_exchange(&self) -> Option<String> {
+        self.spec
+            .arguments
+            .inner()
+            .get("alternate-exchange")
+            .and_then(super::queue_args::text)
+            .or_else(|| {
+                self.policy
+                    .as_ref()
+                    .and_then(|p| super::policy::string(&p.definition, "alternate-exchange"))
+            })
     }
 
     /// Whether an identical binding exists (same destination, key and arguments).

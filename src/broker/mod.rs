@@ -9,6 +9,7 @@
 pub mod event;
 pub mod exchange;
 pub mod message;
+pub mod policy;
 pub mod queue;
 pub mod queue_args;
 pub mod routing;
@@ -17,6 +18,7 @@ pub mod state;
 use event::{Binding, Destination, Event, ExchangeSpec};
 use exchange::{Exchange, PREDECLARED};
 use message::{Message, QueuedMessage};
+use policy::Policy;
 use queue::Queue;
 use stablemq_protocol::FieldTable;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -29,6 +31,24 @@ pub struct Vhost {
     pub exchanges: HashMap<String, Exchange>,
     /// Queues by name.
     pub queues: HashMap<String, Queue>,
+    /// Policies by name (ordered, so picking one is deterministic: I4).
+    pub policies: BTreeMap<String, Policy>,
+}
+
+impl Vhost {
+    /// Re-pick every object's policy after the policy table changed. Only
+    /// objects whose policy changed get their arguments recomputed.
+    fn refresh_policies(&mut self) {
+        for (name, q) in &mut self.queues {
+            let p = policy::pick(self.policies.values(), name, true);
+            if p != q.policy {
+                q.set_policy(p);
+            }
+        }
+        for (name, x) in &mut self.exchanges {
+            x.policy = policy::pick(self.policies.values(), name, false);
+        }
+    }
 }
 
 /// What applying an event did, for the master to follow up (wake consumers,
@@ -118,15 +138,19 @@ impl Broker {
                                 arguments: FieldTable::default(),
                             },
                             bindings: Vec::new(),
+                            policy: None,
                         });
                 }
+                v.refresh_policies();
             }
             Event::ExchangeDeclared { vhost, name, spec } => {
                 if let Some(v) = self.vhosts.get_mut(vhost) {
+                    let policy = policy::pick(v.policies.values(), name, false);
                     v.exchanges.entry(name.clone()).or_insert_with(|| Exchange {
                         name: name.clone(),
                         spec: spec.clone(),
                         bindings: Vec::new(),
+                        policy,
                     });
                 }
             }
@@ -140,9 +164,12 @@ impl Broker {
             }
             Event::QueueDeclared { vhost, name, spec } => {
                 if let Some(v) = self.vhosts.get_mut(vhost) {
-                    v.queues
-                        .entry(name.clone())
-                        .or_insert_with(|| Queue::new(name.clone(), spec.clone()));
+                    let policy = policy::pick(v.policies.values(), name, true);
+                    v.queues.entry(name.clone()).or_insert_with(|| {
+                        let mut q = Queue::new(name.clone(), spec.clone());
+                        q.set_policy(policy);
+                        q
+                    });
                 }
             }
             Event::QueueDeleted { vhost, name } => {
@@ -214,6 +241,27 @@ impl Broker {
                     }
                 }
             }
+            Event::PolicySet {
+                vhost,
+                name,
+                pattern,
+                apply_to,
+                priority,
+                definition,
+            } => {
+                if let Some(v) = self.vhosts.get_mut(vhost) {
+                    let p = Policy::from_event(name, pattern, apply_to, *priority, definition);
+                    v.policies.insert(name.clone(), p);
+                    v.refresh_policies();
+                }
+            }
+            Event::PolicyCleared { vhost, name } => {
+                if let Some(v) = self.vhosts.get_mut(vhost)
+                    && v.policies.remove(name).is_some()
+                {
+                    v.refresh_policies();
+                }
+            }
             Event::Removed {
                 vhost,
                 queue,
@@ -275,12 +323,7 @@ impl Broker {
             // An exchange that routes nowhere hands the message to its alternate
             // exchange (RabbitMQ's `alternate-exchange` argument).
             if !matched
-                && let Some(ae) = x
-                    .spec
-                    .arguments
-                    .inner()
-                    .get("alternate-exchange")
-                    .and_then(queue_args::text)
+                && let Some(ae) = x.alternate_exchange()
                 && let Some(ae) = v.exchanges.get_key_value(ae.as_str())
             {
                 stack.push(ae.0.as_str());

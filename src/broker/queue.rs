@@ -2,6 +2,7 @@
 
 use super::event::QueueSpec;
 use super::message::QueuedMessage;
+use super::policy::AppliedPolicy;
 use super::queue_args::QueueArgs;
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,8 +27,10 @@ pub struct Queue {
     pub name: String,
     /// Declared shape.
     pub spec: QueueSpec,
-    /// Behaviour derived from the declared arguments.
+    /// Behaviour derived from the declared arguments and the policy.
     pub args: QueueArgs,
+    /// The policy this queue follows, if any (recomputed by apply).
+    pub policy: Option<AppliedPolicy>,
     /// Messages waiting for a consumer.
     pub ready: BTreeMap<ReadyKey, QueuedMessage>,
     /// Messages delivered and not yet acked, by message id.
@@ -41,18 +44,25 @@ pub struct Queue {
 impl Queue {
     /// An empty queue.
     pub fn new(name: String, spec: QueueSpec) -> Queue {
-        // Declare validated the arguments; a log written by an older build that
-        // fails validation gets the defaults rather than a crash.
-        let args = QueueArgs::parse(&spec.arguments).unwrap_or_default();
+        let args = QueueArgs::with_policy(&spec.arguments, None);
         Queue {
             name,
             spec,
             args,
+            policy: None,
             ready: BTreeMap::new(),
             unacked: HashMap::new(),
             ready_bytes: 0,
             keys: HashMap::new(),
         }
+    }
+
+    /// Follow `policy` from now on: the effective arguments change at once.
+    /// Priorities are not a policy key, so the ready order stays valid.
+    pub fn set_policy(&mut self, policy: Option<AppliedPolicy>) {
+        self.args =
+            QueueArgs::with_policy(&self.spec.arguments, policy.as_ref().map(|p| &p.definition));
+        self.policy = policy;
     }
 
     fn key_for(&self, m: &QueuedMessage) -> ReadyKey {

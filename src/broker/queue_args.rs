@@ -160,6 +160,46 @@ impl QueueArgs {
         Ok(a)
     }
 
+    /// The arguments in force once a policy's definition is merged in, by
+    /// RabbitMQ's rule: numeric limits take the smaller of argument and
+    /// policy, every other key keeps the argument when there is one.
+    pub fn with_policy(
+        args: &FieldTable,
+        policy: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> QueueArgs {
+        // Declare validated the arguments; a log written by an older build that
+        // fails validation gets the defaults rather than a crash.
+        let mut a = QueueArgs::parse(args).unwrap_or_default();
+        let Some(def) = policy else {
+            return a;
+        };
+        use super::policy::{number, string};
+        let min = |arg: Option<u64>, pol: Option<u64>| match (arg, pol) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        a.message_ttl = min(a.message_ttl, number(def, "message-ttl"));
+        a.expires = min(a.expires, number(def, "expires").filter(|n| *n > 0));
+        a.max_length = min(a.max_length, number(def, "max-length"));
+        a.max_length_bytes = min(a.max_length_bytes, number(def, "max-length-bytes"));
+        a.delivery_limit = min(a.delivery_limit, number(def, "delivery-limit"));
+        let has = |k: &str| args.inner().contains_key(k);
+        if !has("x-overflow") {
+            a.overflow = match string(def, "overflow").as_deref() {
+                Some("reject-publish") => Overflow::RejectPublish,
+                Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+                _ => a.overflow,
+            };
+        }
+        if a.dead_letter_exchange.is_none() {
+            a.dead_letter_exchange = string(def, "dead-letter-exchange");
+        }
+        if a.dead_letter_routing_key.is_none() {
+            a.dead_letter_routing_key = string(def, "dead-letter-routing-key");
+        }
+        a
+    }
+
     /// The delivery limit in force: quorum queues default to 20 since RabbitMQ 4.0.
     pub fn effective_delivery_limit(&self) -> Option<u64> {
         self.delivery_limit

@@ -18,13 +18,18 @@
 
 mod access;
 pub mod definitions;
+mod forward;
+mod internal;
 mod json;
 mod nodes;
 mod objects;
 mod overview;
+mod policies;
 mod query;
 mod sessions;
+mod stats;
 mod users_api;
+mod writes;
 
 pub use nodes::{NodeReport, NodeStatusSource, Peer, StoreReport};
 pub use query::{CoreView, Query};
@@ -108,7 +113,9 @@ pub async fn serve(
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!("management API listening on {addr}");
-    let app = router().with_state(state);
+    // Writes that reach a slave are passed on to the master (`forward`).
+    let forward = axum::middleware::from_fn_with_state(state.clone(), forward::writes_to_master);
+    let app = router().layer(forward).with_state(state);
     Ok(tokio::spawn(async move {
         if let Err(err) = axum::serve(listener, app).await {
             tracing::error!("management API stopped: {err}");
@@ -128,6 +135,8 @@ fn router() -> Router<AppState> {
         .merge(objects::routes())
         .merge(sessions::routes())
         .merge(definitions::routes())
+        .merge(writes::routes())
+        .merge(policies::routes())
         .fallback(|| async { ApiError::NotFound })
 }
 

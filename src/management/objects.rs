@@ -94,6 +94,9 @@ pub struct QueueJson {
     /// Quorum queues: the members that are up.
     #[serde(skip_serializing_if = "Option::is_none")]
     online: Option<Vec<String>>,
+    /// Message counters and rates, once the queue has seen traffic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_stats: Option<Value>,
     /// Only in `GET /api/queues/{vhost}/{name}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     consumer_details: Option<Vec<ConsumerJson>>,
@@ -135,13 +138,18 @@ impl QueueJson {
             } else {
                 None
             },
-            policy: None,
+            policy: q.policy.as_ref().map(|p| p.name.clone()),
             operator_policy: None,
-            effective_policy_definition: Map::new(),
+            effective_policy_definition: q
+                .policy
+                .as_ref()
+                .map(|p| p.definition.clone())
+                .unwrap_or_default(),
             leader: quorum.then(|| node.to_string()),
             members: quorum.then(|| vec![node.to_string()]),
             online: quorum.then(|| vec![node.to_string()]),
             consumer_details: None,
+            message_stats: None,
         }
     }
 }
@@ -166,7 +174,9 @@ fn list_queues(view: CoreView<'_>, vhost: Option<&str>, node: &str) -> Option<Ve
         for name in names {
             let q = &v.queues[name];
             let qc = by_queue.get(&(vname.as_str(), name.as_str())).copied();
-            out.push(QueueJson::of(vname, q, qc, node));
+            let mut json = QueueJson::of(vname, q, qc, node);
+            json.message_stats = super::stats::queue(view.master, vname, name);
+            out.push(json);
         }
     }
     match vhost {
@@ -211,6 +221,7 @@ async fn queue_one(
             .get(&(vhost.as_str(), name.as_str()))
             .copied();
         let mut json = QueueJson::of(&vhost, q, qc, &node);
+        json.message_stats = super::stats::queue(view.master, &vhost, &name);
         let mut details = consumers(&view, &who, Some(&vhost), &node);
         details.retain(|c| c.is_on(&vhost, &name));
         json.consumer_details = Some(details);
@@ -232,6 +243,12 @@ pub struct ExchangeJson {
     auto_delete: bool,
     internal: bool,
     arguments: Table,
+    /// Message counters and rates, once the exchange has seen traffic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_stats: Option<Value>,
+    /// The policy the exchange follows, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<String>,
     /// Per-link rates, only in `GET /api/exchanges/{vhost}/{name}`; rates
     /// are not kept, so always empty.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -251,6 +268,8 @@ impl ExchangeJson {
             auto_delete: x.spec.auto_delete,
             internal: x.spec.internal,
             arguments: Table(x.spec.arguments.clone()),
+            policy: x.policy.as_ref().map(|p| p.name.clone()),
+            message_stats: None,
             incoming: None,
             outgoing: None,
         }
@@ -290,11 +309,11 @@ fn list_exchanges(view: CoreView<'_>, vhost: Option<&str>) -> Option<Vec<Exchang
     let mut out = Vec::new();
     for (vname, v) in &view.broker.vhosts {
         if vhost.is_none_or(|want| want == vname) {
-            out.extend(
-                sorted_exchanges(v)
-                    .into_iter()
-                    .map(|x| ExchangeJson::of(vname, x)),
-            );
+            out.extend(sorted_exchanges(v).into_iter().map(|x| {
+                let mut json = ExchangeJson::of(vname, x);
+                json.message_stats = super::stats::exchange(view.master, vname, &x.name);
+                json
+            }));
         }
     }
     Some(out)
@@ -330,6 +349,7 @@ async fn exchange_one(
     let name = exchange_name(name);
     query(&state, move |view| {
         let mut x = ExchangeJson::of(&vhost, view.broker.exchange(&vhost, &name)?);
+        x.message_stats = super::stats::exchange(view.master, &vhost, &name);
         x.incoming = Some(Vec::new());
         x.outgoing = Some(Vec::new());
         Some(x)

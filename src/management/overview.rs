@@ -56,8 +56,8 @@ impl Totals {
             }
         }
         if let Some(m) = view.master {
-            for (_, s) in m.sessions() {
-                if user.is_some_and(|u| u != s.user) {
+            for (id, s) in m.sessions() {
+                if super::internal::is_internal(id) || user.is_some_and(|u| u != s.user) {
                     continue;
                 }
                 t.connections += 1;
@@ -73,15 +73,19 @@ impl Totals {
     }
 }
 
-/// `GET /api/overview`. Rates and message counters are not kept yet, so
-/// `message_stats` is empty, as on a RabbitMQ node that has seen no traffic.
+/// `GET /api/overview`, with the master's message counters and rates in
+/// `message_stats` (empty on a slave, which sees no traffic).
 async fn overview(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let who = caller(&state, &headers, Access::Management)?;
     let user = (who.access < Access::Monitoring).then(|| who.name.clone());
-    let t = query(&state, move |view| Totals::count(view, user.as_deref())).await?;
+    let (t, message_stats) = query(&state, move |view| {
+        let stats = super::stats::overview(view.master);
+        (Totals::count(view, user.as_deref()), stats)
+    })
+    .await?;
     let listeners: Vec<Value> = state
         .listeners
         .iter()
@@ -126,7 +130,7 @@ async fn overview(
         "cluster_name": state.config.cluster_name,
         "node": state.node(),
         "exchange_types": exchange_types,
-        "message_stats": {},
+        "message_stats": message_stats,
         "queue_totals": {
             "messages": t.messages_ready + t.messages_unacknowledged,
             "messages_ready": t.messages_ready,

@@ -121,6 +121,7 @@ fn visible<'a>(
     };
     let mut list: Vec<(ConnId, &Session)> = m
         .sessions()
+        .filter(|(id, _)| !super::internal::is_internal(*id))
         .filter(|(_, s)| who.sees_user(&s.user))
         .filter(|(_, s)| vhost.is_none_or(|v| v == s.vhost))
         .collect();

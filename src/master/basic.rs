@@ -294,6 +294,8 @@ impl Master {
         };
         m::global_by_queue(kind, quorum).increment(1);
         m::global_by_queue(m::DELIVERED, quorum).increment(1);
+        self.stats
+            .delivered(vhost, &queue, true, g.no_ack, redelivered);
         if redelivered {
             m::global_by_queue(m::REDELIVERED, quorum).increment(1);
         }
@@ -374,6 +376,7 @@ impl Master {
                         .queue(vhost, &queue)
                         .is_some_and(|q| q.args.quorum);
                     m::global_by_queue(m::ACKNOWLEDGED, quorum).increment(ids.len() as u64);
+                    self.stats.acked(vhost, &queue, ids.len() as u64);
                     self.remove_messages(vhost, &queue, &ids, None);
                 }
             }

@@ -153,6 +153,8 @@ impl Master {
                 m::global_by_queue(m::DELIVERED_MANUAL_ACK, quorum).increment(1);
             }
             m::global_by_queue(m::DELIVERED, quorum).increment(1);
+            self.stats
+                .delivered(vhost, queue, false, c.no_ack, redelivered);
             if redelivered {
                 m::global_by_queue(m::REDELIVERED, quorum).increment(1);
             }

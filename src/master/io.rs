@@ -90,6 +90,14 @@ pub enum Input {
         /// Highest stable index.
         index: u64,
     },
+    /// An operator closes a connection (`DELETE /api/connections/{name}`):
+    /// it gets 320 CONNECTION_FORCED with `reason`.
+    ForceClose {
+        /// Connection.
+        conn: ConnId,
+        /// Text after "CONNECTION_FORCED - ".
+        reason: String,
+    },
     /// A management write (users, vhosts, permissions, definitions); the
     /// answer is handed to `reply` once its events are stable.
     Admin {

@@ -17,8 +17,10 @@ mod basic;
 mod dead_letter;
 mod declare;
 mod deliver;
+mod mgmt;
 mod publish;
 mod reply_to;
+pub mod stats;
 mod timers;
 
 use crate::broker::event::Event;
@@ -95,6 +97,8 @@ pub struct Master {
     cancels: Vec<(ConnId, u16, Arc<str>)>,
     /// Management writes whose answers wait for the log (`admin`).
     admin_waiting: admin::AdminWaiting,
+    /// Message counters for the management API's `message_stats`.
+    stats: stats::Stats,
 }
 
 impl Master {
@@ -122,6 +126,7 @@ impl Master {
             dead_letter_depth: 0,
             cancels: Vec::new(),
             admin_waiting: admin::AdminWaiting::default(),
+            stats: stats::Stats::default(),
         }
     }
 
@@ -186,6 +191,11 @@ impl Master {
             .map(|((v, q), c)| ((v.as_str(), q.as_str()), c))
     }
 
+    /// Message counters, for the management API's `message_stats`.
+    pub fn stats(&self) -> &stats::Stats {
+        &self.stats
+    }
+
     /// Handle one input.
     pub fn handle(&mut self, input: Input) {
         self.handle_inner(input);
@@ -204,6 +214,7 @@ impl Master {
             Input::Stable { index } => self.on_stable(index),
             Input::Tick => self.tick(),
             Input::Admin { op, reply } => self.admin(op, reply),
+            Input::ForceClose { conn, reason } => self.force_close(conn, &reason),
             Input::ChannelOpen { conn, ch } => self.channel_open(conn, ch),
             Input::ChannelError { conn, ch, error } => self.fail(conn, ch, error),
             other => {
@@ -378,8 +389,18 @@ impl Master {
             self.last_appended += 1;
             self.out.push(Output::Append(ev.encode()));
         }
+        let policy_vhost = match &ev {
+            Event::PolicySet { vhost, .. } | Event::PolicyCleared { vhost, .. } => {
+                Some(vhost.clone())
+            }
+            _ => None,
+        };
         let applied = self.broker.apply(&ev, self.last_appended);
-        self.after_apply(applied)
+        let applied = self.after_apply(applied);
+        if let Some(v) = policy_vhost {
+            self.after_policy_change(&v);
+        }
+        applied
     }
 
     /// Master-side follow-up of an apply: cancel consumers of deleted queues.
@@ -449,6 +470,7 @@ impl Master {
             );
             chan.last_confirmed = tag;
             crate::metrics::global(crate::metrics::CONFIRMED).increment(1);
+            self.stats.global.confirm += 1;
             self.send(conn, ToConn::Confirm { ch, tag, ack });
         }
     }

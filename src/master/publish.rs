@@ -153,8 +153,10 @@ impl Master {
             }
         }
         if queues.is_empty() {
+            self.stats.published(vhost, &exchange, &[]);
             if p.mandatory {
                 m::global(m::UNROUTABLE_RETURNED).increment(1);
+                self.stats.global.return_unroutable += 1;
                 self.send(
                     conn,
                     ToConn::Return {
@@ -174,6 +176,7 @@ impl Master {
         }
         // RabbitMQ counts one per target queue.
         m::global(m::ROUTED).increment(queues.len() as u64);
+        self.stats.published(vhost, &exchange, &queues);
         let persistent = properties.delivery_mode() == &Some(2);
         self.enqueue(
             vhost,

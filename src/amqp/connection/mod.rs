@@ -114,17 +114,10 @@ pub struct Connection {
     has_published: bool,
     /// We told the client it is blocked (connection.blocked sent).
     blocked_sent: bool,
-    /// Where logins are checked: the master task's latest access table.
-    users: Users,
-}
-
-/// The users a connection checks logins against.
-enum Users {
-    /// A fixed table (the config's seed; the machine's own tests).
-    Fixed(Arc<crate::users::AccessTable>),
-    /// The master task's snapshot, read at start-ok so a user created a
-    /// moment ago can log in.
-    Live(crate::users::Snapshot),
+    /// Where logins are checked: the master task's latest access table,
+    /// read at start-ok so a user created a moment ago can log in. Without
+    /// one (the machine's own tests), the config's seed.
+    users: Option<crate::users::Snapshot>,
 }
 
 impl Connection {
@@ -133,7 +126,7 @@ impl Connection {
         Connection {
             id,
             peer,
-            config: config.clone(),
+            config,
             phase: Phase::AwaitHeader,
             frame_max: PRE_TUNE_FRAME_MAX,
             channel_max: 0,
@@ -151,20 +144,20 @@ impl Connection {
             alarm: None,
             has_published: false,
             blocked_sent: false,
-            users: Users::Fixed(Arc::new(crate::users::table_from_config(&config))),
+            users: None,
         }
     }
 
     /// Check logins against the master task's replicated users.
     pub fn set_users(&mut self, users: crate::users::Snapshot) {
-        self.users = Users::Live(users);
+        self.users = Some(users);
     }
 
     /// The access table to check a login against, as of now.
     pub(super) fn users_now(&self) -> Arc<crate::users::AccessTable> {
         match &self.users {
-            Users::Fixed(t) => t.clone(),
-            Users::Live(rx) => rx.borrow().clone(),
+            Some(rx) => rx.borrow().clone(),
+            None => Arc::new(crate::users::table_from_config(&self.config)),
         }
     }
 
