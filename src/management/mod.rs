@@ -17,6 +17,7 @@
 //! decide what it may read, as in RabbitMQ ([`Access`]).
 
 mod access;
+pub mod alarms;
 pub mod definitions;
 mod forward;
 mod internal;
@@ -134,6 +135,7 @@ fn router() -> Router<AppState> {
         .merge(access::routes())
         .merge(objects::routes())
         .merge(sessions::routes())
+        .merge(alarms::routes())
         .merge(definitions::routes())
         .merge(writes::routes())
         .merge(policies::routes())

@@ -202,7 +202,8 @@ pub async fn run(
                 }
             }
             _ = gauges.tick() => {
-                let now = check_alarms(&config, &data_dir, memory_limit);
+                let limit = crate::management::alarms::effective_limit(memory_limit);
+                let now = check_alarms(&config, &data_dir, limit);
                 if now != alarm {
                     match &now {
                         Some(r) => tracing::warn!("resource alarm: {r}; blocking publishers"),
