@@ -221,6 +221,14 @@ fn run(
     }
 }
 
+/// Stable entries held back from the state before it is written (unless the
+/// log goes idle first). The longer the window, the more publishes meet their
+/// ack inside it and cancel out, so their bodies are written once (to the log)
+/// instead of twice; the cost is this much payload held in memory.
+const STATE_WINDOW_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Same bound in entries.
+const STATE_WINDOW_ENTRIES_MAX: usize = 65536;
+
 /// Group commit until the channel closes; then a final sync for the stable index.
 fn commit_loop(
     store: &mut dyn EventStore,
@@ -230,7 +238,29 @@ fn commit_loop(
 ) -> Result<(), StoreError> {
     let mut batch: Vec<Entry> = Vec::new();
     let mut durable = store.last_position().index;
-    while let Ok(first) = rx.recv() {
+    // Stable entries not reduced into the state yet (payloads are shared
+    // `Bytes`, not copies).
+    let mut window: Vec<Entry> = Vec::new();
+    let mut window_bytes = 0usize;
+    loop {
+        let first = match rx.try_recv() {
+            Ok(entry) => entry,
+            Err(mpsc::TryRecvError::Disconnected) => break,
+            Err(mpsc::TryRecvError::Empty) => {
+                // Idle: a good moment to bring the state up to date.
+                if let Some(m) = materializer.as_deref_mut()
+                    && !window.is_empty()
+                {
+                    m.advance(store, &window)?;
+                    window.clear();
+                    window_bytes = 0;
+                }
+                match rx.recv() {
+                    Ok(entry) => entry,
+                    Err(_) => break,
+                }
+            }
+        };
         batch.clear();
         let mut batch_bytes = first.payload.len();
         batch.push(first);
@@ -253,13 +283,24 @@ fn commit_loop(
         // treats the whole surviving log as stable anyway.
         store.set_stable_index(durable)?;
         on_stable(durable);
-        // After the ack: the state write rides on the next fsync, like the
+        // After the ack: the state write rides on a later fsync, like the
         // stable index, and a crash before it only means reducing again.
         if let Some(m) = materializer.as_deref_mut() {
-            m.advance(store, &batch)?;
+            window.extend(batch.iter().cloned());
+            window_bytes += batch_bytes;
+            if window_bytes >= STATE_WINDOW_BYTES_MAX || window.len() >= STATE_WINDOW_ENTRIES_MAX {
+                m.advance(store, &window)?;
+                window.clear();
+                window_bytes = 0;
+            }
         }
     }
-    // Channel closed: make the last stable index durable too, so a clean
-    // shutdown leaves meta equal to the log.
+    if let Some(m) = materializer
+        && !window.is_empty()
+    {
+        m.advance(store, &window)?;
+    }
+    // Channel closed: make the last stable index (and state) durable too, so
+    // a clean shutdown leaves meta equal to the log.
     store.sync()
 }

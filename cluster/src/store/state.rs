@@ -227,7 +227,10 @@ impl Materializer {
             let to = stable.min(from + CATCH_UP_CHUNK - 1);
             let first_fresh = fresh.first().map_or(u64::MAX, |e| e.pos.index);
             let skip = usize::try_from(from.wrapping_sub(first_fresh)).unwrap_or(usize::MAX);
-            let take = usize::try_from(to - from + 1).unwrap_or(usize::MAX);
+            // Entries in memory go as one batch, however many the caller
+            // gathered (that is its window for cancelling publishes against
+            // acks); only reads from the store are chunked.
+            let take = usize::try_from(stable - from + 1).unwrap_or(usize::MAX);
             let read;
             let entries: &[Entry] = match fresh.get(skip..) {
                 Some(slice) if first_fresh <= from && !slice.is_empty() => {
