@@ -137,6 +137,19 @@ print(" ".join(got))
 EOF
 }
 
+port_free() { # port: nothing listens on it on loopback (else another broker would answer our checks)
+    python3 - "$1" <<'EOF2'
+import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)
+finally:
+    s.close()
+EOF2
+}
+
 amqp_answers() { # port: the broker answers the AMQP 0-9-1 header with connection.start
     python3 - "$1" <<'EOF'
 import socket, sys
@@ -211,6 +224,9 @@ MGMT_PORT=${MGMT_PORT:-${picked[1]}}
 DIST_PORT=${DIST_PORT:-${picked[2]}}
 EPMD_PORT=${EPMD_PORT:-${picked[3]}}
 NODENAME=${NODENAME:-rmq-$AMQP_PORT@localhost}
+for p in "$AMQP_PORT" "$DIST_PORT" "$EPMD_PORT" $([[ $MGMT -eq 1 ]] && echo "$MGMT_PORT"); do
+    port_free "$p" || die "port $p is in use on 127.0.0.1"
+done
 
 rm -rf "$DIR/mnesia" "$DIR/log" "$DIR/home" "$DIR/plugins-expand"
 mkdir -p "$DIR"/{mnesia,log,home}
