@@ -67,6 +67,10 @@ pub struct AppState {
     /// The master task's latest users and permissions (replicated state):
     /// logins and the user, permission and definitions endpoints read it.
     pub users: crate::users::Snapshot,
+    /// The config's users, for a node whose table is still empty: a
+    /// store-only node (no broker state at all) or a slave whose replica
+    /// has not received the first master's seed yet.
+    seed: Arc<crate::users::AccessTable>,
 }
 
 impl AppState {
@@ -79,6 +83,7 @@ impl AppState {
         users: crate::users::Snapshot,
     ) -> AppState {
         AppState {
+            seed: Arc::new(crate::users::table_from_config(&config)),
             config,
             nodes: Arc::new(nodes),
             master,
@@ -89,7 +94,8 @@ impl AppState {
 
     /// The access table as of now.
     pub fn access(&self) -> Arc<crate::users::AccessTable> {
-        self.users.borrow().clone()
+        let t = self.users.borrow().clone();
+        if t.initialized { t } else { self.seed.clone() }
     }
 
     /// This node's name, RabbitMQ style.
