@@ -22,6 +22,7 @@ pub mod definitions;
 mod forward;
 mod internal;
 mod json;
+mod messages;
 mod nodes;
 mod objects;
 mod overview;
@@ -144,6 +145,7 @@ fn router() -> Router<AppState> {
         .merge(alarms::routes())
         .merge(definitions::routes())
         .merge(writes::routes())
+        .merge(messages::routes())
         .merge(policies::routes())
         .fallback(|| async { ApiError::NotFound })
 }

@@ -19,8 +19,11 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// Bound on remembered readings (deleted objects leave theirs behind).
 const SAMPLES_MAX: usize = 100_000;
 
-/// (counter value, when read, last rate) by "kind/vhost/name/counter".
-static SAMPLES: Mutex<Option<HashMap<String, (u64, Instant, f64)>>> = Mutex::new(None);
+/// One reading of a counter: its value, when it was read, the last rate.
+type Reading = (u64, Instant, f64);
+
+/// Readings by "kind/vhost/name/counter".
+static SAMPLES: Mutex<Option<HashMap<String, Reading>>> = Mutex::new(None);
 
 fn rate(key: String, count: u64) -> f64 {
     let now = Instant::now();
