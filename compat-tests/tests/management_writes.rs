@@ -449,3 +449,33 @@ async fn message_stats_count_publishes_deliveries_and_acks() {
     assert!(s["deliver_get"].as_u64().is_some_and(|n| n >= 2), "{s:#}");
     assert!(s["ack_details"]["rate"].is_number(), "{s:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_page_and_filter_by_name() {
+    let broker = Broker::start();
+    let api = Api::new(&broker);
+    let prefix = unique("w-page");
+    for s in ["abc", "abd", "xyz"] {
+        let path = format!("/api/queues/{V}/{}", enc(&format!("{prefix}-{s}")));
+        assert_eq!(api.put(&path, &json!({"durable": true})).status, 201);
+    }
+    let re = enc(&format!("^{prefix}-ab"));
+    let a = api.get(&format!(
+        "/api/queues/{V}?page=1&page_size=1&name={re}&use_regex=true"
+    ));
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.body["filtered_count"], 2);
+    assert_eq!(a.body["page_count"], 2);
+    assert_eq!(a.body["item_count"], 1);
+    assert_eq!(a.body["items"][0]["name"], format!("{prefix}-abc"));
+    let plain = api.get(&format!(
+        "/api/queues?page=1&page_size=100&name={}",
+        enc(&prefix)
+    ));
+    assert_eq!(plain.body["filtered_count"], 3, "{:?}", plain.body);
+    assert_eq!(
+        api.get(&format!("/api/queues?page=99&name={}", enc(&prefix)))
+            .status,
+        400
+    );
+}

@@ -26,6 +26,7 @@ mod messages;
 mod nodes;
 mod objects;
 mod overview;
+mod paging;
 mod policies;
 mod query;
 mod sessions;
@@ -123,7 +124,10 @@ pub async fn serve(
     tracing::info!("management API listening on {addr}");
     // Writes that reach a slave are passed on to the master (`forward`).
     let forward = axum::middleware::from_fn_with_state(state.clone(), forward::writes_to_master);
-    let app = router().layer(forward).with_state(state);
+    let app = router()
+        .layer(axum::middleware::from_fn(paging::paginate))
+        .layer(forward)
+        .with_state(state);
     Ok(tokio::spawn(async move {
         if let Err(err) = axum::serve(listener, app).await {
             tracing::error!("management API stopped: {err}");
