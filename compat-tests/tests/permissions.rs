@@ -587,3 +587,79 @@ async fn definitions_import_into_one_vhost_and_say_what_was_not_imported() {
     let (s, _) = api.send("POST", "/api/definitions", Some(&json!({"queues": "x"})));
     assert_eq!(s, 400);
 }
+
+/// A request as guest to node `port`'s management API.
+fn node_api(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let api = Api {
+        base: format!("http://127.0.0.1:{port}"),
+        agent: ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(WAIT))
+            .build()
+            .into(),
+    };
+    api.send(method, path, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_are_replicated_written_through_a_slave_and_survive_failover() {
+    use compat_tests::cluster::Cluster;
+    let mut cluster = tokio::task::spawn_blocking(Cluster::start_example)
+        .await
+        .expect("cluster");
+    let master = cluster.wait_master(WAIT);
+    let slave = (master + 1) % 3;
+    let sport = cluster.nodes[slave].management_port;
+    // Written on a slave: forwarded to the master, answered once stable.
+    let (s, b) = node_api(
+        sport,
+        "PUT",
+        "/api/users/rep",
+        Some(&json!({"password": "rep-pw", "tags": ""})),
+    );
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = node_api(
+        sport,
+        "PUT",
+        "/api/permissions/%2F/rep",
+        Some(&json!({"configure": "^rep-", "write": "^rep-", "read": "^rep-"})),
+    );
+    assert_eq!(s, 201, "{b}");
+    let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.amqp_port).collect();
+    let uri = |i: usize| format!("amqp://rep:rep-pw@127.0.0.1:{}/%2f", ports[i]);
+    // Through the slave's proxy: the master logs the user in and enforces.
+    let conn = connect_uri(&uri(slave)).await;
+    let ch = channel(&conn).await;
+    declare_queue(&ch, "rep-q").await;
+    let r = ch
+        .queue_declare(
+            "other-q".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await;
+    assert_code(r, ACCESS_REFUSED, "replicated permissions");
+    drop(conn);
+    // Every replica has the user (its API reads its own replica).
+    let api_ports: Vec<u16> = cluster.nodes.iter().map(|n| n.management_port).collect();
+    for (i, &port) in api_ports.iter().enumerate() {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let (s, _) = node_api(port, "GET", "/api/users/rep", None);
+            if s == 200 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {i} never listed rep"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    // The next master has it too.
+    tokio::task::block_in_place(|| cluster.kill9(master));
+    let new = cluster.wait_master_other_than(Some(master), WAIT);
+    let conn = connect_uri(&uri(new)).await;
+    let ch = channel(&conn).await;
+    declare_queue(&ch, "rep-q2").await;
+}
