@@ -28,6 +28,41 @@ pub fn routes() -> Router<AppState> {
             get(protocol_listener),
         )
         .route("/api/health/checks/virtual-hosts", get(virtual_hosts))
+        // The pre-3.8 node health check, still used by amqpstorm.
+        .route("/api/healthchecks/node", get(healthcheck_node))
+        .route("/api/healthchecks/node/", get(healthcheck_node))
+        .route("/api/healthchecks/node/{node}", get(healthcheck_named))
+}
+
+/// `GET /api/healthchecks/node`: this node answers, so it is ok.
+async fn healthcheck_node(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    caller(&state, &headers, Access::Management)?;
+    Ok(Json(json!({"status": "ok"})))
+}
+
+/// `GET /api/healthchecks/node/{node}`: ok for this node; a peer is asked
+/// through `/api/nodes`' view of it.
+async fn healthcheck_named(
+    State(state): State<AppState>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let who = caller(&state, &headers, Access::Management)?;
+    if node == state.node() {
+        return Ok(Json(json!({"status": "ok"})));
+    }
+    if !state.nodes.peers.iter().any(|p| p.name == node) {
+        return Err(ApiError::NotFound);
+    }
+    let all = state.nodes.all(&who.authorization).await;
+    let up = all.iter().any(|r| r.name == node && r.running);
+    Ok(Json(match up {
+        true => json!({"status": "ok"}),
+        false => json!({"status": "failed", "reason": "node is not running"}),
+    }))
 }
 
 /// Object and message counts across the broker, as one query counts them.
@@ -86,6 +121,21 @@ async fn overview(
         (Totals::count(view, user.as_deref()), stats)
     })
     .await?;
+    // The management listener, as RabbitMQ lists its web contexts.
+    let contexts: Vec<Value> = state
+        .listeners
+        .iter()
+        .filter(|l| l.protocol == "http")
+        .map(|l| {
+            json!({
+                "node": state.node(),
+                "description": "RabbitMQ Management",
+                "path": "/",
+                "cowboy_opts": "[{sendfile,false}]",
+                "port": l.addr.port().to_string(),
+            })
+        })
+        .collect();
     let listeners: Vec<Value> = state
         .listeners
         .iter()
@@ -145,7 +195,7 @@ async fn overview(
         },
         "statistics_db_event_queue": 0,
         "listeners": listeners,
-        "contexts": [],
+        "contexts": contexts,
     })))
 }
 
