@@ -501,6 +501,9 @@ async fn management_writes_answer_in_rabbitmq_shapes_and_survive_a_restart() {
     assert_eq!(s, 204);
     let (_, v) = api.send("GET", "/api/vhosts/v1", None);
     assert_eq!(v["description"], "d");
+    // The creator (guest) gets full permissions on the new vhost, as in RabbitMQ.
+    let (_, p) = api.send("GET", "/api/permissions/v1/guest", None);
+    assert_eq!(p["configure"], ".*", "{p}");
     let (s, b) = api.send(
         "PUT",
         "/api/permissions/nope/u1",

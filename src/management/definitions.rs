@@ -238,10 +238,42 @@ async fn import_all(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    caller(&state, &headers, Access::Administrator)?;
+    let who = caller(&state, &headers, Access::Administrator)?;
     let doc = Value::Object(body_object(&body)?);
     let (events, not_imported) = parse(&doc, None).map_err(ApiError::BadRequest)?;
+    let existing: std::collections::HashSet<String> =
+        query(&state, |view| view.broker.vhosts.keys().cloned().collect()).await?;
+    let events = grant_creator(events, &existing, &who.name);
     import(&state, events, not_imported).await
+}
+
+/// As RabbitMQ does for an import through the API, the importing user gets
+/// full permissions on each vhost the import creates (right after it, so
+/// permissions in the file still have the last word). A boot import has no
+/// such user.
+fn grant_creator(
+    events: Vec<Event>,
+    existing: &std::collections::HashSet<String>,
+    user: &str,
+) -> Vec<Event> {
+    let mut out = Vec::with_capacity(events.len());
+    for ev in events {
+        let new_vhost = match &ev {
+            Event::VhostCreated { vhost } if !existing.contains(vhost) => Some(vhost.clone()),
+            _ => None,
+        };
+        out.push(ev);
+        if let Some(vhost) = new_vhost {
+            out.push(Event::PermissionSet {
+                user: user.to_string(),
+                vhost,
+                configure: ".*".into(),
+                write: ".*".into(),
+                read: ".*".into(),
+            });
+        }
+    }
+    out
 }
 
 /// `POST /api/definitions/{vhost}`: queues, exchanges and bindings (and

@@ -208,9 +208,10 @@ pub(super) async fn put_vhost(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    caller(&state, &headers, Access::Administrator)?;
+    let who = caller(&state, &headers, Access::Administrator)?;
     let m = body_object(&body)?;
     let op = AdminOp::PutVhost {
+        acting_user: Some(who.name),
         name,
         description: text(&m, "description")?,
         tags: match m.get("tags") {

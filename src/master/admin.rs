@@ -49,6 +49,9 @@ pub enum AdminOp {
         tags: Option<Vec<String>>,
         /// Default queue type (None keeps the current one).
         default_queue_type: Option<String>,
+        /// The API user creating it: RabbitMQ grants it full permissions on
+        /// a vhost it creates.
+        acting_user: Option<String>,
     },
     /// Delete a vhost with everything in it.
     DeleteVhost {
@@ -252,6 +255,7 @@ impl Master {
                 description,
                 tags,
                 default_queue_type,
+                acting_user,
             } => {
                 let existed = self.broker.vhost(&name).is_some();
                 if !existed {
@@ -261,6 +265,18 @@ impl Master {
                         },
                         true,
                     );
+                    if let Some(user) = acting_user.filter(|u| access.users.contains_key(u)) {
+                        self.emit(
+                            Event::PermissionSet {
+                                user,
+                                vhost: name.clone(),
+                                configure: ".*".into(),
+                                write: ".*".into(),
+                                read: ".*".into(),
+                            },
+                            true,
+                        );
+                    }
                 }
                 let cur = access.vhost_meta.get(&name).cloned().unwrap_or_default();
                 self.emit(
