@@ -257,7 +257,10 @@ async fn publish(
     let name = exchange_name(name);
     let n = name.clone();
     if !in_vhost(&state, &vhost, move |v| v.exchanges.contains_key(&n)).await? {
-        return Err(WriteError::Api(ApiError::NotFound));
+        // RabbitMQ answers the channel's 404 as a bad request.
+        return Err(WriteError::BadRequest(format!(
+            "404 NOT_FOUND - no exchange '{name}' in vhost '{vhost}'"
+        )));
     }
     let mut s = session(&state, &who, &vhost).await?;
     let routed = s.publish(&name, &routing_key, properties, body).await?;

@@ -77,6 +77,9 @@ impl From<SessionError> for WriteError {
                 ReplyCode::AccessRefused | ReplyCode::NotAllowed => {
                     WriteError::NotAuthorised(e.reply_text())
                 }
+                // RabbitMQ gives a precondition's text alone ("inequivalent
+                // arg ..."), other codes as "code NAME - text".
+                ReplyCode::PreconditionFailed => WriteError::BadRequest(e.detail),
                 _ => WriteError::BadRequest(e.to_string()),
             },
             SessionError::Unavailable(why) => WriteError::Api(ApiError::Unavailable(why)),
@@ -228,7 +231,8 @@ async fn put_queue(
 ) -> WriteResult {
     let who = caller(&state, &headers, Access::Management)?;
     let m = body_json(&body)?;
-    let durable = flag(&m, "durable", true)?;
+    // RabbitMQ's defaults for a bare `{}`: transient, not auto-delete.
+    let durable = flag(&m, "durable", false)?;
     let auto_delete = flag(&m, "auto_delete", false)?;
     let arguments = arguments(&m)?;
     let n = name.clone();
@@ -297,10 +301,9 @@ async fn put_exchange(
 ) -> WriteResult {
     let who = caller(&state, &headers, Access::Management)?;
     let m = body_json(&body)?;
-    let kind = string(&m, "type")?.ok_or_else(|| {
-        WriteError::BadRequest("the exchange type (key \"type\") is required".into())
-    })?;
-    let durable = flag(&m, "durable", true)?;
+    let kind = string(&m, "type")?.unwrap_or_else(|| "direct".into());
+    // RabbitMQ's defaults for a bare `{}`: transient, not auto-delete.
+    let durable = flag(&m, "durable", false)?;
     let auto_delete = flag(&m, "auto_delete", false)?;
     let internal = flag(&m, "internal", false)?;
     let arguments = arguments(&m)?;
