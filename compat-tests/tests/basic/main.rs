@@ -1,9 +1,9 @@
 //! AMQP class `basic`: publish, get, consume, cancel, ack/nack/reject, recover and
 //! qos, as RabbitMQ does them.
 
+mod ack;
 #[path = "../common/mod.rs"]
 mod common;
-mod ack;
 mod consume;
 mod publish;
 mod qos;
