@@ -95,6 +95,32 @@ if [[ ${BENCH_IN_TEST_COMMAND:-1} == 1 ]]; then
     bash compat-tests/bench/compare.sh --quick --scenarios S1,S2 || bench_status=$?
 fi
 
+# --- Operations checks ---------------------------------------------------------
+# Whole-product checks from issue 6, each a script of its own that starts what it
+# needs (a real Prometheus, a private RabbitMQ 3.10) and stops it by pid:
+# - every PromQL query of grafana/ and of the RabbitMQ-Overview panels returns data;
+# - docs/migrating-from-rabbitmq.md followed literally moves 10,000 messages;
+# - RabbitMQ's definitions round-trip through StableMQ, passwords included.
+CHECKS=(
+    "prometheus:scripts/prometheus-check.sh"
+    "migration:scripts/migration-check.sh"
+    "definitions:scripts/definitions-roundtrip.sh"
+)
+failed_checks=()
+if [[ ${CHECKS_IN_TEST_COMMAND:-1} == 1 ]]; then
+    for c in "${CHECKS[@]}"; do
+        name=${c%%:*} script=${c#*:}
+        log "check: $name ($script)"
+        t0=$SECONDS
+        if bash "$script"; then
+            log "check $name passed ($((SECONDS - t0)) s)"
+        else
+            log "check $name FAILED ($((SECONDS - t0)) s)"
+            failed_checks+=("$name")
+        fi
+    done
+fi
+
 # --- Summary -------------------------------------------------------------------
 # Sum cargo's "test result:" lines over all test binaries and doc tests.
 read -r passed failed ignored suites < <(
@@ -132,6 +158,9 @@ fi
 if [[ $bench_status -ne 0 ]]; then
     echo "benchmark smoke run failed (exit $bench_status)"
 fi
-if [[ $status -ne 0 || $failed -ne 0 || $suites_status -ne 0 || $bench_status -ne 0 ]]; then
+if [[ ${#failed_checks[@]} -ne 0 ]]; then
+    echo "operations checks failed: ${failed_checks[*]}"
+fi
+if [[ $status -ne 0 || $failed -ne 0 || $suites_status -ne 0 || $bench_status -ne 0 || ${#failed_checks[@]} -ne 0 ]]; then
     exit 1
 fi
