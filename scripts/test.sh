@@ -68,14 +68,12 @@ status=0
 cargo test --release --workspace --no-fail-fast 2>&1 | tee "$LOG" || status=$?
 
 # --- Third-party client suites -----------------------------------------------------
-# Every suite that passes today runs on every test run: aio-pika, aiormq, lapin,
-# kombu, py-amqp, rabbitpy and amqpstorm's functional tests (amqpstorm-management
-# joins once the management API passes it; docs/compatibility.md lists what it
-# still lacks). They run side by side
+# Every suite runs on every test run: aio-pika, aiormq, lapin, kombu, py-amqp,
+# rabbitpy, and amqpstorm's functional and management tests. They run side by side
 # (--jobs, each suite with a broker of its own, aio-pika in two shards): they mostly
 # wait on timers and round trips, so side by side they take about as long as
 # aio-pika alone, and lapin's test build overlaps them. Longest first.
-SUITES_IN_TEST_COMMAND=${SUITES_IN_TEST_COMMAND-"aio-pika lapin aiormq amqpstorm kombu rabbitpy py-amqp"}
+SUITES_IN_TEST_COMMAND=${SUITES_IN_TEST_COMMAND-"aio-pika lapin aiormq amqpstorm amqpstorm-management kombu rabbitpy py-amqp"}
 export SUITES_JOBS=${SUITES_JOBS:-4}
 suites_status=0
 if [[ -n "$SUITES_IN_TEST_COMMAND" ]]; then
