@@ -490,3 +490,98 @@ async fn lists_page_and_filter_by_name() {
         400
     );
 }
+
+/// Users below administrator (`management`, and `monitoring` too) see the
+/// queues, exchanges and bindings of the vhosts they may use and no others,
+/// and a read of another vhost is refused with 401, as RabbitMQ 3.10 filters
+/// them (checked against it); an administrator sees every vhost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn management_users_see_only_their_vhosts() {
+    let broker = Broker::start();
+    let api = Api::new(&broker);
+    let own = unique("vis-own");
+    let other = unique("vis-other");
+    for v in [&own, &other] {
+        assert!(
+            api.put(&format!("/api/vhosts/{}", enc(v)), &json!({}))
+                .status
+                < 300
+        );
+        let q = format!("/api/queues/{}/q", enc(v));
+        assert!(api.put(&q, &json!({"durable": true})).status < 300, "{q}");
+    }
+    let (mgmt, mon) = (unique("vis-mgmt"), unique("vis-mon"));
+    for (user, tag) in [(&mgmt, "management"), (&mon, "monitoring")] {
+        let path = format!("/api/users/{}", enc(user));
+        assert!(
+            api.put(&path, &json!({"password": "pw", "tags": tag}))
+                .status
+                < 300
+        );
+        let perm = format!("/api/permissions/{}/{}", enc(&own), enc(user));
+        let all = json!({"configure": ".*", "write": ".*", "read": ".*"});
+        assert!(api.put(&perm, &all).status < 300, "{perm}");
+    }
+    let port = Api::port_of(&broker);
+    let as_mgmt = Api::on_port(port, &mgmt, "pw");
+    let vhosts_in = |list: &serde_json::Value| -> Vec<String> {
+        let mut v: Vec<String> = list
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|o| o["vhost"].as_str())
+            .filter(|v| *v == own || *v == other)
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    for list in ["/api/queues", "/api/exchanges", "/api/bindings"] {
+        let got = as_mgmt.get(list);
+        assert_eq!(got.status, 200, "{list}");
+        assert_eq!(
+            vhosts_in(&got.body),
+            vec![own.clone()],
+            "{list} as management"
+        );
+    }
+    for path in [
+        format!("/api/queues/{}", enc(&other)),
+        format!("/api/queues/{}/q", enc(&other)),
+        format!("/api/exchanges/{}", enc(&other)),
+        format!("/api/bindings/{}", enc(&other)),
+    ] {
+        assert_eq!(as_mgmt.get(&path).status, 401, "{path} as management");
+    }
+    assert_eq!(
+        as_mgmt.get(&format!("/api/queues/{}/q", enc(&own))).status,
+        200
+    );
+    let as_mon = Api::on_port(port, &mon, "pw");
+    let only_own = vec![own.clone()];
+    assert_eq!(
+        vhosts_in(&as_mon.get("/api/queues").body),
+        only_own,
+        "as monitoring"
+    );
+    let path = format!("/api/queues/{}/q", enc(&other));
+    assert_eq!(as_mon.get(&path).status, 401, "{path} as monitoring");
+    // guest, an administrator, sees a vhost it has no permissions on (its
+    // creator's permissions, granted by PUT /api/vhosts, are taken away).
+    let perm = format!("/api/permissions/{}/guest", enc(&other));
+    assert!(api.delete(&perm).status < 300, "{perm}");
+    let mut both = vec![own.clone(), other.clone()];
+    both.sort();
+    assert_eq!(
+        vhosts_in(&api.get("/api/queues").body),
+        both,
+        "as administrator"
+    );
+    for v in [&own, &other] {
+        api.delete(&format!("/api/vhosts/{}", enc(v)));
+    }
+    for u in [&mgmt, &mon] {
+        api.delete(&format!("/api/users/{}", enc(u)));
+    }
+}

@@ -261,6 +261,14 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Whether this caller sees a vhost's queues, exchanges and bindings:
+    /// administrators see every vhost, everyone else (monitoring users too)
+    /// only the vhosts they may log in to. RabbitMQ 3.10 filters so, even
+    /// though it lists every vhost to a monitoring user on /api/vhosts.
+    pub fn sees_vhost(&self, access: &crate::users::AccessTable, vhost: &str) -> bool {
+        self.access >= Access::Administrator || access.may_use_vhost(&self.name, vhost)
+    }
+
     /// Whether this caller sees a connection (or its channels and consumers)
     /// owned by `user`: monitoring users see all of them, others their own.
     pub fn sees_user(&self, user: &str) -> bool {
@@ -272,6 +280,24 @@ impl Caller {
 /// reach `need`.
 pub fn caller(state: &AppState, headers: &HeaderMap, need: Access) -> Result<Caller, ApiError> {
     caller_in(&state.access(), headers, need)
+}
+
+/// [`caller`] for a read of one vhost's objects (management tag at least): a
+/// user below monitoring that may not use the vhost is refused with
+/// RabbitMQ's 401, whether or not the vhost exists.
+pub fn caller_for_vhost(
+    state: &AppState,
+    headers: &HeaderMap,
+    vhost: &str,
+) -> Result<Caller, ApiError> {
+    let who = caller(state, headers, Access::Management)?;
+    if who.sees_vhost(&state.access(), vhost) {
+        Ok(who)
+    } else {
+        Err(ApiError::NotAuthorised(
+            "User not authorised to access virtual host",
+        ))
+    }
 }
 
 /// [`caller`] against a given table.

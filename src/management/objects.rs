@@ -7,7 +7,7 @@
 use super::json::{Table, properties_key};
 use super::query::{CoreView, query};
 use super::sessions::{ConsumerJson, consumers};
-use super::{Access, ApiError, AppState, caller};
+use super::{Access, ApiError, AppState, caller, caller_for_vhost};
 use crate::broker::event::{Destination, ExchangeKind};
 use crate::broker::exchange::Exchange;
 use crate::broker::queue::Queue;
@@ -189,10 +189,13 @@ async fn queues_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<QueueJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
     let list = query(&state, move |view| list_queues(view, None, &node)).await?;
-    Ok(Json(list.unwrap_or_default()))
+    let access = state.access();
+    let mut list = list.unwrap_or_default();
+    list.retain(|o| who.sees_vhost(&access, &o.vhost));
+    Ok(Json(list))
 }
 
 async fn queues_in(
@@ -200,7 +203,7 @@ async fn queues_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<QueueJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     let node = state.node().to_string();
     query(&state, move |view| list_queues(view, Some(&vhost), &node))
         .await?
@@ -213,7 +216,7 @@ async fn queue_one(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<QueueJson>, ApiError> {
-    let who = caller(&state, &headers, Access::Management)?;
+    let who = caller_for_vhost(&state, &headers, &vhost)?;
     let node = state.node().to_string();
     query(&state, move |view| {
         let q = view.broker.queue(&vhost, &name)?;
@@ -323,9 +326,12 @@ async fn exchanges_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ExchangeJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let list = query(&state, |view| list_exchanges(view, None)).await?;
-    Ok(Json(list.unwrap_or_default()))
+    let access = state.access();
+    let mut list = list.unwrap_or_default();
+    list.retain(|o| who.sees_vhost(&access, &o.vhost));
+    Ok(Json(list))
 }
 
 async fn exchanges_in(
@@ -333,7 +339,7 @@ async fn exchanges_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ExchangeJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     query(&state, move |view| list_exchanges(view, Some(&vhost)))
         .await?
         .map(Json)
@@ -345,7 +351,7 @@ async fn exchange_one(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<ExchangeJson>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     let name = exchange_name(name);
     query(&state, move |view| {
         let mut x = ExchangeJson::of(&vhost, view.broker.exchange(&vhost, &name)?);
@@ -432,9 +438,12 @@ async fn bindings_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    let who = caller(&state, &headers, Access::Management)?;
     let list = query(&state, |view| list_bindings(&view, None)).await?;
-    Ok(Json(list.unwrap_or_default()))
+    let access = state.access();
+    let mut list = list.unwrap_or_default();
+    list.retain(|o| who.sees_vhost(&access, &o.vhost));
+    Ok(Json(list))
 }
 
 async fn bindings_in(
@@ -442,7 +451,7 @@ async fn bindings_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     query(&state, move |view| list_bindings(&view, Some(&vhost)))
         .await?
         .map(Json)
@@ -485,7 +494,7 @@ async fn queue_bindings(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     query(&state, move |view| {
         bindings_of(&view, &vhost, &name, End::Destination, "queue")
     })
@@ -499,7 +508,7 @@ async fn exchange_bindings_source(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     let name = exchange_name(name);
     query(&state, move |view| {
         bindings_of(&view, &vhost, &name, End::Source, "exchange")
@@ -514,7 +523,7 @@ async fn exchange_bindings_destination(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     let name = exchange_name(name);
     query(&state, move |view| {
         bindings_of(&view, &vhost, &name, End::Destination, "exchange")
@@ -549,7 +558,7 @@ async fn bindings_between(
     Path((vhost, source, kind, dest)): Path<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     let source = exchange_name(source);
     query(&state, move |view| {
         between(&view, &vhost, &source, &kind, &dest)
@@ -564,7 +573,7 @@ async fn binding_one(
     Path((vhost, source, kind, dest, props)): Path<(String, String, String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<BindingJson>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     let source = exchange_name(source);
     query(&state, move |view| {
         between(&view, &vhost, &source, &kind, &dest)?
