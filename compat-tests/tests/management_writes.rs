@@ -558,6 +558,18 @@ async fn management_users_see_only_their_vhosts() {
         as_mgmt.get(&format!("/api/queues/{}/q", enc(&own))).status,
         200
     );
+    // Policies follow the same rule.
+    let policy = json!({"pattern": "^q$", "definition": {"max-length": 9}});
+    for v in [&own, &other] {
+        let path = format!("/api/policies/{}/vis", enc(v));
+        assert!(api.put(&path, &policy).status < 300, "{path}");
+    }
+    assert_eq!(
+        vhosts_in(&as_mgmt.get("/api/policies").body),
+        vec![own.clone()]
+    );
+    let path = format!("/api/policies/{}", enc(&other));
+    assert_eq!(as_mgmt.get(&path).status, 401, "{path} as management");
     let as_mon = Api::on_port(port, &mon, "pw");
     let only_own = vec![own.clone()];
     assert_eq!(

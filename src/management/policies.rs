@@ -15,7 +15,7 @@
 use super::query::query;
 use super::users_api::admin;
 use super::writes::{WriteError, body_json};
-use super::{Access, ApiError, AppState, Caller, caller};
+use super::{Access, ApiError, AppState, Caller, caller, caller_for_vhost};
 use crate::broker::event::Event;
 use crate::broker::policy::{Policy, PolicyError};
 use crate::master::admin::{AdminOp, AdminOutcome};
@@ -88,8 +88,15 @@ async fn policies_all(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
-    Ok(Json(list(&state, None).await?.unwrap_or_default()))
+    let who = caller(&state, &headers, Access::Management)?;
+    let access = state.access();
+    let mut all = list(&state, None).await?.unwrap_or_default();
+    all.retain(|p| {
+        p["vhost"]
+            .as_str()
+            .is_some_and(|v| who.sees_vhost(&access, v))
+    });
+    Ok(Json(all))
 }
 
 async fn policies_in(
@@ -97,7 +104,7 @@ async fn policies_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     list(&state, Some(vhost))
         .await?
         .map(Json)
@@ -109,7 +116,7 @@ async fn policy_one(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    caller(&state, &headers, Access::Management)?;
+    caller_for_vhost(&state, &headers, &vhost)?;
     list(&state, Some(vhost))
         .await?
         .and_then(|l| l.into_iter().find(|p| p["name"] == name.as_str()))
@@ -211,7 +218,7 @@ async fn put_policy_route(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, WriteError> {
-    let who = caller(&state, &headers, Access::Management)?;
+    let who = caller_for_vhost(&state, &headers, &vhost)?;
     policymaker(&who)?;
     let m = body_json(&body)?;
     Ok(put_policy(&state, &vhost, &name, &m).await?.into_response())
@@ -222,7 +229,7 @@ async fn delete_policy(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, WriteError> {
-    let who = caller(&state, &headers, Access::Management)?;
+    let who = caller_for_vhost(&state, &headers, &vhost)?;
     policymaker(&who)?;
     let (v, n) = (vhost.clone(), name.clone());
     let exists = query(&state, move |view| {
