@@ -80,6 +80,10 @@ pub mod metrics {
     /// of stores, in seconds (per batch of appends).
     pub const QUORUM_ACK_SECONDS: &str = "stablemq_quorum_ack_seconds";
 
+    /// Counter: snapshots of a store's state installed by this node (a broker
+    /// or store catching up below a store's log base), by `role`.
+    pub const SNAPSHOTS_INSTALLED: &str = "stablemq_snapshots_installed_total";
+
     /// Register units and help texts with the installed recorder.
     pub fn describe() {
         use ::metrics::{Unit, describe_counter, describe_histogram};
@@ -94,6 +98,11 @@ pub mod metrics {
             "Duration of one event-store fsync"
         );
         describe_counter!(FSYNCS_TOTAL, Unit::Count, "Event-store fsyncs issued");
+        describe_counter!(
+            SNAPSHOTS_INSTALLED,
+            Unit::Count,
+            "Snapshots of a store's state installed to catch up below a log base"
+        );
         describe_histogram!(
             QUORUM_ACK_SECONDS,
             Unit::Seconds,

@@ -83,12 +83,19 @@ fn invariants_hold_across_seeds() {
     let crash = with(|o| o.stats.crashes >= 1);
     let master_crash = with(|o| o.stats.master_crashes >= 1);
     let partition = with(|o| o.stats.partitions >= 1);
+    let broker_snap = with(|o| o.stats.broker_snapshots >= 1);
+    let store_snap = with(|o| o.stats.store_snapshots >= 1);
+    let broker_snaps: u64 = outcomes.iter().map(|o| o.stats.broker_snapshots).sum();
+    let store_snaps: u64 = outcomes.iter().map(|o| o.stats.store_snapshots).sum();
+    let compacted = with(|o| o.stats.max_base > 0);
     let confirmed: u64 = outcomes.iter().map(|o| o.stats.confirmed).sum();
     let events: u64 = outcomes.iter().map(|o| o.stats.events).sum();
     eprintln!(
         "{n} seeds in {elapsed:.2?}: {failover} with a failover, {crash} with a crash \
          ({master_crash} of the master), {partition} with a partition; \
-         {confirmed} payloads confirmed, {events} events"
+         {confirmed} payloads confirmed, {events} events; {compacted} compacted a store's log, \
+         {broker_snap} with a broker restored from a snapshot ({broker_snaps} in all), \
+         {store_snap} with a store installing one ({store_snaps} in all)"
     );
     assert!(
         failures.is_empty(),
@@ -111,6 +118,17 @@ fn invariants_hold_across_seeds() {
     assert!(
         with(|o| o.stats.confirmed > 0) >= most,
         "too few seeds confirmed anything"
+    );
+    // Snapshot catch-up is exercised, by brokers and by stores.
+    assert!(compacted >= most, "only {compacted} of {n} seeds compacted");
+    let some = outcomes.len() / 3;
+    assert!(
+        broker_snap >= some,
+        "only {broker_snap} of {n} seeds restored a broker from a snapshot"
+    );
+    assert!(
+        store_snap >= some,
+        "only {store_snap} of {n} seeds installed a snapshot on a store"
     );
 }
 

@@ -67,6 +67,9 @@ impl Events {
                     self.stable = self.stable.max(stable);
                     self.became_master = Some((epoch, stable));
                 }
+                BrokerEvent::Restore { base, .. } => {
+                    panic!("snapshot at {base}, but no store compacts in this test")
+                }
                 BrokerEvent::Campaign { .. } | BrokerEvent::SteppedDown { .. } => {}
             }
         }

@@ -20,6 +20,18 @@ fn entries() -> impl Strategy<Value = Vec<Entry>> {
     proptest::collection::vec(entry, 0..8)
 }
 
+fn key() -> impl Strategy<Value = Bytes> {
+    proptest::collection::vec(any::<u8>(), 0..24).prop_map(Bytes::from)
+}
+
+fn opt_key() -> impl Strategy<Value = Option<Bytes>> {
+    proptest::option::of(key())
+}
+
+fn pairs() -> impl Strategy<Value = Vec<(Bytes, Bytes)>> {
+    proptest::collection::vec((key(), key()), 0..6)
+}
+
 fn endpoint() -> impl Strategy<Value = Endpoint> {
     (any::<u64>(), any::<bool>()).prop_map(|(node, store)| Endpoint {
         node,
@@ -63,6 +75,15 @@ fn message() -> impl Strategy<Value = Message> {
         u().prop_map(|promised| Message::FenceRefused { promised }),
         (u(), u(), u()).prop_map(|(epoch, from, to)| Message::Fetch { epoch, from, to }),
         (u(), entries()).prop_map(|(epoch, entries)| Message::Entries { epoch, entries }),
+        (pos(), opt_key(), pairs(), any::<bool>()).prop_map(|(base, after, pairs, done)| {
+            Message::SnapshotChunk {
+                base,
+                after,
+                pairs,
+                done,
+            }
+        }),
+        (pos(), opt_key()).prop_map(|(base, after)| Message::SnapshotRequest { base, after }),
     ]
 }
 

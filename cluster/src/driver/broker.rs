@@ -35,6 +35,15 @@ pub enum BrokerEvent {
     /// Slave, or a candidate taking over: apply these stable entries in order
     /// (skip epoch markers, [`crate::replication::is_epoch_marker`]).
     Apply(Vec<Entry>),
+    /// Slave, or a candidate taking over: replace the whole broker state with
+    /// this state of the stable log up to `base` (a store compacted the
+    /// entries this node needed); `Apply` continues from `base.index + 1`.
+    Restore {
+        /// The last entry the state covers.
+        base: crate::position::LogPosition,
+        /// The store's materialized state, in key order.
+        pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
+    },
     /// This node started an election.
     Campaign {
         /// Its epoch.
@@ -396,6 +405,16 @@ impl Running {
                     continue;
                 }
                 BrokerCommand::Apply(entries) => BrokerEvent::Apply(entries),
+                BrokerCommand::Restore { base, pairs } => {
+                    tracing::info!(
+                        node = me.node,
+                        %base,
+                        pairs = pairs.len(),
+                        "caught up by snapshot: restoring the broker state"
+                    );
+                    metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED).increment(1);
+                    BrokerEvent::Restore { base, pairs }
+                }
                 BrokerCommand::Stable(index) => {
                     while let Some(&(last, at)) = self.unstable.front() {
                         if last > index {

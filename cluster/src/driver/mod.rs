@@ -169,7 +169,8 @@ pub async fn run_store_node_with(
         recovered.promised,
         recovered.stable,
         recovered.runs,
-    );
+    )
+    .with_config(&config);
     let clock = Clock::start();
     let me = Endpoint::store(node_id);
     loop {
@@ -189,6 +190,7 @@ pub async fn run_store_node_with(
                 StoreCommand::Send { to, msg } => outbox.send(Envelope { from: me, to, msg }),
                 StoreCommand::Persist(ops) => runner.persist(ops),
                 StoreCommand::Read(req) => runner.read(req),
+                StoreCommand::ReadSnapshot(req) => runner.read_snapshot(req),
             }
         }
         let now = StoreStatus::of(&node);

@@ -17,6 +17,7 @@ use super::log::{MemLog, entries_follow, mismatch_hint};
 use super::messages::{Endpoint, Message, RejectReason, Service};
 use super::replicator::Replicator;
 use super::rng::SplitMix64;
+use super::snapshot::{ChunkOutcome, SnapshotRx};
 use super::{Config, NodeId};
 
 /// What drives a broker node.
@@ -52,6 +53,15 @@ pub enum BrokerCommand {
     /// them, in order. Consecutive with the previous `Apply`. Epoch markers
     /// ([`super::is_epoch_marker`]) are included and must be skipped.
     Apply(Vec<Entry>),
+    /// Slave or candidate: replace the broker's state with `pairs`, a store's
+    /// materialized state of the stable log up to `base` (the entries the
+    /// node needs were compacted). `Apply` continues from `base.index + 1`.
+    Restore {
+        /// The last entry the state covers.
+        base: LogPosition,
+        /// The state, in key order.
+        pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
+    },
     /// Master: every entry up to this index is stable; release the confirms and
     /// replies waiting for it. Strictly increasing within one mastership.
     Stable(u64),
@@ -144,6 +154,8 @@ pub struct BrokerNode {
     /// we last asked, and which store to ask next.
     pub(super) catch_up_sent_ms: Option<u64>,
     pub(super) catch_up_turn: usize,
+    /// A store's state being received (catch-up below a store's log base).
+    pub(super) snapshot_rx: Option<SnapshotRx>,
     /// The role.
     pub(super) role: Role,
 }
@@ -162,6 +174,7 @@ impl BrokerNode {
             floor_seen: 0,
             catch_up_sent_ms: None,
             catch_up_turn: 0,
+            snapshot_rx: None,
             role: Role::Slave {
                 master: None,
                 deadline_ms: 0,
@@ -294,12 +307,22 @@ impl BrokerNode {
             Message::Promise { epoch, last, .. } => self.on_promise(now, from, epoch, last, out),
             Message::Entries { epoch, entries } => self.on_entries(now, from, epoch, entries, out),
             Message::StableEntries { entries, .. } => self.on_stable_entries(now, entries, out),
+            Message::SnapshotChunk {
+                base,
+                after,
+                pairs,
+                done,
+            } if from.service == Service::Store => {
+                self.on_snapshot_chunk(now, from, base, after, pairs, done, out);
+            }
             // Store-bound requests, and refusals already handled by
             // `observe_epoch` (a refusal at or below our epoch changes nothing).
             Message::Append { .. }
             | Message::Fence { .. }
             | Message::Fetch { .. }
             | Message::CatchUp { .. }
+            | Message::SnapshotRequest { .. }
+            | Message::SnapshotChunk { .. }
             | Message::FenceRefused { .. } => {}
         }
     }
@@ -460,6 +483,11 @@ impl BrokerNode {
             return;
         }
         self.catch_up_sent_ms = Some(now);
+        if let Some(rx) = &self.snapshot_rx {
+            let (to, msg) = rx.request();
+            out.push(BrokerCommand::Send { to, msg });
+            return;
+        }
         let store = self.cfg.stores[self.catch_up_turn % self.cfg.stores.len()];
         self.catch_up_turn = self.catch_up_turn.wrapping_add(1);
         let from = self.applied + 1;
@@ -511,6 +539,51 @@ impl BrokerNode {
         self.apply_up_to(last, out);
         if full {
             self.catch_up(now, true, out);
+        }
+    }
+
+    /// A chunk of a store's state: a slave catching up, or a candidate
+    /// fetching the adopted log, below that store's log base.
+    #[allow(clippy::too_many_arguments)]
+    fn on_snapshot_chunk(
+        &mut self,
+        now: u64,
+        from: Endpoint,
+        base: LogPosition,
+        after: Option<bytes::Bytes>,
+        pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
+        done: bool,
+        out: &mut Vec<BrokerCommand>,
+    ) {
+        let have = match &self.role {
+            Role::Slave { .. } => self.applied,
+            Role::Candidate(c) => match c.fetch_next() {
+                // Only from the store whose log we adopt: its state is a
+                // prefix of that log.
+                Some((source, next)) if source == from.node => next - 1,
+                _ => return,
+            },
+            Role::Master(_) => return,
+        };
+        match SnapshotRx::on_chunk(&mut self.snapshot_rx, from, have, base, after, pairs, done) {
+            ChunkOutcome::Ignored => {}
+            ChunkOutcome::More(to, msg) => {
+                self.catch_up_sent_ms = Some(now);
+                out.push(BrokerCommand::Send { to, msg });
+            }
+            ChunkOutcome::Done { base, pairs } => {
+                // A stable entry of epoch e proves a master of e existed (see
+                // `on_stable_entries`).
+                self.observe_epoch(now, base.epoch, out);
+                self.log.reset_to(base);
+                self.applied = base.index;
+                out.push(BrokerCommand::Restore { base, pairs });
+                match self.role {
+                    Role::Slave { .. } => self.catch_up(now, true, out),
+                    Role::Candidate(_) => self.fetch_after_snapshot(now, out),
+                    Role::Master(_) => {}
+                }
+            }
         }
     }
 

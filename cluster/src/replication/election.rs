@@ -56,6 +56,15 @@ enum Phase {
 }
 
 impl Candidate {
+    /// While fetching: the store whose log we adopt, and the next index we
+    /// need.
+    pub(crate) fn fetch_next(&self) -> Option<(NodeId, u64)> {
+        match &self.phase {
+            Phase::Fetching { source, next, .. } => Some((*source, *next)),
+            _ => None,
+        }
+    }
+
     /// The replicator while confirming the marker.
     pub(crate) fn replicator(&mut self) -> Option<&mut Replicator> {
         match &mut self.phase {
@@ -115,9 +124,13 @@ impl BrokerNode {
                 source,
                 target,
                 next,
-            } => {
-                out.push(fetch(&self.cfg, *source, epoch, *next, target.index));
-            }
+            } => match &self.snapshot_rx {
+                Some(rx) => {
+                    let (to, msg) = rx.request();
+                    out.push(BrokerCommand::Send { to, msg });
+                }
+                None => out.push(fetch(&self.cfg, *source, epoch, *next, target.index)),
+            },
             Phase::Confirming { .. } => {}
         }
     }
@@ -232,6 +245,36 @@ impl BrokerNode {
         }
         if self.log.pos_at(target.index) != Some(*target) {
             // Not the log the store promised with; give up this candidacy.
+            c.deadline_ms = now;
+            return;
+        }
+        self.start_confirming(now);
+    }
+
+    /// A snapshot of the adopted store's state is installed (the log up to
+    /// its base was compacted there): fetch what follows it, or confirm if
+    /// the base is the adopted log's end.
+    pub(super) fn fetch_after_snapshot(&mut self, now: u64, out: &mut Vec<BrokerCommand>) {
+        let Role::Candidate(c) = &mut self.role else {
+            return;
+        };
+        let epoch = c.epoch;
+        let Phase::Fetching {
+            source,
+            target,
+            next,
+        } = &mut c.phase
+        else {
+            return;
+        };
+        *next = self.applied + 1;
+        c.deadline_ms = c.deadline_ms.max(now + self.cfg.election_timeout_ms);
+        if *next <= target.index {
+            c.last_sent_ms = now;
+            out.push(fetch(&self.cfg, *source, epoch, *next, target.index));
+            return;
+        }
+        if self.log.pos_at(target.index) != Some(*target) {
             c.deadline_ms = now;
             return;
         }

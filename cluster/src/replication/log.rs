@@ -13,8 +13,12 @@ pub struct EpochRuns {
     /// `(first_index, epoch)`, both strictly increasing; the last run ends at
     /// `last`.
     runs: Vec<(u64, u64)>,
-    /// Index of the last entry; 0 when empty.
+    /// Index of the last entry; `base.index` when empty.
     last: u64,
+    /// The last entry compacted away (`(0,0)`: none). Entries up to it are
+    /// stable and live only in the store's materialized state; its position
+    /// is kept for log matching at the boundary.
+    base: LogPosition,
 }
 
 impl EpochRuns {
@@ -28,19 +32,42 @@ impl EpochRuns {
         runs
     }
 
-    /// The last position; `(0,0)` when empty.
+    /// The runs of a log whose entries up to `base` were compacted, holding
+    /// `positions` (consecutive, from `base.index + 1`).
+    pub fn from_base(base: LogPosition, positions: impl IntoIterator<Item = LogPosition>) -> Self {
+        let mut runs = EpochRuns {
+            runs: Vec::new(),
+            last: base.index,
+            base,
+        };
+        for pos in positions {
+            runs.push(pos);
+        }
+        runs
+    }
+
+    /// The last position; the base when no entry follows it (`(0,0)` when empty).
     pub fn last(&self) -> LogPosition {
         match self.runs.last() {
             Some(&(_, epoch)) => LogPosition::new(epoch, self.last),
-            None => LogPosition::ZERO,
+            None => self.base,
         }
     }
 
+    /// The last compacted position (`(0,0)` when nothing was compacted).
+    pub fn base(&self) -> LogPosition {
+        self.base
+    }
+
     /// The epoch of the entry at `index`; index 0 is the empty prefix (epoch 0),
-    /// beyond the end is `None`.
+    /// the base answers its own epoch, below the base (compacted) and beyond
+    /// the end is `None`.
     pub fn epoch_at(&self, index: u64) -> Option<u64> {
-        if index == 0 {
-            return Some(0);
+        if index == self.base.index {
+            return Some(self.base.epoch);
+        }
+        if index == 0 || index < self.base.index {
+            return None;
         }
         if index > self.last {
             return None;
@@ -50,12 +77,37 @@ impl EpochRuns {
         self.runs.get(i.checked_sub(1)?).map(|&(_, epoch)| epoch)
     }
 
-    /// First index of the run holding `index` (an index of the log).
+    /// First index of the run holding `index` (an index of the log), never
+    /// below the first entry after the base.
     pub fn run_start(&self, index: u64) -> u64 {
         let i = self.runs.partition_point(|&(first, _)| first <= index);
         i.checked_sub(1)
             .and_then(|i| self.runs.get(i))
-            .map_or(0, |&(first, _)| first)
+            .map_or(self.base.index, |&(first, _)| first)
+    }
+
+    /// Forget every entry up to `pos` (compaction: the state holds them), or
+    /// everything, if the log does not hold `pos` (a snapshot installed over a
+    /// log that disagrees with it, or that ends before it): the log then
+    /// starts after `pos`.
+    pub fn compact_through(&mut self, pos: LogPosition) {
+        if pos.index <= self.base.index {
+            return;
+        }
+        if self.epoch_at(pos.index) != Some(pos.epoch) {
+            self.runs.clear();
+            self.last = pos.index;
+        } else {
+            // The run holding `pos` now starts right after it.
+            let i = self.runs.partition_point(|&(first, _)| first <= pos.index);
+            self.runs.drain(..i.saturating_sub(1));
+            if pos.index == self.last {
+                self.runs.clear();
+            } else if let Some(first) = self.runs.first_mut() {
+                first.0 = pos.index + 1;
+            }
+        }
+        self.base = pos;
     }
 
     /// Append one position; it must follow the last one.
@@ -72,11 +124,14 @@ impl EpochRuns {
         self.last = pos.index;
     }
 
-    /// Forget every index above `index`.
+    /// Forget every index above `index` (never below the base: compacted
+    /// entries are stable).
     pub fn truncate_after(&mut self, index: u64) {
         if index >= self.last {
             return;
         }
+        debug_assert!(index >= self.base.index, "truncating compacted entries");
+        let index = index.max(self.base.index);
         self.runs.retain(|&(first, _)| first <= index);
         self.last = index;
     }
@@ -165,6 +220,14 @@ impl MemLog {
         let n = (index - self.base) as usize;
         self.entries.drain(..n);
         self.base = index;
+        self.base_pos = pos;
+    }
+
+    /// Forget every entry and start after `pos`: a snapshot of the stable log
+    /// up to `pos` replaced everything up to there.
+    pub fn reset_to(&mut self, pos: LogPosition) {
+        self.entries.clear();
+        self.base = pos.index;
         self.base_pos = pos;
     }
 

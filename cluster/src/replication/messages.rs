@@ -10,12 +10,14 @@
 //! rolling upgrade can refuse (rather than misread) a peer that speaks another
 //! version.
 
+use bytes::Bytes;
+
 use crate::position::{Entry, LogPosition};
 
 use super::NodeId;
 
 /// Version of the node-to-node encoding, the first byte of every frame.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 
 /// Which service of a node a message is for, or from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -168,6 +170,33 @@ pub enum Message {
         /// Consecutive entries starting at the CatchUp's `from`.
         entries: Vec<Entry>,
     },
+    /// Store → slave, candidate or store: one chunk of the store's
+    /// materialized state at `base`, the answer to a `CatchUp` or `Fetch`
+    /// whose `from` lies in the compacted part of its log, or to a
+    /// `SnapshotRequest`. The state covers exactly the stable log up to
+    /// `base` (I1/I4); the requester installs it whole, then continues from
+    /// `base.index + 1`. Speaks for no epoch: the state is final, like stable
+    /// entries.
+    SnapshotChunk {
+        /// The last entry the state covers (the store's log base).
+        base: LogPosition,
+        /// The key this chunk continues after; `None` for the first chunk.
+        after: Option<Bytes>,
+        /// State pairs in key order, every key above `after`.
+        pairs: Vec<(Bytes, Bytes)>,
+        /// Whether this is the last chunk.
+        done: bool,
+    },
+    /// Slave, candidate or store → store: the chunk of the snapshot at `base`
+    /// after key `after`. A store that no longer has that snapshot starts a
+    /// new one from the first chunk (`after: None`), which the requester takes
+    /// as a restart.
+    SnapshotRequest {
+        /// The snapshot being continued.
+        base: LogPosition,
+        /// The last key received.
+        after: Option<Bytes>,
+    },
     /// Store → candidate: the entries asked for (fewer if the log is shorter).
     Entries {
         /// The epoch of the Fetch being answered.
@@ -191,7 +220,10 @@ impl Message {
             | Message::Entries { epoch, .. } => *epoch,
             // Catch-up of stable entries speaks for no epoch: a slave behind on
             // epochs must not make a store (or itself) react to it.
-            Message::CatchUp { .. } | Message::StableEntries { .. } => 0,
+            Message::CatchUp { .. }
+            | Message::StableEntries { .. }
+            | Message::SnapshotChunk { .. }
+            | Message::SnapshotRequest { .. } => 0,
             Message::FenceRefused { promised } => *promised,
         }
     }

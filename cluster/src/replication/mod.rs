@@ -29,13 +29,14 @@ mod log;
 mod messages;
 mod replicator;
 mod rng;
+mod snapshot;
 mod store_node;
 
 pub use broker::{AppendError, BrokerCommand, BrokerInput, BrokerNode, RoleKind};
 pub use log::{EpochRuns, MemLog};
 pub use messages::{Endpoint, Message, RejectReason, Service, WIRE_VERSION};
 pub use rng::SplitMix64;
-pub use store_node::{DiskOp, ReadRequest, StoreCommand, StoreInput, StoreNode};
+pub use store_node::{DiskOp, ReadRequest, SnapshotRead, StoreCommand, StoreInput, StoreNode};
 
 use crate::position::Entry;
 
@@ -86,6 +87,11 @@ pub struct Config {
     pub window_entries_max: u64,
     /// Most entries asked for in one Fetch during an election.
     pub fetch_entries_max: u64,
+    /// Stores compact their logs, keeping this many stable entries behind the
+    /// stable index they have on disk; `None`: they keep the whole log. A
+    /// node whose next entry a store compacted gets that store's state
+    /// instead (snapshot catch-up).
+    pub store_retention: Option<u64>,
 }
 
 impl Config {
@@ -101,6 +107,7 @@ impl Config {
             batch_entries_max: 512,
             window_entries_max: 8192,
             fetch_entries_max: 4096,
+            store_retention: None,
         }
     }
 

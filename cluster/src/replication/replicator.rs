@@ -36,6 +36,9 @@ pub(crate) struct Replicator {
     /// Highest index acked by a quorum of stores in this epoch whose entry is of
     /// this epoch. Never goes back.
     stable: u64,
+    /// A store acked this far behind `stable` no longer holds the floor back
+    /// (the pipeline window): it catches up from its peers instead.
+    lag_max: u64,
 }
 
 impl Replicator {
@@ -67,6 +70,7 @@ impl Replicator {
             peers: stores.chain(slaves).map(|e| (e, peer.clone())).collect(),
             quorum: cfg.quorum(),
             stable,
+            lag_max: cfg.window_entries_max,
         }
     }
 
@@ -74,17 +78,20 @@ impl Replicator {
         self.stable
     }
 
-    /// The index every store holds in this epoch (the lowest store ack), at
-    /// most `stable`: nothing up to it will ever be resent to a store, so
-    /// brokers may drop it from memory. A store that does not answer keeps it
-    /// where it was, which is what lets that store catch up when it returns.
+    /// What brokers may drop from memory: the lowest ack among the stores
+    /// keeping up (acked within `lag_max` of `stable`), at most `stable`.
+    /// Nothing up to it will be resent to those stores. A store further
+    /// behind (down, cut off, or just restarted) no longer pins it: it
+    /// catches up from its peer stores, from their log or their state, and
+    /// memory stays bounded by about one window.
     pub(crate) fn floor(&self) -> u64 {
         self.peers
             .iter()
             .filter(|(e, _)| e.service == Service::Store)
             .map(|(_, p)| p.matched)
+            .filter(|&m| m.saturating_add(self.lag_max) >= self.stable)
             .min()
-            .unwrap_or(0)
+            .unwrap_or(self.stable)
             .min(self.stable)
     }
 
@@ -111,11 +118,10 @@ impl Replicator {
                 peer.last_progress_ms = now;
             }
             if peer.next <= log.base() {
-                // Entries it needs are no longer in memory. Only a slave can be
-                // here (the floor never passes a store's ack): anchor a
-                // heartbeat at our first position, which the slave rejects
-                // until it has caught up from a store.
-                debug_assert_eq!(to.service, Service::Broker, "a store behind the floor");
+                // Entries it needs are no longer in memory: anchor a
+                // heartbeat at our first position, which the peer rejects
+                // until it has caught up from a store (a slave from any
+                // store, a store from its peers).
                 if now.saturating_sub(peer.last_sent_ms) >= cfg.heartbeat_ms {
                     out.push((
                         to,

@@ -13,11 +13,14 @@
 //! plus what is in flight or queued. Ops are applied in order, so once the queue
 //! drains the disk equals the accepted log.
 
+use bytes::Bytes;
+
 use crate::position::{Entry, LogPosition};
 
-use super::NodeId;
 use super::log::{EpochRuns, entries_follow, mismatch_hint};
 use super::messages::{Endpoint, Message, RejectReason};
+use super::snapshot::{ChunkOutcome, SnapshotRx};
+use super::{Config, NodeId};
 
 /// One write to the store's disk. The driver applies a Persist's ops in order,
 /// then fsyncs once.
@@ -39,6 +42,21 @@ pub enum DiskOp {
     },
     /// Record the stable index (lazily durable: it rides on the fsync).
     Stable(u64),
+    /// Materialize the state through this position (a stable entry of the
+    /// log) and delete the log up to it: it becomes the log base. Emitted
+    /// only up to the stable index already on disk.
+    Compact(LogPosition),
+    /// Replace the state with `pairs`, the state of the stable log up to
+    /// `base` (a snapshot from a peer store), and make `base` the log base.
+    /// Entries after `base` are kept if the log holds `base` itself, else the
+    /// whole log goes (what disagrees with a stable entry is never stable).
+    /// The stable index becomes at least `base.index`.
+    InstallSnapshot {
+        /// The last entry the state covers.
+        base: LogPosition,
+        /// The state, in key order.
+        pairs: Vec<(Bytes, Bytes)>,
+    },
 }
 
 /// A read the store asks the driver to do; handed back in
@@ -56,6 +74,20 @@ pub struct ReadRequest {
     /// A slave's catch-up: `to` is already clamped to the stable index, and
     /// the answer is [`Message::StableEntries`], sent whatever the promise.
     pub stable_only: bool,
+}
+
+/// A chunk of the store's state the store asks its driver to read: the
+/// snapshot at `base` after key `after`, or, if the driver no longer has that
+/// snapshot pinned (or `after` is `None`), the first chunk of a snapshot of
+/// the state as it is now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotRead {
+    /// Who asked.
+    pub reply_to: Endpoint,
+    /// The snapshot being continued; ignored when `after` is `None`.
+    pub base: LogPosition,
+    /// The last key the requester has.
+    pub after: Option<Bytes>,
 }
 
 /// What drives a store.
@@ -77,6 +109,19 @@ pub enum StoreInput {
         /// Consecutive entries from `req.from`.
         entries: Vec<Entry>,
     },
+    /// A [`StoreCommand::ReadSnapshot`] finished: one chunk to send.
+    SnapshotDone {
+        /// The requester.
+        reply_to: Endpoint,
+        /// The snapshot read (a new one if the requested one was gone).
+        base: LogPosition,
+        /// The key this chunk continues after (`None`: the first chunk).
+        after: Option<Bytes>,
+        /// The pairs, in key order.
+        pairs: Vec<(Bytes, Bytes)>,
+        /// Whether it is the last chunk.
+        done: bool,
+    },
     /// The disk failed (fjall poisons itself after a failed fsync): the node stops
     /// answering for good, since nothing it says about durability can be trusted.
     DiskFailed,
@@ -96,6 +141,8 @@ pub enum StoreCommand {
     Persist(Vec<DiskOp>),
     /// Read entries and report [`StoreInput::ReadDone`].
     Read(ReadRequest),
+    /// Read a chunk of the state and report [`StoreInput::SnapshotDone`].
+    ReadSnapshot(SnapshotRead),
 }
 
 /// The event-store role; see the module docs.
@@ -129,6 +176,23 @@ pub struct StoreNode {
     in_flight: Option<Vec<(Endpoint, Message)>>,
     /// Set by [`StoreInput::DiskFailed`]; the node is silent from then on.
     failed: bool,
+    /// The other stores, to catch up from when the master no longer holds
+    /// what this store lacks.
+    peers: Vec<NodeId>,
+    /// Stable entries kept in the log behind the stable index on disk;
+    /// `None`: never compact.
+    retention: Option<u64>,
+    /// Resend period of catch-up requests.
+    retry_ms: u64,
+    /// Most entries asked for in one catch-up request.
+    fetch_entries_max: u64,
+    /// When this store last asked a peer to catch it up, and whom next.
+    catch_up_sent_ms: Option<u64>,
+    catch_up_turn: usize,
+    /// A snapshot being received from a peer.
+    snapshot_rx: Option<SnapshotRx>,
+    /// Snapshots installed.
+    installed_snapshots: u64,
     /// Failed internal consistency checks; nonzero means a protocol bug (the
     /// simulator asserts it stays zero).
     anomalies: u64,
@@ -138,20 +202,52 @@ impl StoreNode {
     /// A store recovering what its disk holds (a fresh disk is all zeros and an
     /// empty log).
     pub fn new(id: NodeId, promised: u64, stable: u64, log: EpochRuns) -> Self {
+        // Everything up to the base is stable: only stable entries are compacted.
+        let stable = stable.min(log.last().index).max(log.base().index);
         StoreNode {
             id,
             promised,
             promised_to: None,
-            stable: stable.min(log.last().index),
-            stable_on_disk: stable.min(log.last().index),
-            stable_in_flight: stable.min(log.last().index),
+            stable,
+            stable_on_disk: stable,
+            stable_in_flight: stable,
             log,
             queued_ops: Vec::new(),
             queued_replies: Vec::new(),
             in_flight: None,
             failed: false,
             anomalies: 0,
+            peers: Vec::new(),
+            retention: None,
+            retry_ms: 200,
+            fetch_entries_max: 4096,
+            catch_up_sent_ms: None,
+            catch_up_turn: 0,
+            snapshot_rx: None,
+            installed_snapshots: 0,
         }
+    }
+
+    /// Take the cluster's settings: the peer stores to catch up from, the
+    /// retention (compaction on when `cfg.store_retention` is set) and the
+    /// timings. Without it a store never compacts and never catches up from
+    /// its peers.
+    pub fn with_config(mut self, cfg: &Config) -> Self {
+        self.peers = cfg
+            .stores
+            .iter()
+            .copied()
+            .filter(|&n| n != self.id)
+            .collect();
+        self.retention = cfg.store_retention;
+        self.retry_ms = cfg.retry_ms;
+        self.fetch_entries_max = cfg.fetch_entries_max.max(1);
+        self
+    }
+
+    /// The last compacted position (`(0,0)`: none).
+    pub fn log_base(&self) -> LogPosition {
+        self.log.base()
     }
 
     /// This node's id.
@@ -180,13 +276,13 @@ impl StoreNode {
     }
 
     /// Advance the store by one input.
-    pub fn step(&mut self, _now: u64, input: StoreInput) -> Vec<StoreCommand> {
+    pub fn step(&mut self, now: u64, input: StoreInput) -> Vec<StoreCommand> {
         let mut out = Vec::new();
         if self.failed {
             return out;
         }
         match input {
-            StoreInput::Receive { from, msg } => self.receive(from, msg, &mut out),
+            StoreInput::Receive { from, msg } => self.receive(now, from, msg, &mut out),
             StoreInput::Persisted => {
                 self.stable_on_disk = self.stable_in_flight;
                 let replies = self.in_flight.take().unwrap_or_default();
@@ -216,6 +312,21 @@ impl StoreNode {
                     });
                 }
             }
+            StoreInput::SnapshotDone {
+                reply_to,
+                base,
+                after,
+                pairs,
+                done,
+            } => out.push(StoreCommand::Send {
+                to: reply_to,
+                msg: Message::SnapshotChunk {
+                    base,
+                    after,
+                    pairs,
+                    done,
+                },
+            }),
             StoreInput::DiskFailed => {
                 self.failed = true;
                 return Vec::new();
@@ -225,15 +336,15 @@ impl StoreNode {
         out
     }
 
-    fn receive(&mut self, from: Endpoint, msg: Message, out: &mut Vec<StoreCommand>) {
+    fn receive(&mut self, now: u64, from: Endpoint, msg: Message, out: &mut Vec<StoreCommand>) {
         match msg {
             Message::Append {
                 epoch,
                 prev,
                 entries,
                 stable,
-                floor: _,
-            } => self.on_append(from, epoch, prev, entries, stable, out),
+                floor,
+            } => self.on_append(now, from, epoch, prev, entries, stable, floor, out),
             Message::CatchUp {
                 epoch,
                 from: lo,
@@ -245,7 +356,15 @@ impl StoreNode {
                 // already: the ops that made it stable may still be queued
                 // behind this read, over an older tail.
                 let to = to.min(self.stable_on_disk);
-                if lo >= 1 && lo <= to {
+                if lo >= 1 && lo <= self.log.base().index {
+                    // Compacted: the state up to the base instead, then the
+                    // requester asks again from the base.
+                    out.push(StoreCommand::ReadSnapshot(SnapshotRead {
+                        reply_to: from,
+                        base: LogPosition::ZERO,
+                        after: None,
+                    }));
+                } else if lo >= 1 && lo <= to {
                     out.push(StoreCommand::Read(ReadRequest {
                         from: lo,
                         to,
@@ -261,7 +380,14 @@ impl StoreNode {
                 from: lo,
                 to,
             } => {
-                if epoch == self.promised {
+                if epoch == self.promised && lo <= self.log.base().index {
+                    // The candidate needs what only the state holds now.
+                    out.push(StoreCommand::ReadSnapshot(SnapshotRead {
+                        reply_to: from,
+                        base: LogPosition::ZERO,
+                        after: None,
+                    }));
+                } else if epoch == self.promised {
                     out.push(StoreCommand::Read(ReadRequest {
                         from: lo,
                         to,
@@ -279,13 +405,33 @@ impl StoreNode {
                     );
                 }
             }
-            // Replies meant for brokers: a store never sends requests.
+            Message::SnapshotRequest { base, after } => {
+                out.push(StoreCommand::ReadSnapshot(SnapshotRead {
+                    reply_to: from,
+                    base,
+                    after,
+                }));
+            }
+            // A peer store catching this one up.
+            Message::StableEntries { entries, .. } if self.is_peer(from) => {
+                self.on_stable_entries(now, entries, out);
+            }
+            Message::SnapshotChunk {
+                base,
+                after,
+                pairs,
+                done,
+            } if self.is_peer(from) => {
+                self.on_snapshot_chunk(now, from, base, after, pairs, done, out);
+            }
+            // Replies meant for brokers.
             Message::AppendAck { .. }
             | Message::AppendReject { .. }
             | Message::Promise { .. }
             | Message::FenceRefused { .. }
             | Message::Entries { .. }
-            | Message::StableEntries { .. } => {}
+            | Message::StableEntries { .. }
+            | Message::SnapshotChunk { .. } => {}
         }
     }
 
@@ -316,13 +462,20 @@ impl StoreNode {
         self.queued_replies.push((from, promise));
     }
 
+    fn is_peer(&self, from: Endpoint) -> bool {
+        from.service == super::Service::Store && self.peers.contains(&from.node)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn on_append(
         &mut self,
+        now: u64,
         from: Endpoint,
         epoch: u64,
-        prev: LogPosition,
-        entries: Vec<Entry>,
+        mut prev: LogPosition,
+        mut entries: Vec<Entry>,
         stable: u64,
+        floor: u64,
         out: &mut Vec<StoreCommand>,
     ) {
         if epoch < self.promised {
@@ -342,6 +495,23 @@ impl StoreNode {
             self.promised_to = None;
             self.queued_ops.push(DiskOp::Promise(epoch));
         }
+        let base = self.log.base();
+        if prev.index < base.index {
+            // Log matching at the base: the entries up to it are stable and
+            // compacted, so the master's entries there are ours (I1). Check
+            // the one at the base itself if sent, and go on from the base.
+            let skip = usize::try_from(base.index - prev.index).unwrap_or(usize::MAX);
+            if entries
+                .get(skip.saturating_sub(1))
+                .is_some_and(|e| e.pos != base)
+            {
+                tracing::error!(%base, "a master disagrees with a compacted (stable) entry");
+                self.anomalies += 1;
+                return;
+            }
+            entries.drain(..skip.min(entries.len()));
+            prev = base;
+        }
         if self.log.epoch_at(prev.index) != Some(prev.epoch) {
             let hint = mismatch_hint(
                 self.log.last().index,
@@ -356,6 +526,11 @@ impl StoreNode {
             // The reject promises nothing durable, but a promise op may be queued
             // ahead of it: the ordering keeps "replies follow their ops" simple.
             self.queued_replies.push((from, reject));
+            if hint < floor {
+                // The master no longer holds what we lack (it dropped the
+                // log up to `floor` from memory): catch up from a peer store.
+                self.catch_up(now, false, out);
+            }
             return;
         }
         let last = LogPosition::new(
@@ -424,10 +599,183 @@ impl StoreNode {
         if self.queued_ops.is_empty() {
             send_all(std::mem::take(&mut self.queued_replies), out);
         } else {
+            self.compact();
             out.push(StoreCommand::Persist(std::mem::take(&mut self.queued_ops)));
             self.in_flight = Some(std::mem::take(&mut self.queued_replies));
             self.stable_in_flight = self.stable;
         }
+    }
+}
+
+impl StoreNode {
+    /// Compaction rides on a Persist that is going out anyway: the state
+    /// follows the stable index already on disk, `retention` entries behind,
+    /// so a follower slightly behind still catches up from the log alone.
+    /// The op goes first: every truncation in the batch is above the stable
+    /// index, which is above the new base.
+    fn compact(&mut self) {
+        let Some(retention) = self.retention else {
+            return;
+        };
+        let through = self.stable_on_disk.saturating_sub(retention);
+        if through <= self.log.base().index {
+            return;
+        }
+        let Some(epoch) = self.log.epoch_at(through) else {
+            self.anomalies += 1;
+            return;
+        };
+        let pos = LogPosition::new(epoch, through);
+        self.log.compact_through(pos);
+        self.queued_ops.insert(0, DiskOp::Compact(pos));
+    }
+
+    /// Ask a peer store (each in turn) for the stable entries after our
+    /// stable index, or for the next chunk of the snapshot being received.
+    /// At most once per `retry_ms` unless `now_again`.
+    fn catch_up(&mut self, now: u64, now_again: bool, out: &mut Vec<StoreCommand>) {
+        if self.peers.is_empty() {
+            return;
+        }
+        if !now_again
+            && self
+                .catch_up_sent_ms
+                .is_some_and(|at| now.saturating_sub(at) < self.retry_ms)
+        {
+            return;
+        }
+        self.catch_up_sent_ms = Some(now);
+        if let Some(rx) = &self.snapshot_rx {
+            let (to, msg) = rx.request();
+            out.push(StoreCommand::Send { to, msg });
+            return;
+        }
+        let peer = self.peers[self.catch_up_turn % self.peers.len()];
+        self.catch_up_turn = self.catch_up_turn.wrapping_add(1);
+        let from = self.stable + 1;
+        out.push(StoreCommand::Send {
+            to: Endpoint::store(peer),
+            msg: Message::CatchUp {
+                epoch: self.promised,
+                from,
+                to: from.saturating_add(self.fetch_entries_max - 1),
+            },
+        });
+    }
+
+    /// Stable entries from a peer, after our stable index. Whatever of ours
+    /// conflicts with them was never stable and goes; they become stable
+    /// here. A stable entry of epoch e proves a master of e existed, so the
+    /// promise rises to it (as for an Append of a higher epoch).
+    fn on_stable_entries(&mut self, now: u64, entries: Vec<Entry>, out: &mut Vec<StoreCommand>) {
+        if entries
+            .first()
+            .is_none_or(|e| e.pos.index != self.stable + 1)
+        {
+            return; // empty, or late
+        }
+        let Some(prev_epoch) = self.log.epoch_at(self.stable) else {
+            self.anomalies += 1;
+            return;
+        };
+        if !entries_follow(LogPosition::new(prev_epoch, self.stable), &entries) {
+            // Stable entries that do not continue our stable prefix: I1 or
+            // I3 is broken somewhere.
+            self.anomalies += 1;
+            return;
+        }
+        let full = entries.len() as u64 >= self.fetch_entries_max;
+        let Some(last_index) = entries.last().map(|e| e.pos.index) else {
+            return;
+        };
+        self.raise_promise_to(entries.iter().map(|e| e.pos.epoch).max().unwrap_or(0));
+        let mut rest = Vec::new();
+        for entry in entries {
+            if rest.is_empty() {
+                match self.log.epoch_at(entry.pos.index) {
+                    Some(epoch) if epoch == entry.pos.epoch => continue, // ours already
+                    Some(_) => {
+                        // Above our stable index (the first entry is right
+                        // after it), so never stable: it conflicts with one
+                        // that is.
+                        let keep = entry.pos.index - 1;
+                        self.log.truncate_after(keep);
+                        self.queued_ops.push(DiskOp::TruncateAfter(keep));
+                    }
+                    None => {}
+                }
+            }
+            self.log.push(entry.pos);
+            rest.push(entry);
+        }
+        if !rest.is_empty() {
+            self.queued_ops.push(DiskOp::Append {
+                writer_epoch: self.promised,
+                entries: rest,
+            });
+        }
+        // The log now holds every entry sent, and they are stable.
+        if last_index > self.stable {
+            self.stable = last_index;
+            self.queued_ops.push(DiskOp::Stable(last_index));
+        }
+        if full {
+            self.catch_up(now, true, out);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_snapshot_chunk(
+        &mut self,
+        now: u64,
+        from: Endpoint,
+        base: LogPosition,
+        after: Option<Bytes>,
+        pairs: Vec<(Bytes, Bytes)>,
+        done: bool,
+        out: &mut Vec<StoreCommand>,
+    ) {
+        match SnapshotRx::on_chunk(
+            &mut self.snapshot_rx,
+            from,
+            self.stable,
+            base,
+            after,
+            pairs,
+            done,
+        ) {
+            ChunkOutcome::Ignored => {}
+            ChunkOutcome::More(to, msg) => {
+                self.catch_up_sent_ms = Some(now);
+                out.push(StoreCommand::Send { to, msg });
+            }
+            ChunkOutcome::Done { base, pairs } => {
+                self.raise_promise_to(base.epoch);
+                self.log.compact_through(base);
+                self.stable = self.stable.max(base.index);
+                self.queued_ops
+                    .push(DiskOp::InstallSnapshot { base, pairs });
+                self.installed_snapshots += 1;
+                // Then the entries after it.
+                self.catch_up(now, true, out);
+            }
+        }
+    }
+
+    /// Raise the promise to `epoch` (durably, ahead of what depends on it):
+    /// a master of that epoch exists, so a quorum promised it.
+    fn raise_promise_to(&mut self, epoch: u64) {
+        if epoch > self.promised {
+            self.promised = epoch;
+            self.promised_to = None;
+            self.queued_ops.push(DiskOp::Promise(epoch));
+        }
+    }
+
+    /// Snapshots this store installed from its peers (for the simulator's
+    /// statistics).
+    pub fn installed_snapshots(&self) -> u64 {
+        self.installed_snapshots
     }
 }
 

@@ -12,14 +12,22 @@
 //! A crash keeps a random prefix of the ops since the last fsync: anything from
 //! none of them (the worst case the contract allows) to all of them.
 
+use bytes::Bytes;
+
 use crate::position::{Entry, LogPosition};
 use crate::replication::{DiskOp, EpochRuns, SplitMix64};
+
+use super::reducer::{State, reduce};
 
 /// What is on a disk at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DiskState {
-    /// `entries[i]` has index `i + 1`.
+    /// `entries[i]` has index `base.index + i + 1`.
     pub entries: Vec<Entry>,
+    /// The last compacted entry: the state covers the log up to it.
+    pub base: LogPosition,
+    /// The materialized state of the log up to `base`.
+    pub state: State,
     /// The promised epoch.
     pub promised: u64,
     /// The stable index recorded.
@@ -38,14 +46,14 @@ impl DiskState {
                 self.promised = *epoch;
             }
             DiskOp::TruncateAfter(index) => {
-                if *index < self.stable {
+                if *index < self.stable || *index < self.base.index {
                     return Err(format!(
-                        "truncate after {index} below stable {}",
-                        self.stable
+                        "truncate after {index} below stable {} or base {}",
+                        self.stable, self.base
                     ));
                 }
                 self.entries
-                    .truncate(usize::try_from(*index).unwrap_or(usize::MAX));
+                    .truncate(usize::try_from(index - self.base.index).unwrap_or(usize::MAX));
             }
             DiskOp::Append {
                 writer_epoch,
@@ -77,19 +85,75 @@ impl DiskState {
                 }
                 self.stable = self.stable.max(*index);
             }
+            DiskOp::Compact(pos) => {
+                // The log may only lose what is stable (I1), and the state
+                // is the log's own entries reduced.
+                if pos.index > self.stable || pos.index <= self.base.index {
+                    return Err(format!(
+                        "compact through {pos} outside (base {}, stable {}]",
+                        self.base, self.stable
+                    ));
+                }
+                let n = usize::try_from(pos.index - self.base.index).unwrap_or(usize::MAX);
+                if self.entries.get(n - 1).map(|e| e.pos) != Some(*pos) {
+                    return Err(format!("compact through {pos}, which the log lacks"));
+                }
+                for entry in self.entries.drain(..n) {
+                    reduce(&mut self.state, &entry);
+                }
+                self.base = *pos;
+            }
+            DiskOp::InstallSnapshot { base, pairs } => {
+                if base.index <= self.stable {
+                    return Err(format!(
+                        "snapshot at {base} not above stable {}",
+                        self.stable
+                    ));
+                }
+                let offset = base.index - self.base.index;
+                let keep_from = usize::try_from(offset).unwrap_or(usize::MAX);
+                if self.entries.get(keep_from.wrapping_sub(1)).map(|e| e.pos) == Some(*base) {
+                    self.entries.drain(..keep_from);
+                } else {
+                    self.entries.clear();
+                }
+                self.state = pairs.iter().cloned().collect();
+                self.base = *base;
+                self.stable = base.index;
+            }
         }
         Ok(())
     }
 
     /// The last position held.
     pub fn last(&self) -> LogPosition {
-        self.entries.last().map_or(LogPosition::ZERO, |e| e.pos)
+        self.entries.last().map_or(self.base, |e| e.pos)
     }
 
     /// The epoch runs a store rebuilds from this state when it restarts.
     pub fn runs(&self) -> EpochRuns {
-        EpochRuns::from_positions(self.entries.iter().map(|e| e.pos))
+        EpochRuns::from_base(self.base, self.entries.iter().map(|e| e.pos))
     }
+
+    /// Up to `max` state pairs with keys above `after`.
+    pub fn state_chunk(&self, after: Option<&Bytes>, max: usize) -> (Vec<(Bytes, Bytes)>, bool) {
+        chunk_of(&self.state, after, max)
+    }
+}
+
+/// Up to `max` pairs of `state` with keys above `after`, and whether they
+/// are the last ones.
+fn chunk_of(state: &State, after: Option<&Bytes>, max: usize) -> (Vec<(Bytes, Bytes)>, bool) {
+    use std::ops::Bound;
+    let lower = after.map_or(Bound::Unbounded, |k| Bound::Excluded(k.clone()));
+    let mut iter = state.range((lower, Bound::Unbounded));
+    let pairs: Vec<(Bytes, Bytes)> = iter
+        .by_ref()
+        .take(max.max(1))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let done = iter.next().is_none();
+    (pairs, done)
 }
 
 /// A disk with a durable state and the ops applied since the last fsync.
@@ -101,6 +165,9 @@ pub struct SimDisk {
     current: DiskState,
     /// Ops applied to `current` but not yet fsynced.
     pending: Vec<DiskOp>,
+    /// The snapshot a transfer is reading (as a store pins one view of its
+    /// state while sending it); lost in a crash.
+    pinned: Option<(LogPosition, State)>,
 }
 
 impl SimDisk {
@@ -130,6 +197,32 @@ impl SimDisk {
             let _ = self.durable.apply(&op);
         }
         self.current = self.durable.clone();
+        self.pinned = None;
+    }
+
+    /// One chunk of at most `max` pairs of the snapshot at `base` after
+    /// `after`, or, if that snapshot is not the pinned one (or `after` is
+    /// `None`), the first chunk of a new snapshot of the current state.
+    /// Returns the snapshot's base, the key continued after, the pairs and
+    /// whether they are the last.
+    pub fn read_snapshot(
+        &mut self,
+        base: LogPosition,
+        after: Option<Bytes>,
+        max: usize,
+    ) -> (LogPosition, Option<Bytes>, Vec<(Bytes, Bytes)>, bool) {
+        let continuing = after.is_some() && self.pinned.as_ref().is_some_and(|(b, _)| *b == base);
+        let after = if continuing {
+            after
+        } else {
+            self.pinned = Some((self.current.base, self.current.state.clone()));
+            None
+        };
+        let Some((base, state)) = self.pinned.as_ref() else {
+            return (self.current.base, None, Vec::new(), true);
+        };
+        let (pairs, done) = chunk_of(state, after.as_ref(), max);
+        (*base, after, pairs, done)
     }
 
     /// What reads see now.
@@ -137,10 +230,14 @@ impl SimDisk {
         &self.current
     }
 
-    /// Entries `from..=to` of the current state.
+    /// Entries `from..=to` of the current state (none of the compacted ones).
     pub fn read(&self, from: u64, to: u64) -> Vec<Entry> {
-        let lo = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
-        let hi = usize::try_from(to)
+        let base = self.current.base.index;
+        if from <= base {
+            return Vec::new();
+        }
+        let lo = usize::try_from(from - base - 1).unwrap_or(usize::MAX);
+        let hi = usize::try_from(to.saturating_sub(base))
             .unwrap_or(usize::MAX)
             .min(self.current.entries.len());
         self.current

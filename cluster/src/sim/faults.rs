@@ -41,7 +41,13 @@ impl World {
                         self.stats.master_crashes += 1;
                     }
                     self.crash(target);
-                    let down_ms = self.rng.between(10, 400);
+                    // Now and then a long outage, so the node falls behind
+                    // the stores' log bases and must catch up by snapshot.
+                    let down_ms = if self.rng.chance(200) {
+                        self.rng.between(400, 1_200)
+                    } else {
+                        self.rng.between(10, 400)
+                    };
                     self.schedule(down_ms, Ev::Restart { node: target });
                 }
             }
@@ -112,16 +118,13 @@ impl World {
         };
         node.up = true;
         if node.has_broker {
-            node.broker = Some(BrokerNode::new(id, cfg, seed, now));
+            node.broker = Some(BrokerNode::new(id, cfg.clone(), seed, now));
         }
         if let Some(disk) = node.disk.as_ref() {
             let state = disk.current();
-            node.store = Some(StoreNode::new(
-                id,
-                state.promised,
-                state.stable,
-                state.runs(),
-            ));
+            node.store = Some(
+                StoreNode::new(id, state.promised, state.stable, state.runs()).with_config(&cfg),
+            );
         }
         let inc = node.inc;
         self.schedule(1, Ev::Tick { node: id, inc });

@@ -20,6 +20,7 @@ mod disk;
 mod faults;
 mod net;
 mod oracle;
+pub mod reducer;
 mod world;
 
 pub use disk::{DiskState, SimDisk};
@@ -80,6 +81,9 @@ impl SimParams {
         cfg.batch_entries_max = 16;
         cfg.window_entries_max = 64;
         cfg.fetch_entries_max = 512;
+        // Stores compact, some keeping almost nothing behind the stable
+        // index, so lagging nodes often need a snapshot.
+        cfg.store_retention = Some(rng.below(48));
         let delay_max_ms = rng.between(2, 12);
         let fault_lo = rng.between(20, 120);
         SimParams {

@@ -8,10 +8,10 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use crate::position::Entry;
+use crate::position::{Entry, LogPosition};
 use crate::replication::{
-    BrokerCommand, BrokerInput, BrokerNode, Endpoint, Message, NodeId, ReadRequest, RoleKind,
-    Service, SplitMix64, StoreCommand, StoreInput, StoreNode,
+    BrokerCommand, BrokerInput, BrokerNode, DiskOp, Endpoint, Message, NodeId, ReadRequest,
+    RoleKind, Service, SplitMix64, StoreCommand, StoreInput, StoreNode,
 };
 
 use super::SimParams;
@@ -23,6 +23,7 @@ use super::check::{Incarnation, Violation};
 use super::disk::SimDisk;
 use super::net::Network;
 use super::oracle::Oracle;
+use super::reducer::{Replay, State};
 
 /// What happened in one run, for the tests that make sure faults really occur.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -45,6 +46,12 @@ pub struct SimStats {
     pub confirmed: u64,
     /// Length of the stable history at the end.
     pub stable_len: u64,
+    /// Snapshots brokers installed (catch-up below a store's log base).
+    pub broker_snapshots: u64,
+    /// Snapshots stores installed from a peer.
+    pub store_snapshots: u64,
+    /// Highest log base any store reached.
+    pub max_base: u64,
 }
 
 /// One scheduled event.
@@ -67,6 +74,11 @@ pub(super) enum Ev {
         inc: u64,
         req: ReadRequest,
         entries: Vec<Entry>,
+    },
+    SnapshotDone {
+        node: NodeId,
+        inc: u64,
+        input: StoreInput,
     },
     Tick {
         node: NodeId,
@@ -140,6 +152,8 @@ pub struct World {
     pub(super) faults_on: bool,
     /// Stable history length when the final recovery started.
     history_len_at_heal: u64,
+    /// The state of the stable history's prefixes, for the I4 state checks.
+    replay: Replay,
 }
 
 impl World {
@@ -163,7 +177,8 @@ impl World {
                 has_broker,
                 broker: has_broker
                     .then(|| BrokerNode::new(id, params.cfg.clone(), rng.next_u64(), 0)),
-                store: has_store.then(|| StoreNode::new(id, 0, 0, Default::default())),
+                store: has_store
+                    .then(|| StoreNode::new(id, 0, 0, Default::default()).with_config(&params.cfg)),
                 disk: has_store.then(SimDisk::default),
             });
         }
@@ -182,6 +197,7 @@ impl World {
             stats: SimStats::default(),
             faults_on: true,
             history_len_at_heal: 0,
+            replay: Replay::default(),
         }
     }
 
@@ -278,6 +294,16 @@ impl World {
                 };
                 if let Some(store) = n.store.as_mut() {
                     let cmds = store.step(now, StoreInput::ReadDone { req, entries });
+                    self.on_store(node, cmds)?;
+                }
+            }
+            Ev::SnapshotDone { node, inc, input } => {
+                let now = self.now;
+                let Some(n) = self.nodes.get_mut(&node).filter(|n| n.up && n.inc == inc) else {
+                    return Ok(());
+                };
+                if let Some(store) = n.store.as_mut() {
+                    let cmds = store.step(now, input);
                     self.on_store(node, cmds)?;
                 }
             }
@@ -379,6 +405,11 @@ impl World {
                     self.oracle.abandon(who);
                 }
                 BrokerCommand::Campaign { .. } => self.stats.campaigns += 1,
+                BrokerCommand::Restore { base, pairs } => {
+                    self.stats.broker_snapshots += 1;
+                    let applied = self.applied.entry(who).or_default();
+                    i4::on_restore(applied, base, &pairs, &self.history, &mut self.replay)?;
+                }
             }
         }
         Ok(())
@@ -399,10 +430,29 @@ impl World {
                         continue;
                     };
                     i2::check_persist(node, disk.current().promised, &ops)?;
+                    self.stats.store_snapshots += ops
+                        .iter()
+                        .filter(|op| matches!(op, DiskOp::InstallSnapshot { .. }))
+                        .count() as u64;
                     disk.write(&ops)
                         .map_err(|e| Violation::new("disk", format!("store {node}: {e}")))?;
                     let delay = self.rng.between(1, self.params.fsync_max_ms);
                     self.schedule(delay, Ev::Persisted { node, inc });
+                }
+                StoreCommand::ReadSnapshot(req) => {
+                    let Some(disk) = n.disk.as_mut() else {
+                        continue;
+                    };
+                    let max = self.rng.between(1, 8) as usize;
+                    let (base, after, pairs, done) = disk.read_snapshot(req.base, req.after, max);
+                    let input = StoreInput::SnapshotDone {
+                        reply_to: req.reply_to,
+                        base,
+                        after,
+                        pairs,
+                        done,
+                    };
+                    self.schedule(1, Ev::SnapshotDone { node, inc, input });
                 }
                 StoreCommand::Read(req) => {
                     let Some(disk) = n.disk.as_ref() else {
@@ -461,17 +511,40 @@ impl World {
     }
 
     /// I3 over every store's disk, and the engine's own consistency counters.
-    fn check_stores(&self) -> Result<(), Violation> {
-        let logs: Vec<(NodeId, &[Entry])> = self
+    fn check_stores(&mut self) -> Result<(), Violation> {
+        let logs: Vec<(NodeId, u64, &[Entry])> = self
             .nodes
             .iter()
             .filter_map(|(&id, n)| {
                 n.disk
                     .as_ref()
-                    .map(|d| (id, d.current().entries.as_slice()))
+                    .map(|d| (id, d.current().base.index, d.current().entries.as_slice()))
             })
             .collect();
         i3::check_logs(&logs)?;
+        // I4 on the stores: each store's state is the stable history's
+        // prefix up to its base, replayed (state + suffix == full replay).
+        let mut states: Vec<(NodeId, LogPosition, &State)> = self
+            .nodes
+            .iter()
+            .filter_map(|(&id, n)| {
+                n.disk
+                    .as_ref()
+                    .map(|d| (id, d.current().base, &d.current().state))
+            })
+            .collect();
+        states.sort_by_key(|(_, base, _)| base.index);
+        for (id, base, state) in states {
+            self.stats.max_base = self.stats.max_base.max(base.index);
+            i4::check_state(
+                &format!("store {id}"),
+                base,
+                state,
+                &self.history,
+                &mut self.replay,
+            )?;
+        }
+
         for (id, n) in &self.nodes {
             let anomalies = n.broker.as_ref().map_or(0, BrokerNode::anomalies)
                 + n.store.as_ref().map_or(0, StoreNode::anomalies);
@@ -493,7 +566,7 @@ impl World {
 
     /// The end: stores consistent, a master exists and made new entries stable
     /// after every node crashed at once, and it holds every confirmed payload.
-    fn final_checks(&self) -> Result<(), Violation> {
+    fn final_checks(&mut self) -> Result<(), Violation> {
         self.check_stores()?;
         i1::check_confirmed(&self.history, &self.oracle.confirmed)?;
         let master = self

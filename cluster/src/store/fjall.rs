@@ -321,6 +321,102 @@ impl EventStore for FjallStore {
         }
         Ok(out)
     }
+
+    fn state_snapshot(&self) -> Result<Box<dyn super::StateSnapshot>, StoreError> {
+        // One fjall snapshot covers the state and the log: the base read now
+        // and the pairs read later, chunk by chunk, are of the same moment.
+        let base = if self.state_index == self.base.index {
+            self.base
+        } else {
+            read_position(&self.log, self.state_index)?
+        };
+        Ok(Box::new(FjallSnapshot {
+            snapshot: self.db.snapshot(),
+            state: self.state.clone(),
+            base,
+        }))
+    }
+
+    fn install_state(
+        &mut self,
+        base: LogPosition,
+        pairs: &[(Bytes, Bytes)],
+    ) -> Result<(), StoreError> {
+        if base.index <= self.base.index {
+            return Err(StoreError::Misuse(format!(
+                "installing a state at {base}, not above the log base {}",
+                self.base
+            )));
+        }
+        let held = if base.index <= self.last.index {
+            Some(read_position(&self.log, base.index)?)
+        } else {
+            None
+        };
+        let keep = super::keeps_suffix(held, base);
+        let mut write = self.db.batch();
+        for guard in self.state.iter() {
+            write.remove(&self.state, guard.key()?);
+        }
+        for (key, value) in pairs {
+            write.insert(&self.state, key.as_ref(), value.as_ref());
+        }
+        let drop_to = if keep { base.index } else { self.last.index };
+        for index in self.base.index + 1..=drop_to {
+            write.remove(&self.log, index_key(index));
+        }
+        let stable = self.stable_index.max(base.index);
+        write.insert(&self.meta, STATE_INDEX_KEY, base.index.to_be_bytes());
+        write.insert(&self.meta, LOG_BASE_KEY, encode_position(base));
+        write.insert(&self.meta, STABLE_INDEX_KEY, stable.to_be_bytes());
+        write.commit()?;
+        self.state_index = base.index;
+        if !keep {
+            self.last = base;
+        }
+        self.base = base;
+        self.stable_index = stable;
+        self.dirty = true;
+        Ok(())
+    }
+}
+
+/// A frozen view of a [`FjallStore`]'s state (a fjall snapshot, which keeps
+/// the versions it sees from being compacted away until it is dropped).
+struct FjallSnapshot {
+    snapshot: fjall::Snapshot,
+    state: Keyspace,
+    base: LogPosition,
+}
+
+impl super::StateSnapshot for FjallSnapshot {
+    fn base(&self) -> LogPosition {
+        self.base
+    }
+
+    fn chunk(
+        &self,
+        after: Option<&[u8]>,
+        max_bytes: usize,
+    ) -> Result<(Vec<(Bytes, Bytes)>, bool), StoreError> {
+        use fjall::Readable;
+        use std::ops::Bound;
+        let lower: Bound<&[u8]> = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut out = Vec::new();
+        let mut size = 0;
+        for guard in self
+            .snapshot
+            .range::<&[u8], _>(&self.state, (lower, Bound::Unbounded))
+        {
+            if !out.is_empty() && size >= max_bytes {
+                return Ok((out, false));
+            }
+            let (key, value) = guard.into_inner()?;
+            size += key.len() + value.len();
+            out.push((Bytes::copy_from_slice(&key), Bytes::copy_from_slice(&value)));
+        }
+        Ok((out, true))
+    }
 }
 
 fn encode_position(pos: LogPosition) -> [u8; 16] {

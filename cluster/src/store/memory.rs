@@ -194,6 +194,88 @@ impl EventStore for MemoryStore {
     fn state_scan(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
         super::StateRead::scan_prefix(&self.state, prefix)
     }
+
+    fn state_snapshot(&self) -> Result<Box<dyn super::StateSnapshot>, StoreError> {
+        let base = if self.state_index == self.base.index {
+            self.base
+        } else {
+            let at = self.offset(self.state_index.saturating_sub(1));
+            self.entries.get(at).map(|e| e.pos).ok_or_else(|| {
+                StoreError::Corrupt(format!("state index {} not in the log", self.state_index))
+            })?
+        };
+        Ok(Box::new(MapSnapshot {
+            base,
+            state: self.state.clone(),
+        }))
+    }
+
+    fn install_state(
+        &mut self,
+        base: LogPosition,
+        pairs: &[(Bytes, Bytes)],
+    ) -> Result<(), StoreError> {
+        if base.index <= self.base.index {
+            return Err(StoreError::Misuse(format!(
+                "installing a state at {base}, not above the log base {}",
+                self.base
+            )));
+        }
+        // Made durable at once (the contract allows it): the crash model
+        // then needs no unsynced copy of a whole state.
+        self.mark_synced();
+        let at = self.offset(base.index);
+        let held = at
+            .checked_sub(1)
+            .and_then(|i| self.entries.get(i))
+            .map(|e| e.pos);
+        if super::keeps_suffix(held, base) {
+            self.entries.drain(..at);
+        } else {
+            self.entries.clear();
+        }
+        self.state = pairs.iter().cloned().collect();
+        self.synced_state = self.state.clone();
+        self.state_index = base.index;
+        self.base = base;
+        self.stable_index = self.stable_index.max(base.index);
+        self.synced_base = base;
+        self.mark_synced();
+        Ok(())
+    }
+}
+
+/// A frozen copy of a [`MemoryStore`]'s state.
+struct MapSnapshot {
+    base: LogPosition,
+    state: BTreeMap<Bytes, Bytes>,
+}
+
+impl super::StateSnapshot for MapSnapshot {
+    fn base(&self) -> LogPosition {
+        self.base
+    }
+
+    fn chunk(
+        &self,
+        after: Option<&[u8]>,
+        max_bytes: usize,
+    ) -> Result<(Vec<(Bytes, Bytes)>, bool), StoreError> {
+        use std::ops::Bound;
+        let lower = after.map_or(Bound::Unbounded, |k| {
+            Bound::Excluded(Bytes::copy_from_slice(k))
+        });
+        let mut out = Vec::new();
+        let mut size = 0;
+        for (k, v) in self.state.range((lower, Bound::Unbounded)) {
+            if !out.is_empty() && size >= max_bytes {
+                return Ok((out, false));
+            }
+            size += k.len() + v.len();
+            out.push((k.clone(), v.clone()));
+        }
+        Ok((out, true))
+    }
 }
 
 #[cfg(test)]

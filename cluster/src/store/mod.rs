@@ -185,6 +185,48 @@ pub trait EventStore: Send + 'static {
         let _ = prefix;
         Ok(Vec::new())
     }
+
+    /// A consistent view of the state as it is now, to serve to a peer in
+    /// chunks (snapshot catch-up) while the store goes on writing.
+    fn state_snapshot(&self) -> Result<Box<dyn StateSnapshot>, StoreError> {
+        Err(StoreError::Misuse("this store keeps no state".into()))
+    }
+
+    /// Replace the state with `pairs`, a peer's state of the stable log up to
+    /// `base`, in one atomic write (not yet durable, like `append`; a store
+    /// may make it durable at once). `base` becomes the log base and the
+    /// state index. Entries after `base` stay if the log holds `base` itself;
+    /// otherwise the whole log goes (an entry that disagrees with a stable one
+    /// is never stable, nor is anything after it). The stable index becomes
+    /// at least `base.index`.
+    fn install_state(
+        &mut self,
+        base: LogPosition,
+        pairs: &[(bytes::Bytes, bytes::Bytes)],
+    ) -> Result<(), StoreError> {
+        let _ = (base, pairs);
+        Err(StoreError::Misuse("this store keeps no state".into()))
+    }
+}
+
+/// A consistent, frozen view of a store's state: see
+/// [`EventStore::state_snapshot`].
+pub trait StateSnapshot: Send {
+    /// The last log entry the state covers (the entry at the state index).
+    fn base(&self) -> LogPosition;
+    /// Pairs with keys above `after` (all, when `None`), in key order, up to
+    /// about `max_bytes` (at least one pair); and whether they are the last.
+    fn chunk(
+        &self,
+        after: Option<&[u8]>,
+        max_bytes: usize,
+    ) -> Result<(Vec<(bytes::Bytes, bytes::Bytes)>, bool), StoreError>;
+}
+
+/// Whether a log holding `base` keeps its entries after an installed state:
+/// shared by the stores, so they keep and drop alike.
+pub(crate) fn keeps_suffix(log_pos_at_base: Option<LogPosition>, base: LogPosition) -> bool {
+    log_pos_at_base == Some(base)
 }
 
 /// Refuses a read that starts inside the compacted part of the log.

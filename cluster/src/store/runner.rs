@@ -27,9 +27,15 @@
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use crate::replication::{DiskOp, EpochRuns, ReadRequest, StoreInput};
+use crate::replication::{DiskOp, EpochRuns, ReadRequest, SnapshotRead, StoreInput};
 
-use super::{EventStore, StoreError};
+use super::{EventStore, Materializer, Reducer, StateSnapshot, StoreError};
+
+/// Most bytes of state pairs in one snapshot chunk (well under the wire's
+/// frame limit).
+const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Snapshots kept open for transfers under way; the oldest goes first.
+const PINNED_SNAPSHOTS_MAX: usize = 4;
 
 /// Entries read per call while rebuilding the epoch runs at start, so recovery
 /// never holds the whole log in memory at once.
@@ -50,6 +56,7 @@ pub struct RecoveredStore {
 enum Job {
     Persist(Vec<DiskOp>),
     Read(ReadRequest),
+    ReadSnapshot(SnapshotRead),
 }
 
 /// The thread that owns a store; see the module docs.
@@ -66,14 +73,27 @@ impl DiskRunner {
     /// or (once, last) `DiskFailed`; it must not block for long (send it to a
     /// channel).
     pub fn start(
+        store: Box<dyn EventStore>,
+        on_done: impl Fn(StoreInput) + Send + 'static,
+    ) -> Result<(DiskRunner, RecoveredStore), StoreError> {
+        Self::start_with(store, None, on_done)
+    }
+
+    /// [`DiskRunner::start`] with a reducer, which `DiskOp::Compact` needs
+    /// (the node emits it only when the cluster config turns compaction on).
+    pub fn start_with(
         mut store: Box<dyn EventStore>,
+        reducer: Option<Box<dyn Reducer>>,
         on_done: impl Fn(StoreInput) + Send + 'static,
     ) -> Result<(DiskRunner, RecoveredStore), StoreError> {
         let recovered = recover(store.as_mut())?;
+        let materializer = reducer
+            .map(|r| Materializer::open(r, 0, store.as_ref()))
+            .transpose()?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("stablemq-store-node".into())
-            .spawn(move || run(store, rx, on_done))?;
+            .spawn(move || run(store, materializer, rx, on_done))?;
         Ok((DiskRunner { tx, thread }, recovered))
     }
 
@@ -88,6 +108,12 @@ impl DiskRunner {
         let _ = self.tx.send(Job::Read(req));
     }
 
+    /// Read a chunk of the state (a pinned snapshot), then report
+    /// `SnapshotDone`.
+    pub fn read_snapshot(&self, req: SnapshotRead) {
+        let _ = self.tx.send(Job::ReadSnapshot(req));
+    }
+
     /// Finish the queued jobs, then stop and close the store. Blocks: call it
     /// from a thread that may (not from an async task). Dropping the runner
     /// stops it too, in the background.
@@ -100,19 +126,12 @@ impl DiskRunner {
 }
 
 fn recover(store: &mut dyn EventStore) -> Result<RecoveredStore, StoreError> {
-    // Replicated stores do not compact yet (a follower behind the base would
-    // need a state snapshot, which the protocol cannot send yet); a store a
-    // single node compacted cannot serve a cluster's log from index 1.
+    // Entries up to the base live in the state: peers that need them get a
+    // snapshot of it.
     let base = store.log_base();
-    if base.index > 0 {
-        return Err(StoreError::Misuse(format!(
-            "the log was compacted through {base} (single-node store?); \
-             a replicated store needs its whole log"
-        )));
-    }
     let last = store.last_position();
-    let mut runs = EpochRuns::default();
-    let mut next = 1;
+    let mut runs = EpochRuns::from_base(base, []);
+    let mut next = base.index + 1;
     while next <= last.index {
         let to = next.saturating_add(RECOVERY_CHUNK - 1).min(last.index);
         let chunk = store.read_range(next, to)?;
@@ -134,18 +153,27 @@ fn recover(store: &mut dyn EventStore) -> Result<RecoveredStore, StoreError> {
     }
     Ok(RecoveredStore {
         promised: store.promised_epoch(),
-        stable: store.stable_index().min(last.index),
+        stable: store.stable_index().min(last.index).max(base.index),
         runs,
     })
 }
 
-fn run(mut store: Box<dyn EventStore>, rx: mpsc::Receiver<Job>, on_done: impl Fn(StoreInput)) {
+fn run(
+    mut store: Box<dyn EventStore>,
+    mut materializer: Option<Materializer>,
+    rx: mpsc::Receiver<Job>,
+    on_done: impl Fn(StoreInput),
+) {
+    let mut pinned: Vec<Box<dyn StateSnapshot>> = Vec::new();
     while let Ok(job) = rx.recv() {
         let result = match job {
-            Job::Persist(ops) => persist(store.as_mut(), &ops).map(|()| StoreInput::Persisted),
+            Job::Persist(ops) => {
+                persist(store.as_mut(), materializer.as_mut(), &ops).map(|()| StoreInput::Persisted)
+            }
             Job::Read(req) => store
                 .read_range(req.from, req.to)
                 .map(|entries| StoreInput::ReadDone { req, entries }),
+            Job::ReadSnapshot(req) => read_snapshot(store.as_ref(), &mut pinned, req),
         };
         match result {
             Ok(input) => on_done(input),
@@ -162,11 +190,71 @@ fn run(mut store: Box<dyn EventStore>, rx: mpsc::Receiver<Job>, on_done: impl Fn
     }
 }
 
+/// One chunk of a snapshot: of the pinned one the requester continues, or
+/// the first of a new one of the state as it is now.
+fn read_snapshot(
+    store: &dyn EventStore,
+    pinned: &mut Vec<Box<dyn StateSnapshot>>,
+    req: SnapshotRead,
+) -> Result<StoreInput, StoreError> {
+    let found = match &req.after {
+        Some(_) => pinned.iter().position(|s| s.base() == req.base),
+        None => None,
+    };
+    let (at, after) = match found {
+        Some(at) => (at, req.after),
+        None => {
+            if pinned.len() >= PINNED_SNAPSHOTS_MAX {
+                pinned.remove(0);
+            }
+            pinned.push(store.state_snapshot()?);
+            (pinned.len() - 1, None)
+        }
+    };
+    let snapshot = &pinned[at];
+    let (pairs, done) = snapshot.chunk(after.as_deref(), SNAPSHOT_CHUNK_BYTES)?;
+    let base = snapshot.base();
+    if done {
+        pinned.remove(at);
+    }
+    Ok(StoreInput::SnapshotDone {
+        reply_to: req.reply_to,
+        base,
+        after,
+        pairs,
+        done,
+    })
+}
+
 /// One Persist: the ops in order, one fsync, then the stable index (lazily).
-pub(crate) fn persist(store: &mut dyn EventStore, ops: &[DiskOp]) -> Result<(), StoreError> {
+pub(crate) fn persist(
+    store: &mut dyn EventStore,
+    mut materializer: Option<&mut Materializer>,
+    ops: &[DiskOp],
+) -> Result<(), StoreError> {
     let mut stable = None;
     for op in ops {
         match op {
+            DiskOp::Compact(pos) => {
+                let Some(m) = materializer.as_deref_mut() else {
+                    return Err(StoreError::Misuse(
+                        "compaction needs a reducer (DiskRunner::start_with)".into(),
+                    ));
+                };
+                m.advance_to(store, pos.index, pos.index)?;
+                if store.log_base() != *pos {
+                    return Err(StoreError::Corrupt(format!(
+                        "compacted through {pos}, but the log base is {}",
+                        store.log_base()
+                    )));
+                }
+            }
+            DiskOp::InstallSnapshot { base, pairs } => {
+                store.install_state(*base, pairs)?;
+                if let Some(m) = materializer.as_deref_mut() {
+                    m.reopen(store)?;
+                }
+            }
             DiskOp::Promise(epoch) => store.set_promised_epoch(*epoch)?,
             DiskOp::TruncateAfter(index) => store.truncate_after(*index)?,
             DiskOp::Append {
@@ -203,7 +291,7 @@ mod tests {
             },
             DiskOp::Stable(2),
         ];
-        persist(&mut store, &ops).unwrap();
+        persist(&mut store, None, &ops).unwrap();
         assert_eq!(store.last_position(), LogPosition::new(3, 2));
         assert_eq!(store.stable_index(), 2);
         // The stable index rides on the next fsync; the entries are durable now.

@@ -222,6 +222,44 @@ impl Materializer {
         fresh: &[Entry],
     ) -> Result<(), StoreError> {
         let stable = store.stable_index();
+        self.advance_inner(store, fresh, stable, None)
+    }
+
+    /// Bring the state up to `target` (at most the stable index) and compact
+    /// the log through `compact_through` (at most `target`): a replicated
+    /// store's node decides both (`DiskOp::Compact`), so it knows its log base
+    /// without asking the disk.
+    pub fn advance_to(
+        &mut self,
+        store: &mut dyn EventStore,
+        target: u64,
+        compact_through: u64,
+    ) -> Result<(), StoreError> {
+        self.advance_inner(store, &[], target, Some(compact_through))?;
+        if compact_through > store.log_base().index {
+            // The state was already there (e.g. a store a single node
+            // materialized ahead of its base): compact only.
+            let mut batch = StateBatch::new(store.state_index());
+            batch.compact_through = compact_through;
+            store.materialize(&batch)?;
+        }
+        Ok(())
+    }
+
+    /// Rebuild the reducer's memory from the store's state after the state
+    /// was replaced (a snapshot installed from a peer).
+    pub fn reopen(&mut self, store: &dyn EventStore) -> Result<(), StoreError> {
+        self.reducer.restore(&StoreState(store))?;
+        Ok(())
+    }
+
+    fn advance_inner(
+        &mut self,
+        store: &mut dyn EventStore,
+        fresh: &[Entry],
+        stable: u64,
+        compact: Option<u64>,
+    ) -> Result<(), StoreError> {
         while store.state_index() < stable {
             let from = store.state_index() + 1;
             let to = stable.min(from + CATCH_UP_CHUNK - 1);
@@ -264,7 +302,10 @@ impl Materializer {
             for op in self.ops.drain(..) {
                 batch.push(op);
             }
-            let through = batch.state_index.saturating_sub(self.retention);
+            let through = match compact {
+                Some(c) => c.min(batch.state_index),
+                None => batch.state_index.saturating_sub(self.retention),
+            };
             if through > store.log_base().index {
                 batch.compact_through = through;
             }

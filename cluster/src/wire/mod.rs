@@ -48,6 +48,10 @@ const TAG_FETCH: u8 = 7;
 const TAG_ENTRIES: u8 = 8;
 const TAG_CATCH_UP: u8 = 9;
 const TAG_STABLE_ENTRIES: u8 = 10;
+const TAG_SNAPSHOT_CHUNK: u8 = 11;
+const TAG_SNAPSHOT_REQUEST: u8 = 12;
+/// Smallest encoding of one state pair: two empty byte strings.
+const PAIR_MIN_BYTES: usize = 4 + 4;
 
 const REASON_FENCED: u8 = 0;
 const REASON_MISMATCH: u8 = 1;
@@ -277,6 +281,49 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
             out.put_u64(*epoch);
             put_entries(out, entries)?;
         }
+        Message::SnapshotChunk {
+            base,
+            after,
+            pairs,
+            done,
+        } => {
+            out.put_u8(TAG_SNAPSHOT_CHUNK);
+            put_pos(out, *base);
+            put_opt_bytes(out, after.as_ref())?;
+            out.put_u8(u8::from(*done));
+            let count =
+                u32::try_from(pairs.len()).map_err(|_| WireError::PayloadTooLarge(pairs.len()))?;
+            out.put_u32(count);
+            for (key, value) in pairs {
+                put_bytes(out, key)?;
+                put_bytes(out, value)?;
+            }
+        }
+        Message::SnapshotRequest { base, after } => {
+            out.put_u8(TAG_SNAPSHOT_REQUEST);
+            put_pos(out, *base);
+            put_opt_bytes(out, after.as_ref())?;
+        }
+    }
+    Ok(())
+}
+
+/// A byte string: u32 length, then the bytes.
+fn put_bytes(out: &mut BytesMut, bytes: &[u8]) -> Result<(), WireError> {
+    let len = u32::try_from(bytes.len()).map_err(|_| WireError::PayloadTooLarge(bytes.len()))?;
+    out.put_u32(len);
+    out.put_slice(bytes);
+    Ok(())
+}
+
+/// An optional byte string: u8 0 (none) or 1 and the string.
+fn put_opt_bytes(out: &mut BytesMut, bytes: Option<&Bytes>) -> Result<(), WireError> {
+    match bytes {
+        None => out.put_u8(0),
+        Some(b) => {
+            out.put_u8(1);
+            put_bytes(out, b)?;
+        }
     }
     Ok(())
 }
@@ -345,6 +392,34 @@ impl Reader {
         Ok(entries)
     }
 
+    fn bytes(&mut self, what: &'static str) -> Result<Bytes, WireError> {
+        let len = usize::try_from(self.u32(what)?).unwrap_or(usize::MAX);
+        self.need(len, what)?;
+        Ok(self.0.split_to(len))
+    }
+
+    fn opt_bytes(&mut self, what: &'static str) -> Result<Option<Bytes>, WireError> {
+        match self.u8(what)? {
+            0 => Ok(None),
+            1 => Ok(Some(self.bytes(what)?)),
+            tag => Err(WireError::UnknownTag { what, tag }),
+        }
+    }
+
+    fn pairs(&mut self) -> Result<Vec<(Bytes, Bytes)>, WireError> {
+        let count = usize::try_from(self.u32("pair count")?).unwrap_or(usize::MAX);
+        if count > self.0.remaining() / PAIR_MIN_BYTES {
+            return Err(WireError::Truncated("pairs"));
+        }
+        let mut pairs = Vec::with_capacity(count);
+        for _ in 0..count {
+            let key = self.bytes("key")?;
+            let value = self.bytes("value")?;
+            pairs.push((key, value));
+        }
+        Ok(pairs)
+    }
+
     fn message(&mut self) -> Result<Message, WireError> {
         let msg = match self.u8("message tag")? {
             TAG_APPEND => Message::Append {
@@ -404,6 +479,25 @@ impl Reader {
             TAG_STABLE_ENTRIES => Message::StableEntries {
                 epoch: self.u64("epoch")?,
                 entries: self.entries()?,
+            },
+            TAG_SNAPSHOT_CHUNK => {
+                let base = self.pos("base")?;
+                let after = self.opt_bytes("after")?;
+                let done = match self.u8("done")? {
+                    0 => false,
+                    1 => true,
+                    tag => return Err(WireError::UnknownTag { what: "done", tag }),
+                };
+                Message::SnapshotChunk {
+                    base,
+                    after,
+                    done,
+                    pairs: self.pairs()?,
+                }
+            }
+            TAG_SNAPSHOT_REQUEST => Message::SnapshotRequest {
+                base: self.pos("base")?,
+                after: self.opt_bytes("after")?,
             },
             tag => {
                 return Err(WireError::UnknownTag {

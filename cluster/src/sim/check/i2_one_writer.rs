@@ -67,7 +67,11 @@ pub fn check_persist(store: NodeId, mut promised: u64, ops: &[DiskOp]) -> Result
                     ),
                 ));
             }
-            DiskOp::Append { .. } | DiskOp::TruncateAfter(_) | DiskOp::Stable(_) => {}
+            DiskOp::Append { .. }
+            | DiskOp::TruncateAfter(_)
+            | DiskOp::Stable(_)
+            | DiskOp::Compact(_)
+            | DiskOp::InstallSnapshot { .. } => {}
         }
     }
     Ok(())

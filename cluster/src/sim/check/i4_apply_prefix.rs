@@ -2,10 +2,71 @@
 //! same order, no gaps, no duplicates. (Determinism of the broker's `apply`
 //! itself is tested in the broker.)
 
-use crate::position::Entry;
+use bytes::Bytes;
+
+use crate::position::{Entry, LogPosition};
+use crate::sim::reducer::{Replay, State};
 
 use super::Violation;
 use super::i1_no_confirmed_loss::History;
+
+/// An incarnation that had applied up to `*applied` replaced its state with
+/// a store's snapshot at `base`: it must move forward, sit on the stable
+/// history, and equal that history's prefix replayed.
+pub fn on_restore(
+    applied: &mut u64,
+    base: LogPosition,
+    pairs: &[(Bytes, Bytes)],
+    history: &History,
+    replay: &mut Replay,
+) -> Result<(), Violation> {
+    if base.index <= *applied {
+        return Err(Violation::new(
+            "I4",
+            format!("restored a snapshot at {base} after applying {}", *applied),
+        ));
+    }
+    let state: State = pairs.iter().cloned().collect();
+    if state.len() != pairs.len() || !pairs.is_sorted_by(|a, b| a.0 < b.0) {
+        return Err(Violation::new("I4", "snapshot pairs not in key order"));
+    }
+    check_state("a restored broker", base, &state, history, replay)?;
+    *applied = base.index;
+    Ok(())
+}
+
+/// `state`, said to cover the log up to `base`, equals the stable history's
+/// prefix up to there, replayed with the simulator's reducer.
+pub fn check_state(
+    who: &str,
+    base: LogPosition,
+    state: &State,
+    history: &History,
+    replay: &mut Replay,
+) -> Result<(), Violation> {
+    if base.index > 0 && history.get(base.index).map(|e| e.pos) != Some(base) {
+        return Err(Violation::new(
+            "I4",
+            format!(
+                "{who} has state at {base}, stable history has {:?}",
+                history.get(base.index).map(|e| e.pos)
+            ),
+        ));
+    }
+    let Some(expected) = replay.state_at(base.index, |i| history.get(i).cloned()) else {
+        return Err(Violation::new(
+            "I4",
+            format!("{who}: history ends before {base}"),
+        ));
+    };
+    if expected != state {
+        return Err(Violation::new(
+            "I4",
+            format!("{who}: state at {base} differs from the stable log replayed"),
+        ));
+    }
+    Ok(())
+}
 
 /// `entries` were applied by an incarnation that had applied up to `*applied`.
 pub fn on_apply(applied: &mut u64, entries: &[Entry], history: &History) -> Result<(), Violation> {
