@@ -69,6 +69,13 @@ impl Cluster {
     /// Like [`Cluster::start_example`], but node `store_only` (0-based) runs
     /// `stablemq store`: an event store without a broker.
     pub fn start_example_with(store_only: Option<usize>) -> Cluster {
+        Cluster::start_example_tuned(store_only, "")
+    }
+
+    /// Like [`Cluster::start_example_with`], with `cluster_lines` (TOML keys
+    /// of the `[cluster]` section, e.g. `store_retention = 50`) added to
+    /// every node's config.
+    pub fn start_example_tuned(store_only: Option<usize>, cluster_lines: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<[u16; 4]> = (0..3)
             .map(|_| [free_port(), free_port(), free_port(), free_port()])
@@ -109,6 +116,17 @@ impl Cluster {
                 text.contains(&me[1].to_string()) && text.contains(&data.display().to_string()),
                 "examples/cluster/node{id}.toml no longer has the documented ports and data_dir"
             );
+            if !cluster_lines.is_empty() {
+                assert!(
+                    text.contains("\n[cluster]\n"),
+                    "node{id}.toml has no [cluster]"
+                );
+                text = text.replacen(
+                    "\n[cluster]\n",
+                    &format!("\n[cluster]\n{cluster_lines}\n"),
+                    1,
+                );
+            }
             let config = dir.path().join(format!("node{id}.toml"));
             std::fs::write(&config, text).expect("write config");
             nodes.push(ClusterNode {

@@ -67,6 +67,11 @@ pub struct ClusterConfig {
     /// Random extra wait before campaigning, up to this much.
     #[serde(default)]
     pub election_jitter_ms: Option<u64>,
+    /// Stable log entries each store keeps behind its stable index before
+    /// compacting them into its state (a node further behind catches up by
+    /// snapshot).
+    #[serde(default)]
+    pub store_retention: Option<u64>,
 }
 
 impl ClusterConfig {
@@ -100,6 +105,9 @@ impl ClusterConfig {
         }
         if let Some(v) = self.election_jitter_ms {
             c.election_jitter_ms = v;
+        }
+        if let Some(v) = self.store_retention {
+            c.store_retention = Some(v);
         }
         c
     }

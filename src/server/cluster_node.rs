@@ -67,7 +67,13 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
         let (status_tx, status) = watch::channel(StoreStatus::default());
         let inbound = net.store_inbound;
         let task = tokio::spawn(async move {
-            if let Err(err) = run_store_node_with(repl, id, outbox, inbound, dir, status_tx).await {
+            // The store compacts its log into the state the broker's own
+            // reducer makes of it (a store-only node is the same binary).
+            // No configured vhosts: a cluster's vhosts are in its log.
+            let reducer = Box::new(crate::broker::state::BrokerReducer::new(Vec::new()));
+            if let Err(err) =
+                run_store_node_with(repl, id, outbox, inbound, dir, Some(reducer), status_tx).await
+            {
                 // A store that cannot write must not pretend to be a member.
                 tracing::error!("event store stopped: {err}; exiting");
                 std::process::exit(70);

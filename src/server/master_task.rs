@@ -261,6 +261,26 @@ fn on_log_event(
             replica::apply_entries(&mut broker, &entries);
             Core::Following(broker)
         }
+        (Core::Following(_), BrokerEvent::Restore { base, pairs }) => {
+            // A store compacted the entries this replica needed: its state
+            // of the stable log up to `base` replaces ours wholesale, and
+            // `Apply` continues after it (state + suffix == full replay, I4).
+            // No configured vhosts: a replica starts from nothing and gets
+            // them from the log, as the store's reducer did.
+            let state: std::collections::BTreeMap<_, _> = pairs.into_iter().collect();
+            match crate::broker::state::restore(&[], &state) {
+                Ok(broker) => {
+                    tracing::info!(%base, "replica restored from a store's snapshot");
+                    Core::Following(broker)
+                }
+                Err(err) => {
+                    // The stores' state does not decode: serving from a
+                    // guess would break I4. Stop; another node can serve.
+                    tracing::error!(%base, "snapshot state does not decode: {err}; exiting");
+                    std::process::exit(70);
+                }
+            }
+        }
         (Core::Following(mut broker), BrokerEvent::BecameMaster { epoch, stable }) => {
             if epoch > 1 {
                 // Epoch 1 is the cluster's first master: nothing failed over.

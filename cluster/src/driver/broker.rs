@@ -412,7 +412,8 @@ impl Running {
                         pairs = pairs.len(),
                         "caught up by snapshot: restoring the broker state"
                     );
-                    metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED).increment(1);
+                    metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "broker")
+                        .increment(1);
                     BrokerEvent::Restore { base, pairs }
                 }
                 BrokerCommand::Stable(index) => {

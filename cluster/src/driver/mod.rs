@@ -27,8 +27,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::position::LogPosition;
-use crate::replication::{Config, Endpoint, NodeId, Service, StoreCommand, StoreInput, StoreNode};
-use crate::store::{DiskRunner, FjallStore, StoreError};
+use crate::replication::{
+    Config, DiskOp, Endpoint, NodeId, Service, StoreCommand, StoreInput, StoreNode,
+};
+use crate::store::{DiskRunner, FjallStore, Reducer, StoreError};
 use crate::transport::TransportOptions;
 use crate::wire::Envelope;
 
@@ -127,6 +129,7 @@ pub async fn run_store_node_on(
         net.outbox,
         net.store_inbound,
         data_dir,
+        None,
         status,
     )
     .await
@@ -134,23 +137,30 @@ pub async fn run_store_node_on(
 
 /// [`run_store_node`] on a node network shared with a co-located broker
 /// ([`NodeNet`]): `inbound` is the node's store queue. `status` is kept
-/// current after every step.
+/// current after every step. `reducer` materializes the state the log is
+/// compacted into; without one the store keeps its whole log, whatever
+/// `config.store_retention` says.
 pub async fn run_store_node_with(
-    config: Config,
+    mut config: Config,
     node_id: NodeId,
     outbox: Outbox,
     mut inbound: mpsc::Receiver<Envelope>,
     data_dir: PathBuf,
+    reducer: Option<Box<dyn Reducer>>,
     status: watch::Sender<StoreStatus>,
 ) -> Result<(), DriverError> {
     if !config.stores.contains(&node_id) {
         return Err(DriverError::NotAMember(node_id, "store"));
     }
+    if reducer.is_none() && config.store_retention.is_some() {
+        tracing::info!(node = node_id, "no reducer: this store keeps its whole log");
+        config.store_retention = None;
+    }
     let (disk_tx, mut disk_rx) = mpsc::unbounded_channel();
     // Opening and recovery read the disk: not on a runtime thread.
     let (runner, recovered) = tokio::task::spawn_blocking(move || {
         let store = FjallStore::open(&data_dir)?;
-        DiskRunner::start(Box::new(store), move |done| {
+        DiskRunner::start_with(Box::new(store), reducer, move |done| {
             // The receiver is gone only when the node task is: nothing to tell.
             let _ = disk_tx.send(done);
         })
@@ -188,7 +198,21 @@ pub async fn run_store_node_with(
         for cmd in node.step(clock.now_ms(), input) {
             match cmd {
                 StoreCommand::Send { to, msg } => outbox.send(Envelope { from: me, to, msg }),
-                StoreCommand::Persist(ops) => runner.persist(ops),
+                StoreCommand::Persist(ops) => {
+                    for op in &ops {
+                        if let DiskOp::InstallSnapshot { base, pairs } = op {
+                            tracing::info!(
+                                node = node_id,
+                                %base,
+                                pairs = pairs.len(),
+                                "store caught up by snapshot from a peer"
+                            );
+                            metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "store")
+                                .increment(1);
+                        }
+                    }
+                    runner.persist(ops)
+                }
                 StoreCommand::Read(req) => runner.read(req),
                 StoreCommand::ReadSnapshot(req) => runner.read_snapshot(req),
             }

@@ -107,7 +107,7 @@ impl Config {
             batch_entries_max: 512,
             window_entries_max: 8192,
             fetch_entries_max: 4096,
-            store_retention: None,
+            store_retention: Some(4096),
         }
     }
 

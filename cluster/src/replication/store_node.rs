@@ -609,7 +609,8 @@ impl StoreNode {
 
 impl StoreNode {
     /// Compaction rides on a Persist that is going out anyway: the state
-    /// follows the stable index already on disk, `retention` entries behind,
+    /// follows the stable index already on disk, `retention` entries behind
+    /// (and at most an eighth more),
     /// so a follower slightly behind still catches up from the log alone.
     /// The op goes first: every truncation in the batch is above the stable
     /// index, which is above the new base.
@@ -618,7 +619,10 @@ impl StoreNode {
             return;
         };
         let through = self.stable_on_disk.saturating_sub(retention);
-        if through <= self.log.base().index {
+        // In steps of an eighth of the retention, so that the reducer's
+        // read-back and the deletions come in batches, not per fsync.
+        let step = (retention / 8).max(1);
+        if through < self.log.base().index.saturating_add(step) {
             return;
         }
         let Some(epoch) = self.log.epoch_at(through) else {
