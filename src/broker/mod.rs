@@ -9,6 +9,7 @@
 pub mod event;
 pub mod exchange;
 pub mod message;
+pub mod paging;
 pub mod policy;
 pub mod queue;
 pub mod queue_args;
@@ -25,7 +26,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// One virtual host.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Vhost {
     /// Exchanges by name ("" is the default exchange).
     pub exchanges: HashMap<String, Exchange>,
@@ -62,7 +63,7 @@ pub struct Applied {
 }
 
 /// The whole replicated broker state.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Broker {
     /// Vhosts by name.
     pub vhosts: BTreeMap<String, Vhost>,
@@ -89,9 +90,7 @@ impl Broker {
     pub fn mark_redelivered(&mut self) {
         for v in self.vhosts.values_mut() {
             for q in v.queues.values_mut() {
-                for m in q.ready.values_mut() {
-                    m.redelivered = true;
-                }
+                q.ready.mark_redelivered();
                 debug_assert!(q.unacked.is_empty(), "only a master delivers");
             }
         }

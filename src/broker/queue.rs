@@ -1,10 +1,12 @@
 //! Queues: the replicated message set plus the master's delivery bookkeeping.
 
 use super::event::QueueSpec;
-use super::message::QueuedMessage;
+use super::message::{Message, QueuedMessage};
+use super::paging::{Pager, Ready};
 use super::policy::AppliedPolicy;
 use super::queue_args::QueueArgs;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Order of ready messages: higher priority first, then publish order. A requeued
 /// message keeps its key, so it returns to its original position, as in RabbitMQ.
@@ -20,8 +22,9 @@ pub struct ReadyKey {
 ///
 /// `unacked` holds messages delivered and awaiting an ack; only the master fills it
 /// (delivery is not an event): after a failover or restart every unacked message is
-/// ready again.
-#[derive(Debug, Clone)]
+/// ready again. Ready messages beyond the RAM budget are paged out to disk
+/// (`broker::paging`); nothing here depends on which ones are.
+#[derive(Debug)]
 pub struct Queue {
     /// Name.
     pub name: String,
@@ -31,29 +34,35 @@ pub struct Queue {
     pub args: QueueArgs,
     /// The policy this queue follows, if any (recomputed by apply).
     pub policy: Option<AppliedPolicy>,
-    /// Messages waiting for a consumer.
-    pub ready: BTreeMap<ReadyKey, QueuedMessage>,
+    /// Messages waiting for a consumer, in RAM or paged out.
+    pub ready: Ready,
     /// Messages delivered and not yet acked, by message id.
     pub unacked: HashMap<u64, QueuedMessage>,
     /// Total body bytes of `ready`.
     pub ready_bytes: u64,
-    /// Ready key by message id, for priority queues (others use priority 0).
-    keys: HashMap<u64, ReadyKey>,
 }
 
 impl Queue {
-    /// An empty queue.
+    /// An empty queue, paging through the process's body store if one is
+    /// installed.
     pub fn new(name: String, spec: QueueSpec) -> Queue {
+        Queue::with_pager(name, spec, super::paging::installed())
+    }
+
+    /// An empty queue paging through `pager` (None: everything stays in RAM).
+    pub fn with_pager(name: String, spec: QueueSpec, pager: Option<Arc<Pager>>) -> Queue {
         let args = QueueArgs::with_policy(&spec.arguments, None);
+        // Priorities come from the declared arguments only (not a policy key),
+        // so whether the queue orders by priority is fixed here.
+        let ready = Ready::new(pager, args.max_priority.is_some());
         Queue {
             name,
             spec,
             args,
             policy: None,
-            ready: BTreeMap::new(),
+            ready,
             unacked: HashMap::new(),
             ready_bytes: 0,
-            keys: HashMap::new(),
         }
     }
 
@@ -79,32 +88,16 @@ impl Queue {
         }
     }
 
-    fn key_of(&self, id: u64) -> ReadyKey {
-        match self.args.max_priority {
-            Some(_) => self.keys.get(&id).copied().unwrap_or(ReadyKey {
-                inverse_priority: 0,
-                id,
-            }),
-            None => ReadyKey {
-                inverse_priority: 0,
-                id,
-            },
-        }
-    }
-
     /// Add a message at its position.
     pub fn push(&mut self, m: QueuedMessage) {
         self.ready_bytes += m.msg.body.len() as u64;
         let key = self.key_for(&m);
-        if self.args.max_priority.is_some() {
-            self.keys.insert(m.msg.id, key);
-        }
         self.ready.insert(key, m);
     }
 
     /// The first ready message.
     pub fn head(&self) -> Option<&QueuedMessage> {
-        self.ready.first_key_value().map(|(_, m)| m)
+        self.ready.first()
     }
 
     /// The first ready message, if its log entry is stable.
@@ -114,9 +107,8 @@ impl Queue {
 
     /// Take the first ready message.
     pub fn pop(&mut self) -> Option<QueuedMessage> {
-        let (_, m) = self.ready.pop_first()?;
+        let m = self.ready.pop_first()?;
         self.ready_bytes -= m.msg.body.len() as u64;
-        self.keys.remove(&m.msg.id);
         Some(m)
     }
 
@@ -134,21 +126,55 @@ impl Queue {
         Some(count)
     }
 
-    /// Remove a message wherever it is; returns it if it was here.
-    pub fn remove(&mut self, msg_id: u64) -> Option<QueuedMessage> {
-        if let Some(m) = self.unacked.remove(&msg_id) {
-            return Some(m);
+    /// Remove a message wherever it is; true if it was here.
+    pub fn remove(&mut self, msg_id: u64) -> bool {
+        if self.unacked.remove(&msg_id).is_some() {
+            return true;
         }
-        let key = self.key_of(msg_id);
-        let m = self.ready.remove(&key)?;
-        self.keys.remove(&msg_id);
-        self.ready_bytes -= m.msg.body.len() as u64;
-        Some(m)
+        match self.ready.remove(msg_id) {
+            Some(len) => {
+                self.ready_bytes -= len;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The content of a message, ready (perhaps read from disk) or unacked.
+    pub fn message(&self, msg_id: u64) -> Option<Arc<Message>> {
+        match self.unacked.get(&msg_id) {
+            Some(m) => Some(m.msg.clone()),
+            None => self.ready.get(msg_id),
+        }
+    }
+
+    /// Whether a message (ready or unacked) is persistent, without reading it
+    /// from disk.
+    pub fn is_persistent(&self, msg_id: u64) -> Option<bool> {
+        match self.unacked.get(&msg_id) {
+            Some(m) => Some(m.msg.is_persistent()),
+            None => self.ready.is_persistent(msg_id),
+        }
+    }
+
+    /// Whether any ready message is persistent.
+    pub fn any_ready_persistent(&self) -> bool {
+        let mut any = false;
+        self.ready.visit(|_, _, persistent| {
+            any = persistent;
+            !any
+        });
+        any
     }
 
     /// Ids of the ready messages, in queue order.
     pub fn ready_ids(&self) -> Vec<u64> {
-        self.ready.keys().map(|k| k.id).collect()
+        let mut ids = Vec::with_capacity(self.ready.len());
+        self.ready.visit(|id, _, _| {
+            ids.push(id);
+            true
+        });
+        ids
     }
 
     /// Whether this queue's messages are written to the log.

@@ -60,6 +60,11 @@ pub struct Config {
     /// filesystem has less free space than this (RabbitMQ's disk_free_limit, 50 MB).
     #[serde(default = "default_disk_free_limit")]
     pub disk_free_limit_bytes: u64,
+    /// RAM for ready messages, over all queues, in bytes; messages beyond it
+    /// are paged out to `<data-dir>/pages` and read back ahead of delivery
+    /// (docs/architecture.md, "Queues longer than RAM").
+    #[serde(default = "default_message_ram_budget")]
+    pub message_ram_budget_bytes: u64,
     /// Directory of the event store when `--data-dir` is not given (lets one
     /// file per node of a cluster on one machine say where each node keeps
     /// its data).
@@ -102,6 +107,9 @@ fn default_heartbeat() -> u16 {
 fn default_disk_free_limit() -> u64 {
     50_000_000
 }
+fn default_message_ram_budget() -> u64 {
+    crate::broker::paging::DEFAULT_RAM_BUDGET_BYTES
+}
 fn default_consumer_timeout() -> u64 {
     1_800_000
 }
@@ -122,6 +130,7 @@ impl Default for Config {
             consumer_timeout_ms: default_consumer_timeout(),
             memory_high_watermark_bytes: None,
             disk_free_limit_bytes: default_disk_free_limit(),
+            message_ram_budget_bytes: default_message_ram_budget(),
             data_dir: None,
             prometheus_port: None,
             management_port: None,

@@ -236,17 +236,23 @@ impl Master {
         let Some(q) = self.broker.queue(vhost, queue) else {
             return; // the queue was deleted: nothing to remove
         };
-        let mut msgs = Vec::new();
+        // Flags come from RAM; contents only when there is somewhere to send
+        // them, since a paged-out message is read from disk.
+        let (mut found, mut persistent) = (0u64, false);
         for id in ids {
-            if let Some(m) = q.unacked.get(id) {
-                msgs.push(m.msg.clone());
-            } else if let Some(m) = q.ready.values().find(|m| m.msg.id == *id) {
-                msgs.push(m.msg.clone());
+            if let Some(p) = q.is_persistent(*id) {
+                found += 1;
+                persistent |= p;
             }
         }
-        let logged = q.is_logged() && msgs.iter().any(|m| m.is_persistent());
+        let logged = q.is_logged() && persistent;
         if let Some(reason) = reason {
-            self.dead_letter(vhost, queue, &msgs, reason);
+            if q.args.dead_letter_exchange.is_some() {
+                let msgs: Vec<Arc<Message>> = ids.iter().filter_map(|id| q.message(*id)).collect();
+                self.dead_letter(vhost, queue, &msgs, reason);
+            } else {
+                crate::metrics::dead_lettered(reason, q.args.quorum, false, found);
+            }
         }
         self.emit(
             Event::Removed {
@@ -309,7 +315,7 @@ impl Master {
         let mut bytes = 0u64;
         let mut ids = Vec::new();
         let (len, total) = (q.ready.len() as u64, q.ready_bytes);
-        for m in q.ready.values() {
+        q.ready.visit(|id, body_len, _| {
             let dropped = ids.len() as u64;
             let fits_len = q.args.max_length.is_none_or(|max| len - dropped <= max);
             let fits_bytes = q
@@ -317,11 +323,12 @@ impl Master {
                 .max_length_bytes
                 .is_none_or(|max| total - bytes <= max);
             if fits_len && fits_bytes {
-                break;
+                return false;
             }
-            bytes += m.msg.body.len() as u64;
-            ids.push(m.msg.id);
-        }
+            bytes += body_len;
+            ids.push(id);
+            true
+        });
         self.remove_messages(vhost, queue, &ids, Some("maxlen"));
     }
 
@@ -334,16 +341,21 @@ impl Master {
     /// Expire heads as if the clock read `now`; `enqueue` passes now + 1 so that a
     /// message with TTL 0 that no consumer took at once goes.
     pub(super) fn expire_heads_at(&mut self, vhost: &str, queue: &str, now: u64) {
-        let Some(q) = self.broker.queue(vhost, queue) else {
-            return;
-        };
-        let ids: Vec<u64> = q
-            .ready
-            .values()
-            .take_while(|m| m.is_expired(now))
-            .map(|m| m.msg.id)
-            .collect();
-        if !ids.is_empty() {
+        // The head as far as RAM holds it; removing it brings the next part of
+        // a paged-out queue into RAM, so this repeats until the head is live.
+        loop {
+            let Some(q) = self.broker.queue(vhost, queue) else {
+                return;
+            };
+            let ids: Vec<u64> = q
+                .ready
+                .head_run()
+                .take_while(|m| m.is_expired(now))
+                .map(|m| m.msg.id)
+                .collect();
+            if ids.is_empty() {
+                return;
+            }
             self.remove_messages(vhost, queue, &ids, Some("expired"));
         }
     }

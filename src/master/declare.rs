@@ -457,7 +457,7 @@ impl Master {
             return 0;
         };
         let ids = q.ready_ids();
-        let logged = q.is_logged() && q.ready.values().any(|m| m.msg.is_persistent());
+        let logged = q.is_logged() && q.any_ready_persistent();
         let count = ids.len() as u32;
         if count > 0 {
             self.emit(

@@ -272,7 +272,7 @@ fn closing_a_channel_requeues_unacked_as_redelivered() {
     m.handle(Input::ChannelClose { conn: 1, ch: 1 });
     let q = m.broker.queue("/", "t").unwrap();
     assert_eq!(q.ready.len(), 1);
-    assert!(q.ready.values().next().unwrap().redelivered);
+    assert!(q.head().unwrap().redelivered);
 }
 
 #[test]
@@ -293,6 +293,11 @@ fn recovery_replays_the_log_into_the_configured_vhosts() {
     }));
     let b = Master::recover(&Config::default(), events);
     let q = b.queue("/", "q").expect("durable queue recovered");
-    let bodies: Vec<_> = q.ready.values().map(|m| m.msg.body.clone()).collect();
+    let bodies: Vec<_> = q
+        .ready
+        .to_vec()
+        .into_iter()
+        .map(|(_, m)| m.msg.body.clone())
+        .collect();
     assert_eq!(bodies, vec![Bytes::from_static(b"kept")]);
 }

@@ -80,6 +80,11 @@ const MASTER_QUEUE: usize = 8192;
 pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&opts.data_dir)
         .map_err(|e| ServeError::Other(format!("create {}: {e}", opts.data_dir.display())))?;
+    // The body store exists before any broker is built (restore pages too).
+    let pages = opts.data_dir.join("pages");
+    let pager = crate::broker::paging::Pager::open(&pages, opts.config.message_ram_budget_bytes)
+        .map_err(|e| ServeError::Other(format!("body store {}: {e}", pages.display())))?;
+    crate::broker::paging::install(pager);
     crate::metrics::started();
     // The master task's queue exists before anything that talks to it: the
     // management API and the Prometheus endpoint read broker state through it.

@@ -179,7 +179,7 @@ fn summary(b: &Broker) -> String {
         let qs: BTreeMap<_, _> = v.queues.iter().collect();
         for (name, q) in qs {
             out += &format!("  q {name:?} {:?} bytes={}\n", q.spec, q.ready_bytes);
-            for (key, m) in &q.ready {
+            for (key, m) in q.ready.to_vec() {
                 out += &format!(
                     "    {key:?} {:?} {:?} {:?} exp={:?} red={} ts={} {:?}\n",
                     m.msg.exchange,

@@ -1,0 +1,75 @@
+//! One paged-out message as the body store keeps it on disk.
+//!
+//! The body store is wiped at boot (the event store holds the truth), so this
+//! format never has to be read by another version: no version byte.
+
+use crate::broker::message::{Message, QueuedMessage};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use stablemq_protocol::BasicProperties;
+use std::sync::Arc;
+
+/// Everything a [`QueuedMessage`] holds, so that reading it back gives the very
+/// message that was paged out (I4: RAM or disk never changes what is delivered).
+#[derive(Serialize, Deserialize)]
+struct Record {
+    id: u64,
+    exchange: String,
+    routing_key: String,
+    properties: BasicProperties,
+    body: Bytes,
+    timestamp_ms: u64,
+    redelivered: bool,
+    wait_index: u64,
+    expires_at_ms: Option<u64>,
+    delivery_count: u32,
+}
+
+/// A record that does not decode: the file was damaged under us.
+#[derive(Debug, thiserror::Error)]
+#[error("paged message record does not decode: {0}")]
+pub struct RecordError(String);
+
+/// Append the encoding of `m` to `out`; returns the bytes written.
+pub fn encode(m: &QueuedMessage, out: &mut Vec<u8>) -> usize {
+    let before = out.len();
+    let r = Record {
+        id: m.msg.id,
+        exchange: m.msg.exchange.clone(),
+        routing_key: m.msg.routing_key.clone(),
+        properties: m.msg.properties.clone(),
+        body: m.msg.body.clone(),
+        timestamp_ms: m.msg.timestamp_ms,
+        redelivered: m.redelivered,
+        wait_index: m.wait_index,
+        expires_at_ms: m.expires_at_ms,
+        delivery_count: m.delivery_count,
+    };
+    let buf = std::mem::take(out);
+    // Writing to a Vec cannot fail for these types; a failure is a bug.
+    *out = match postcard::to_extend(&r, buf) {
+        Ok(v) => v,
+        Err(e) => panic!("paged record encoding failed: {e}"),
+    };
+    out.len() - before
+}
+
+/// Decode one record. The body comes out in its own allocation (serde copies
+/// it), so a message read back never pins the read buffer of its neighbours.
+pub fn decode(b: &[u8]) -> Result<QueuedMessage, RecordError> {
+    let r: Record = postcard::from_bytes(b).map_err(|e| RecordError(e.to_string()))?;
+    Ok(QueuedMessage {
+        msg: Arc::new(Message {
+            id: r.id,
+            exchange: r.exchange,
+            routing_key: r.routing_key,
+            properties: r.properties,
+            body: r.body,
+            timestamp_ms: r.timestamp_ms,
+        }),
+        redelivered: r.redelivered,
+        wait_index: r.wait_index,
+        expires_at_ms: r.expires_at_ms,
+        delivery_count: r.delivery_count,
+    })
+}
