@@ -26,7 +26,7 @@ fn msg(id: u64, priority: u8, body_len: usize) -> QueuedMessage {
     let mut properties = BasicProperties::default()
         .with_priority(priority)
         .with_message_id(ShortString::from(format!("m{id}")));
-    if id % 2 == 0 {
+    if id.is_multiple_of(2) {
         properties = properties.with_delivery_mode(2);
     }
     let body: Vec<u8> = (0..body_len).map(|i| (id as usize + i) as u8).collect();
@@ -41,7 +41,7 @@ fn msg(id: u64, priority: u8, body_len: usize) -> QueuedMessage {
         }),
         redelivered: false,
         wait_index: id,
-        expires_at_ms: (id % 3 == 0).then_some(5000 + id),
+        expires_at_ms: id.is_multiple_of(3).then_some(5000 + id),
         delivery_count: 0,
     }
 }
