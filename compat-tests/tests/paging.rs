@@ -1,5 +1,5 @@
 //! Queues longer than RAM: the real binary with an 8 MiB RAM budget for ready
-//! messages holds a 600 MiB durable backlog with resident memory far below
+//! messages holds a 1 GiB durable backlog with resident memory far below
 //! the backlog while it fills and drains, pages it out to `<data-dir>/pages`,
 //! and gives every message back intact and in order, before and after a
 //! SIGKILL restart.
@@ -8,7 +8,7 @@
 //! holds (journal, memtables, the reducer's window: bounded, but a few
 //! hundred MiB under load and not the subject here) cannot make it flaky:
 //! after a first quarter of the backlog has warmed everything up, the other
-//! 450 MiB may raise the peak RSS by at most half of that. Without paging
+//! 768 MiB may raise the peak RSS by at most half of that. Without paging
 //! every body stays in RAM and the peak rises by all of it. The peak is the
 //! kernel's high-water mark (VmHWM), which no sampling can miss.
 
@@ -30,12 +30,12 @@ use tokio::time::timeout;
 const WAIT: Duration = Duration::from_secs(120);
 const MIB: u64 = 1024 * 1024;
 const BODY: usize = 64 * 1024;
-/// 600 MiB of bodies.
-const MESSAGES: u64 = 9600;
+/// 1 GiB of bodies.
+const MESSAGES: u64 = 16384;
 /// The first quarter, after which RSS is taken as the reference.
 const WARM_UP: u64 = MESSAGES / 4;
 const QUEUED_BYTES: u64 = MESSAGES * BODY as u64;
-/// How much the rest of the backlog (450 MiB) may raise the peak RSS.
+/// How much the rest of the backlog (768 MiB) may raise the peak RSS.
 const RSS_GROWTH_LIMIT: u64 = (MESSAGES - WARM_UP) * BODY as u64 / 2;
 const QUEUE: &str = "paging.backlog";
 
