@@ -20,7 +20,7 @@ mod access;
 pub mod alarms;
 pub mod definitions;
 mod forward;
-mod internal;
+pub mod internal;
 mod json;
 mod messages;
 mod nodes;
@@ -128,11 +128,35 @@ pub async fn serve(
         .layer(axum::middleware::from_fn(paging::paginate))
         .layer(forward)
         .with_state(state);
+    // In front of the router, so the rewritten path is the one routed.
+    let app = tower_layer::Layer::layer(&axum::middleware::from_fn(trim_trailing_slash), app);
+    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(app);
     Ok(tokio::spawn(async move {
         if let Err(err) = axum::serve(listener, app).await {
             tracing::error!("management API stopped: {err}");
         }
     }))
+}
+
+/// `/api/connections/` is `/api/connections`: RabbitMQ's router ignores a
+/// trailing slash, and clients rely on it (amqp091-go's test helpers list
+/// connections with `GET /api/connections/`).
+async fn trim_trailing_slash(
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = req.uri().path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let rebuilt = match req.uri().query() {
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_string(),
+        };
+        if let Ok(uri) = rebuilt.parse() {
+            *req.uri_mut() = uri;
+        }
+    }
+    next.run(req).await
 }
 
 /// Every route. Vhost names arrive URL-encoded (`%2F` for `/`) and axum's
@@ -141,6 +165,7 @@ fn router() -> Router<AppState> {
     Router::new()
         .route("/api/nodes", get(nodes::list))
         .route("/api/nodes/{name}", get(nodes::one))
+        .route("/api/nodes/{name}/memory", get(nodes::memory))
         .route("/api/stablemq/node-status", get(nodes::local))
         .merge(overview::routes())
         .merge(access::routes())

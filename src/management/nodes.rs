@@ -32,6 +32,10 @@ pub struct NodeStatusSource {
     pub local_stable: Option<watch::Receiver<u64>>,
     /// Every other node.
     pub peers: Vec<Peer>,
+    /// Where this node keeps its data (its free disk space is reported).
+    pub data_dir: std::path::PathBuf,
+    /// The free disk space alarm threshold.
+    pub disk_free_limit: u64,
 }
 
 /// A node as the config describes it.
@@ -77,6 +81,69 @@ pub struct NodeReport {
     pub store: Option<StoreReport>,
     /// How many entries its store is behind the most advanced store.
     pub store_lag: Option<u64>,
+    /// Resources, with RabbitMQ's names (read by monitoring tools such as
+    /// kbudde/rabbitmq_exporter); absent for a node that did not answer.
+    #[serde(flatten)]
+    pub resources: Option<Resources>,
+}
+
+/// A node's resource use, as RabbitMQ's `/api/nodes` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Resources {
+    /// Milliseconds since the node started.
+    pub uptime: u64,
+    /// Resident memory in bytes.
+    pub mem_used: u64,
+    /// The memory alarm threshold.
+    pub mem_limit: u64,
+    /// Whether the memory alarm is in effect.
+    pub mem_alarm: bool,
+    /// How memory is measured: the process's resident set, as RabbitMQ's `rss`.
+    pub mem_calculation_strategy: String,
+    /// Free bytes on the data directory's file system (0 if unknown).
+    pub disk_free: u64,
+    /// The free disk alarm threshold.
+    pub disk_free_limit: u64,
+    /// Whether the free disk alarm is in effect.
+    pub disk_free_alarm: bool,
+    /// Open file descriptors.
+    pub fd_used: u64,
+    /// The file descriptor limit.
+    pub fd_total: u64,
+    /// Open sockets.
+    pub sockets_used: u64,
+    /// The socket limit (the file descriptor limit: sockets are fds).
+    pub sockets_total: u64,
+    /// CPU cores.
+    pub processors: u64,
+    /// Network partitions this node sees: none are tracked (a partitioned
+    /// broker stops being master instead), so always empty.
+    pub partitions: Vec<String>,
+}
+
+impl Resources {
+    /// This process's readings now.
+    fn read(data_dir: &std::path::Path, disk_free_limit: u64) -> Resources {
+        let (mem_limit, mem_alarm, disk_free_alarm) = crate::metrics::alarm_state();
+        let (fd_used, sockets_used) = crate::metrics::open_fds().unwrap_or((0, 0));
+        let fd_total = crate::metrics::max_fds().unwrap_or(0);
+        Resources {
+            uptime: (crate::metrics::uptime_seconds() * 1000.0) as u64,
+            mem_used: crate::metrics::resident_memory_bytes(),
+            mem_limit,
+            mem_alarm,
+            mem_calculation_strategy: "rss".into(),
+            disk_free: crate::metrics::disk_free_bytes(data_dir).unwrap_or(0),
+            disk_free_limit,
+            disk_free_alarm,
+            fd_used,
+            fd_total,
+            sockets_used,
+            sockets_total: fd_total,
+            processors: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+            partitions: Vec::new(),
+        }
+    }
 }
 
 /// An event store's progress.
@@ -138,6 +205,7 @@ impl NodeStatusSource {
             master,
             store,
             store_lag: None,
+            resources: Some(Resources::read(&self.data_dir, self.disk_free_limit)),
         }
     }
 
@@ -202,6 +270,7 @@ fn unreachable_report(peer: &Peer) -> NodeReport {
         master: None,
         store: None,
         store_lag: None,
+        resources: None,
     }
 }
 
@@ -226,6 +295,33 @@ pub async fn one(
         .find(|r| r.name == name)
         .map(Json)
         .ok_or(ApiError::NotFound)
+}
+
+/// `GET /api/nodes/{name}/memory`: RabbitMQ breaks memory down by Erlang
+/// process kind; StableMQ has no such kinds, so it reports the totals only
+/// (`memory.total.{rss,allocated,erlang}`, all the resident set size, and
+/// `memory.strategy`), which is what tools that chart a node's memory read.
+pub async fn memory(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let auth = authorize(&state, &headers)?;
+    let all = state.nodes.all(&auth).await;
+    let report = all
+        .into_iter()
+        .find(|r| r.name == name)
+        .ok_or(ApiError::NotFound)?;
+    let rss = report
+        .resources
+        .map(|r| r.mem_used)
+        .ok_or(ApiError::Unavailable("node not reachable"))?;
+    Ok(Json(serde_json::json!({
+        "memory": {
+            "total": {"rss": rss, "allocated": rss, "erlang": rss},
+            "strategy": "rss",
+        }
+    })))
 }
 
 /// `GET /api/stablemq/node-status`: this node alone, for peers' `/api/nodes`.

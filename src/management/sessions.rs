@@ -61,6 +61,19 @@ pub struct ConnectionJson {
     frame_max: u32,
     timeout: u16,
     connected_at: u64,
+    /// Socket traffic (RabbitMQ's inet stats): bytes and reads in, bytes and
+    /// writes out, bytes pending, each counter with its rate; read by
+    /// monitoring tools such as kbudde/rabbitmq_exporter.
+    recv_oct: u64,
+    recv_oct_details: Rate,
+    recv_cnt: u64,
+    send_oct: u64,
+    send_oct_details: Rate,
+    send_cnt: u64,
+    send_pend: u64,
+    /// Work units of the connection task (RabbitMQ: process reductions).
+    reductions: u64,
+    reductions_details: Rate,
     client_properties: Table,
     /// The client's own name for the connection (`connection_name` in its
     /// client properties), if it gave one.
@@ -68,16 +81,36 @@ pub struct ConnectionJson {
     user_provided_name: Option<String>,
 }
 
+/// A counter's rate per second, RabbitMQ's `*_details` object.
+#[derive(Debug, Serialize)]
+struct Rate {
+    rate: f64,
+}
+
 impl ConnectionJson {
-    fn of(s: &Session, node: &str) -> ConnectionJson {
+    fn of(id: ConnId, s: &Session, node: &str) -> ConnectionJson {
         let info = &s.info;
+        let name = connection_name(info.peer, info.local);
+        let traffic = crate::metrics::conn_stats::traffic(id);
+        let rate = |counter: &str, count: u64| Rate {
+            rate: super::stats::rate(format!("connection/{name}/{counter}"), count),
+        };
         let user_provided_name = info
             .client_properties
             .inner()
             .get("connection_name")
             .and_then(crate::broker::queue_args::text);
         ConnectionJson {
-            name: connection_name(info.peer, info.local),
+            recv_oct_details: rate("recv_oct", traffic.recv_oct),
+            send_oct_details: rate("send_oct", traffic.send_oct),
+            reductions_details: rate("reductions", traffic.reductions),
+            recv_oct: traffic.recv_oct,
+            recv_cnt: traffic.recv_cnt,
+            send_oct: traffic.send_oct,
+            send_cnt: traffic.send_cnt,
+            send_pend: traffic.send_pend,
+            reductions: traffic.reductions,
+            name,
             node: node.to_string(),
             vhost: s.vhost.clone(),
             user: s.user.clone(),
@@ -141,7 +174,7 @@ fn list_connections(
     Some(
         visible(&view, who, vhost)
             .into_iter()
-            .map(|(_, s)| ConnectionJson::of(s, node))
+            .map(|(id, s)| ConnectionJson::of(id, s, node))
             .collect(),
     )
 }

@@ -25,7 +25,9 @@ type Reading = (u64, Instant, f64);
 /// Readings by "kind/vhost/name/counter".
 static SAMPLES: Mutex<Option<HashMap<String, Reading>>> = Mutex::new(None);
 
-fn rate(key: String, count: u64) -> f64 {
+/// The rate per second of counter `key` now reading `count`, from the last
+/// reading at least a second old (0 on the first reading).
+pub(super) fn rate(key: String, count: u64) -> f64 {
     let now = Instant::now();
     let Ok(mut guard) = SAMPLES.lock() else {
         return 0.0;

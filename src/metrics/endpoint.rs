@@ -106,8 +106,9 @@ async fn scrape(state: &EndpointState, per_object: bool) -> Response {
 pub struct Snapshot {
     /// Queues, while this node is the master.
     pub queues: Vec<QueueSample>,
-    /// Open connections.
-    pub connections: usize,
+    /// Open client connections (never the management API's internal
+    /// sessions).
+    pub connections: Vec<ConnectionSample>,
     /// Open channels with their consumer counts.
     pub channels: Vec<ChannelSample>,
     /// Channels that have published and are still open.
@@ -127,6 +128,19 @@ pub struct QueueSample {
     pub unacked: usize,
     /// Consumers.
     pub consumers: usize,
+}
+
+/// One client connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectionSample {
+    /// `<connection id.0>`: unique on this node, and in the same form as the
+    /// channels' ids (RabbitMQ 3.10 labels connection series `channel` too,
+    /// with the connection process's pid).
+    pub id: String,
+    /// Channels open on it.
+    pub channels: usize,
+    /// Its socket traffic.
+    pub traffic: super::conn_stats::Traffic,
 }
 
 /// One channel.
@@ -157,9 +171,18 @@ impl Snapshot {
             }
         }
         let mut channels = Vec::new();
-        let (mut connections, mut publishers) = (0, 0);
-        for (conn, session) in master.sessions() {
-            connections += 1;
+        let mut connections = Vec::new();
+        let mut publishers = 0;
+        // The management API's own sessions are no client's connections.
+        let clients = master
+            .sessions()
+            .filter(|(conn, _)| !crate::management::internal::is_internal(*conn));
+        for (conn, session) in clients {
+            connections.push(ConnectionSample {
+                id: format!("<{conn}.0>"),
+                channels: session.channels.len(),
+                traffic: super::conn_stats::traffic(conn),
+            });
             for (ch, chan) in &session.channels {
                 publishers += usize::from(chan.publishing);
                 channels.push(ChannelSample {
@@ -294,7 +317,7 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
         CONNECTIONS,
         Kind::Gauge,
         "Connections currently open",
-        s.connections as f64,
+        s.connections.len() as f64,
     );
     e.single(
         CHANNELS,
@@ -357,6 +380,64 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
             e.sample(name, &[], s.queues.iter().map(field).sum::<usize>() as f64);
         }
     }
+    type ConnField = fn(&ConnectionSample) -> u64;
+    let connection_families: [(&str, Kind, &str, ConnField); 7] = [
+        (
+            CONNECTION_INCOMING_BYTES,
+            Kind::Counter,
+            "Total number of bytes received on a connection",
+            |c| c.traffic.recv_oct,
+        ),
+        (
+            CONNECTION_OUTGOING_BYTES,
+            Kind::Counter,
+            "Total number of bytes sent on a connection",
+            |c| c.traffic.send_oct,
+        ),
+        (
+            CONNECTION_REDUCTIONS,
+            Kind::Counter,
+            "Total number of connection process reductions",
+            |c| c.traffic.reductions,
+        ),
+        (
+            CONNECTION_INCOMING_PACKETS,
+            Kind::Counter,
+            "Total number of packets received on a connection",
+            |c| c.traffic.recv_cnt,
+        ),
+        (
+            CONNECTION_OUTGOING_PACKETS,
+            Kind::Counter,
+            "Total number of packets sent on a connection",
+            |c| c.traffic.send_cnt,
+        ),
+        (
+            CONNECTION_PENDING_PACKETS,
+            Kind::Gauge,
+            "Number of packets waiting to be sent on a connection",
+            |c| c.traffic.send_pend,
+        ),
+        (
+            CONNECTION_CHANNELS,
+            Kind::Gauge,
+            "Channels on a connection",
+            |c| c.channels as u64,
+        ),
+    ];
+    for (name, kind, help, field) in connection_families {
+        e.family(name, kind, help);
+        if per_object {
+            for c in &s.connections {
+                e.sample(name, &[("channel", &c.id)], field(c) as f64);
+            }
+        } else {
+            // As RabbitMQ 3.10's aggregated endpoint: the sum, unlabelled.
+            let total: u64 = s.connections.iter().map(field).sum();
+            e.sample(name, &[], total as f64);
+        }
+    }
+
     e.family(CHANNEL_CONSUMERS, Kind::Gauge, "Consumers on a channel");
     if per_object {
         for c in &s.channels {
@@ -486,7 +567,32 @@ mod tests {
         };
         Snapshot {
             queues: vec![q("a", 3, 1, 1), q("b\"x", 5, 0, 0)],
-            connections: 2,
+            connections: vec![
+                ConnectionSample {
+                    id: "<1.0>".into(),
+                    channels: 1,
+                    traffic: super::super::conn_stats::Traffic {
+                        recv_oct: 300,
+                        recv_cnt: 3,
+                        send_oct: 500,
+                        send_cnt: 4,
+                        send_pend: 0,
+                        reductions: 10,
+                    },
+                },
+                ConnectionSample {
+                    id: "<2.0>".into(),
+                    channels: 1,
+                    traffic: super::super::conn_stats::Traffic {
+                        recv_oct: 20,
+                        recv_cnt: 1,
+                        send_oct: 30,
+                        send_cnt: 1,
+                        send_pend: 7,
+                        reductions: 2,
+                    },
+                },
+            ],
             channels: vec![
                 ChannelSample {
                     id: "<1.1>".into(),
@@ -518,6 +624,11 @@ mod tests {
         assert!(t.contains("\nrabbitmq_channels 2\n"));
         assert!(t.contains("\nrabbitmq_consumers 1\n"));
         assert!(t.contains("\nrabbitmq_global_publishers{protocol=\"amqp091\"} 1\n"));
+        assert!(t.contains("\nrabbitmq_connections 2\n"));
+        // Connection traffic summed, as RabbitMQ 3.10's aggregated endpoint does.
+        assert!(t.contains("\nrabbitmq_connection_incoming_bytes_total 320\n"));
+        assert!(t.contains("\nrabbitmq_connection_outgoing_bytes_total 530\n"));
+        assert!(t.contains("\nrabbitmq_connection_channels 2\n"));
         assert!(
             !t.contains("queue=\""),
             "aggregated leaks queue labels:\n{t}"
@@ -541,6 +652,11 @@ mod tests {
         assert!(t.contains("rabbitmq_queue_messages_ready{vhost=\"/\",queue=\"a\"} 3\n"));
         assert!(t.contains("rabbitmq_queue_messages{vhost=\"/\",queue=\"b\\\"x\"} 5\n"));
         assert!(t.contains("rabbitmq_channel_consumers{channel=\"<1.1>\"} 1\n"));
+        assert!(t.contains("rabbitmq_connection_incoming_bytes_total{channel=\"<1.0>\"} 300\n"));
+        assert!(t.contains("rabbitmq_connection_outgoing_packets_total{channel=\"<2.0>\"} 1\n"));
+        assert!(t.contains("rabbitmq_connection_pending_packets{channel=\"<2.0>\"} 7\n"));
+        assert!(t.contains("rabbitmq_connection_process_reductions_total{channel=\"<1.0>\"} 10\n"));
+        assert!(t.contains("rabbitmq_connection_channels{channel=\"<1.0>\"} 1\n"));
         assert!(t.contains("rabbitmq_endpoint=\"per-object\""));
         assert!(!t.contains("\nrabbitmq_queue_messages_ready "));
     }

@@ -13,6 +13,7 @@
 //!   time from the master task's state ([`endpoint`]), so a deleted queue's
 //!   series goes away with it and a slave reports none of the master's queues.
 
+pub mod conn_stats;
 pub mod endpoint;
 mod process;
 pub mod text;
@@ -104,6 +105,20 @@ pub const QUEUE_MESSAGES: &str = "rabbitmq_queue_messages";
 pub const QUEUE_CONSUMERS: &str = "rabbitmq_queue_consumers";
 /// Open connections.
 pub const CONNECTIONS: &str = "rabbitmq_connections";
+/// Bytes received, per connection (`/metrics/per-object`, label `channel`).
+pub const CONNECTION_INCOMING_BYTES: &str = "rabbitmq_connection_incoming_bytes_total";
+/// Bytes sent, per connection.
+pub const CONNECTION_OUTGOING_BYTES: &str = "rabbitmq_connection_outgoing_bytes_total";
+/// Work units of the connection task, per connection (RabbitMQ: reductions).
+pub const CONNECTION_REDUCTIONS: &str = "rabbitmq_connection_process_reductions_total";
+/// Socket reads, per connection (RabbitMQ: TCP packets received).
+pub const CONNECTION_INCOMING_PACKETS: &str = "rabbitmq_connection_incoming_packets_total";
+/// Socket writes, per connection (RabbitMQ: TCP packets sent).
+pub const CONNECTION_OUTGOING_PACKETS: &str = "rabbitmq_connection_outgoing_packets_total";
+/// Bytes waiting to be written, per connection.
+pub const CONNECTION_PENDING_PACKETS: &str = "rabbitmq_connection_pending_packets";
+/// Channels open on a connection.
+pub const CONNECTION_CHANNELS: &str = "rabbitmq_connection_channels";
 /// Open channels.
 pub const CHANNELS: &str = "rabbitmq_channels";
 /// Consumers.
@@ -247,6 +262,17 @@ pub fn set_alarm_state(memory_limit: u64, memory_alarm: bool, disk_alarm: bool) 
         u64::from(memory_alarm) | (u64::from(disk_alarm) << 1),
         Ordering::Relaxed,
     );
+}
+
+/// The memory alarm threshold and whether the memory and disk alarms are in
+/// effect, as the master task last set them.
+pub fn alarm_state() -> (u64, bool, bool) {
+    let flags = ALARM_FLAGS.load(Ordering::Relaxed);
+    (
+        MEMORY_LIMIT_BYTES.load(Ordering::Relaxed),
+        flags & 1 != 0,
+        flags & 2 != 0,
+    )
 }
 
 /// Install the global recorder (the endpoint renders it), describe every

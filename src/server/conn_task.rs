@@ -28,6 +28,8 @@ pub async fn run(
     if master.send(MasterMsg::Register(id, out_tx)).await.is_err() {
         return;
     }
+    // Bytes and reads/writes for the management API and Prometheus.
+    let traffic = crate::metrics::conn_stats::register(id);
     let local = sock.local_addr().ok();
     let (mut rd, mut wr) = sock.into_split();
     let mut conn = Connection::new(id, peer.ip(), config, Instant::now());
@@ -51,7 +53,12 @@ pub async fn run(
                         reading = false;
                         conn.on_eof(&mut actions);
                     }
-                    Ok(_) => decode_all(&mut conn, &mut rbuf, now, &mut actions),
+                    Ok(n) => {
+                        traffic.stats().received(n);
+                        let before = actions.len();
+                        decode_all(&mut conn, &mut rbuf, now, &mut actions);
+                        traffic.stats().frames(actions.len().saturating_sub(before).max(1));
+                    }
                 }
             }
             n = out_rx.recv_many(&mut inbox, 256), if outbox_open => {
@@ -90,6 +97,7 @@ pub async fn run(
         }
         enc.flush(&mut wbuf);
         if !wbuf.is_empty() {
+            traffic.stats().sending(wbuf.len());
             if wr.write_all(&wbuf).await.is_err() {
                 let mut tail = Vec::new();
                 conn.on_eof(&mut tail);
@@ -100,6 +108,7 @@ pub async fn run(
                 }
                 break;
             }
+            traffic.stats().sent(wbuf.len());
             wbuf.clear();
             conn.note_sent(Instant::now());
         }

@@ -108,6 +108,8 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
             store: None,
             local_stable,
             peers: Vec::new(),
+            data_dir: opts.data_dir.clone(),
+            disk_free_limit: opts.config.disk_free_limit_bytes,
         };
         let amqp_port = Some(opts.amqp_port);
         let api_addr = opts.management_addr;
@@ -145,6 +147,8 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
             .filter(|n| n.id != me.id)
             .map(peer_of)
             .collect(),
+        data_dir: opts.data_dir.clone(),
+        disk_free_limit: opts.config.disk_free_limit_bytes,
     };
     let api_addr = match opts.management_off {
         true => None,

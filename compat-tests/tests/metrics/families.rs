@@ -85,6 +85,17 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("rabbitmq_channels", "gauge", &[]),
     ("rabbitmq_consumers", "gauge", &[]),
     ("rabbitmq_channel_consumers", "gauge", &[]),
+    ("rabbitmq_connection_incoming_bytes_total", "counter", &[]),
+    ("rabbitmq_connection_outgoing_bytes_total", "counter", &[]),
+    (
+        "rabbitmq_connection_process_reductions_total",
+        "counter",
+        &[],
+    ),
+    ("rabbitmq_connection_incoming_packets_total", "counter", &[]),
+    ("rabbitmq_connection_outgoing_packets_total", "counter", &[]),
+    ("rabbitmq_connection_pending_packets", "gauge", &[]),
+    ("rabbitmq_connection_channels", "gauge", &[]),
     ("rabbitmq_global_publishers", "gauge", &["protocol"]),
     ("rabbitmq_global_consumers", "gauge", &["protocol"]),
     (

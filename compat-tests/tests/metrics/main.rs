@@ -326,3 +326,85 @@ async fn in_a_cluster_only_the_master_reports_queues_and_slaves_report_lag() {
         }
     }
 }
+
+/// Per-connection series on `/metrics/per-object`, with rabbitmq_prometheus
+/// 3.10's names and its `channel` label (3.10 labels connection series with the
+/// connection process's id under that name), and their sums on `/metrics`. The
+/// management API's internal sessions (its publishes here) are no client's
+/// connections: they never show up, neither in the series nor in
+/// `rabbitmq_connections`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_connection_series_count_client_traffic_only() {
+    let broker = Broker::start();
+    assert!(!broker.is_external(), "reads StableMQ's own metrics port");
+    let port = broker.prometheus_port;
+    let (_conn, ch) = open(&broker).await;
+    let _second = channel(&_conn).await;
+    let q = unique("conn-metrics");
+    declare_queue(&ch, &q).await;
+    for _ in 0..10 {
+        publish(&ch, "", &q, &[7u8; 1000]).await;
+    }
+
+    // The management API publishes through internal sessions, in a loop, while
+    // we scrape.
+    let mgmt = broker.management_port;
+    let body = serde_json::json!({
+        "properties": {}, "routing_key": q, "payload": "via-api", "payload_encoding": "string"
+    });
+    let publisher = std::thread::spawn(move || {
+        let url = format!("http://127.0.0.1:{mgmt}/api/exchanges/%2F/amq.default/publish");
+        for _ in 0..200 {
+            let r = ureq::post(&url)
+                .header("authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+                .send_json(&body);
+            assert!(r.is_ok(), "API publish: {r:?}");
+        }
+    });
+    let mut scrapes = 0;
+    while !publisher.is_finished() {
+        let text = per_object(port);
+        scrapes += 1;
+        assert_eq!(
+            total(&text, "rabbitmq_connections", None),
+            Some(1.0),
+            "internal sessions counted as connections:\n{text}"
+        );
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("rabbitmq_connection_channels{"))
+            .count();
+        assert_eq!(series, 1, "one client connection:\n{text}");
+    }
+    publisher.join().expect("publisher thread");
+    assert!(scrapes > 0);
+
+    let text = per_object(port);
+    let one = |name: &str| -> f64 {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{channel=\"<")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{name}: {lines:?}");
+        lines[0].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(one("rabbitmq_connection_channels"), 2.0);
+    assert!(
+        one("rabbitmq_connection_incoming_bytes_total") > 10_000.0,
+        "10 KB published"
+    );
+    assert!(one("rabbitmq_connection_outgoing_bytes_total") > 0.0);
+    assert!(one("rabbitmq_connection_incoming_packets_total") >= 1.0);
+    assert!(one("rabbitmq_connection_outgoing_packets_total") >= 1.0);
+    assert!(one("rabbitmq_connection_process_reductions_total") >= 1.0);
+    one("rabbitmq_connection_pending_packets");
+    assert!(
+        text.contains("# TYPE rabbitmq_connection_incoming_bytes_total counter"),
+        "counter type"
+    );
+    // The aggregated endpoint sums them, unlabelled, as RabbitMQ 3.10 does.
+    let agg = scrape_path(port, "/metrics");
+    assert_eq!(total(&agg, "rabbitmq_connection_channels", None), Some(2.0));
+    assert!(total(&agg, "rabbitmq_connection_incoming_bytes_total", None).unwrap() > 10_000.0);
+    assert!(!agg.contains("rabbitmq_connection_channels{"));
+}

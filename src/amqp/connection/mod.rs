@@ -99,6 +99,11 @@ pub struct Connection {
     last_recv: Instant,
     last_send: Instant,
     closing_since: Option<Instant>,
+    /// The client closed and we sent close-ok: we only wait for its EOF. A repeated
+    /// connection.close (a client closing from two threads at once) then gets another
+    /// close-ok but must not cut the socket, or the client reads EOF instead of the
+    /// close-ok it waits for (amqp091-go's TestConcurrentClose), as RabbitMQ does.
+    lingering: bool,
     /// Whether the master knows this connection (so it must hear Disconnected).
     told_master: bool,
     /// Client properties from start-ok, kept for the management API.
@@ -137,6 +142,7 @@ impl Connection {
             last_recv: now,
             last_send: now,
             closing_since: None,
+            lingering: false,
             told_master: false,
             client_properties: FieldTable::default(),
             auth_mechanism: String::new(),
@@ -327,6 +333,7 @@ impl Connection {
             out.push(Action::ToMaster(Input::Disconnected { conn: self.id }));
         }
         self.phase = Phase::Closing;
+        self.lingering = true;
         self.closing_since = Some(self.last_recv);
     }
 
@@ -447,7 +454,9 @@ impl Connection {
                                     mconn::CloseOk {},
                                 )),
                             ));
-                            self.closed(out);
+                            if !self.lingering {
+                                self.closed(out);
+                            }
                         }
                         _ => {}
                     }
@@ -521,12 +530,25 @@ impl Connection {
                         mch::AMQPMethod::CloseOk(_) => {
                             self.channels.remove(&ch);
                         }
+                        // A crossing close: answer it, and keep waiting for the
+                        // close-ok to ours, which the client still sends (RabbitMQ
+                        // waits for it too). Dropping the slot here would make that
+                        // close-ok a frame on an unopened channel: 504 for the whole
+                        // connection (amqp091-go's TestChannelExceptionWithCloseIssue43).
                         mch::AMQPMethod::Close(_) => {
-                            self.channels.remove(&ch);
                             out.push(self.method(
                                 ch,
                                 AMQPClass::Channel(mch::AMQPMethod::CloseOk(mch::CloseOk {})),
                             ));
+                        }
+                        // A client that never sent that close-ok reuses the number.
+                        mch::AMQPMethod::Open(open) => {
+                            self.channels.remove(&ch);
+                            let frame = Frame::Method {
+                                channel: ch,
+                                method: AMQPClass::Channel(mch::AMQPMethod::Open(open)),
+                            };
+                            self.open_frame(frame, out);
                         }
                         _ => {}
                     }

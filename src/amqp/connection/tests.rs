@@ -260,3 +260,102 @@ fn two_missed_heartbeats_close_and_quiet_links_get_heartbeats() {
             .any(|a| matches!(a, Action::ToMaster(Input::Disconnected { .. })))
     );
 }
+
+/// A client that closes from two threads sends connection.close twice: both get a
+/// close-ok and the socket stays open until the client drops it (or the close
+/// timeout), so neither caller reads EOF in place of its close-ok.
+#[test]
+fn repeated_client_close_gets_close_ok_and_keeps_the_socket() {
+    let mut k = opened();
+    let close = || {
+        m(
+            0,
+            AMQPClass::Connection(c::AMQPMethod::Close(c::Close {
+                reply_code: 200,
+                reply_text: "bye".into(),
+                class_id: 0,
+                method_id: 0,
+            })),
+        )
+    };
+    let close_oks = |out: &[Action]| {
+        out.iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::Write(Frame::Method {
+                        method: AMQPClass::Connection(c::AMQPMethod::CloseOk(_)),
+                        ..
+                    })
+                )
+            })
+            .count()
+    };
+    for _ in 0..2 {
+        let mut out = Vec::new();
+        k.on_frame(close(), now(), &mut out);
+        assert_eq!(close_oks(&out), 1);
+        assert!(!out.iter().any(|a| matches!(a, Action::Close)));
+    }
+    let mut out = Vec::new();
+    k.on_eof(&mut out);
+    assert!(out.iter().any(|a| matches!(a, Action::Close)));
+}
+
+/// The server closes channel 1 (say 404 on a publish) while the client closes it
+/// too: the client's close gets a close-ok, and the client's close-ok to our close,
+/// which follows, is taken quietly instead of as a frame on an unopened channel.
+#[test]
+fn crossing_channel_close_waits_for_the_clients_close_ok() {
+    use stablemq_protocol::methods::channel as chm;
+    let mut k = opened();
+    let mut out = Vec::new();
+    k.on_frame(
+        m(1, AMQPClass::Channel(chm::AMQPMethod::Open(chm::Open {}))),
+        now(),
+        &mut out,
+    );
+    k.on_master(
+        ToConn::CloseChannel(1, AmqpError::new(ReplyCode::NotFound, "no exchange")),
+        &mut out,
+    );
+    out.clear();
+    let close = chm::Close {
+        reply_code: 200,
+        reply_text: "bye".into(),
+        class_id: 0,
+        method_id: 0,
+    };
+    k.on_frame(
+        m(1, AMQPClass::Channel(chm::AMQPMethod::Close(close))),
+        now(),
+        &mut out,
+    );
+    assert!(out.iter().any(|a| matches!(
+        a,
+        Action::Write(Frame::Method {
+            channel: 1,
+            method: AMQPClass::Channel(chm::AMQPMethod::CloseOk(_)),
+        })
+    )));
+    k.on_frame(
+        m(
+            1,
+            AMQPClass::Channel(chm::AMQPMethod::CloseOk(chm::CloseOk {})),
+        ),
+        now(),
+        &mut out,
+    );
+    assert_eq!(close_code(&out), None, "{out:?}");
+    // The number is free again.
+    k.on_frame(
+        m(1, AMQPClass::Channel(chm::AMQPMethod::Open(chm::Open {}))),
+        now(),
+        &mut out,
+    );
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::ToMaster(Input::ChannelOpen { ch: 1, .. })))
+    );
+    assert_eq!(close_code(&out), None);
+}
