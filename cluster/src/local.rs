@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::position::{Entry, LogPosition};
-use crate::store::{EventStore, Materializer, Reducer, StoreError};
+use crate::store::{EventStore, Materializer, Reducer, StateRead, StoreError};
 
 /// Upper bound of one group commit, so a backlog never turns into one unbounded
 /// batch (memory, and the latency of the first entry in it).
@@ -67,7 +67,7 @@ impl LocalLog {
                 "this store holds a materialized state: open it with its reducer".into(),
             ));
         }
-        let (log, recovered) = Self::start(store, None, on_stable, on_error)?;
+        let (log, recovered) = Self::start(store, None, on_stable, on_error, None)?;
         Ok((log, recovered.suffix))
     }
 
@@ -81,11 +81,27 @@ impl LocalLog {
     /// reduced first, so the returned [`RecoveredLog`] is the whole state plus the
     /// stable entries after it (usually none). Same callbacks as [`LocalLog::open`].
     pub fn open_with_state(
+        store: Box<dyn EventStore>,
+        reducer: Box<dyn Reducer>,
+        retention: u64,
+        on_stable: impl Fn(u64) + Send + 'static,
+        on_error: impl Fn(StoreError) + Send + 'static,
+    ) -> Result<(LocalLog, RecoveredLog), StoreError> {
+        Self::open_with_state_reader(store, reducer, retention, on_stable, on_error, None)
+    }
+
+    /// [`LocalLog::open_with_state`], but with `read_state` the state is
+    /// handed to it before the store thread starts instead of being collected
+    /// into [`RecoveredLog::state`] (which stays empty): a caller that rebuilds
+    /// from it a page at a time ([`StateRead::scan_prefix_page`]) never holds
+    /// the whole state in memory, which a backlog longer than RAM needs.
+    pub fn open_with_state_reader(
         mut store: Box<dyn EventStore>,
         reducer: Box<dyn Reducer>,
         retention: u64,
         on_stable: impl Fn(u64) + Send + 'static,
         on_error: impl Fn(StoreError) + Send + 'static,
+        read_state: Option<StateReader<'_>>,
     ) -> Result<(LocalLog, RecoveredLog), StoreError> {
         let mut materializer = Materializer::open(reducer, retention, store.as_ref())?;
         // Everything on the one disk is stable (see `open`).
@@ -93,7 +109,7 @@ impl LocalLog {
         store.set_stable_index(last)?;
         materializer.advance(store.as_mut(), &[])?;
         store.sync()?;
-        Self::start(store, Some(materializer), on_stable, on_error)
+        Self::start(store, Some(materializer), on_stable, on_error, read_state)
     }
 
     fn start(
@@ -101,9 +117,16 @@ impl LocalLog {
         materializer: Option<Materializer>,
         on_stable: impl Fn(u64) + Send + 'static,
         on_error: impl Fn(StoreError) + Send + 'static,
+        read_state: Option<StateReader<'_>>,
     ) -> Result<(LocalLog, RecoveredLog), StoreError> {
         let state_index = store.state_index();
-        let state: BTreeMap<Bytes, Bytes> = store.state_scan(b"")?.into_iter().collect();
+        let state: BTreeMap<Bytes, Bytes> = match read_state {
+            Some(read) => {
+                read(&crate::store::StoreState(store.as_ref()))?;
+                BTreeMap::new()
+            }
+            None => store.state_scan(b"")?.into_iter().collect(),
+        };
         let base = store.log_base();
         let recovered = store.read_from(state_index.max(base.index) + 1)?;
         let last = store.last_position();
@@ -193,11 +216,16 @@ impl LocalLog {
 pub struct RecoveredLog {
     /// The state covers the log up to here.
     pub state_index: u64,
-    /// The materialized state, every key (empty without a reducer).
+    /// The materialized state, every key (empty without a reducer, and when
+    /// it was handed to a reader at open instead).
     pub state: BTreeMap<Bytes, Bytes>,
     /// The stable entries after `state_index`, in order, to apply on top.
     pub suffix: Vec<Entry>,
 }
+
+/// Rebuilds something from the state at open; see
+/// [`LocalLog::open_with_state_reader`].
+pub type StateReader<'a> = &'a mut dyn FnMut(&dyn StateRead) -> Result<(), StoreError>;
 
 /// Body of the store thread.
 fn run(

@@ -199,7 +199,26 @@ impl Reducer for BrokerReducer {
 pub fn restore(config_vhosts: &[String], state: &dyn StateRead) -> Result<Broker, RestoreError> {
     let (mut broker, max) = restore_definitions(config_vhosts, state)?;
     broker.max_msg_id = max;
-    for (key, value) in state.scan_prefix(&[MESSAGE_TAG])? {
+    // A page at a time: queues page out what is over their RAM budget as
+    // they fill, so a backlog longer than RAM is never held whole.
+    let mut after: Option<Bytes> = None;
+    loop {
+        let page = state.scan_prefix_page(&[MESSAGE_TAG], after.as_deref(), RESTORE_PAGE)?;
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        after = Some(last.clone());
+        restore_messages(&mut broker, page)?;
+    }
+    Ok(broker)
+}
+
+/// Messages read per page at restore: 256 keeps a page of 64 KiB bodies at
+/// 16 MiB.
+const RESTORE_PAGE: usize = 256;
+
+fn restore_messages(broker: &mut Broker, page: Vec<(Bytes, Bytes)>) -> Result<(), RestoreError> {
+    for (key, value) in page {
         let (vhost, queue, id) = parse_message_key(&key)?;
         let stored = decode_message(&value)?;
         let Some(q) = broker.queue_mut(&vhost, &queue) else {
@@ -222,7 +241,7 @@ pub fn restore(config_vhosts: &[String], state: &dyn StateRead) -> Result<Broker
             delivery_count: 0,
         });
     }
-    Ok(broker)
+    Ok(())
 }
 
 fn restore_definitions(

@@ -288,7 +288,18 @@ fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
     let store = FjallStore::open(&opts.data_dir.join("store"))?;
     let (stable_tx, stable_rx) = watch::channel(0u64);
     let reducer = crate::broker::state::BrokerReducer::new(opts.config.vhosts.clone());
-    let (log, recovered) = LocalLog::open_with_state(
+    // The broker is rebuilt while the store is opened, a page of the state at
+    // a time, so a backlog longer than RAM is paged out as it is read instead
+    // of being held whole (docs/architecture.md, "Queues longer than RAM").
+    let mut restored = None;
+    let mut read_state = |state: &dyn stablemq_cluster::store::StateRead| {
+        let broker = crate::broker::state::restore(&opts.config.vhosts, state).map_err(|e| {
+            stablemq_cluster::StoreError::Corrupt(format!("event store state: {e}"))
+        })?;
+        restored = Some(broker);
+        Ok(())
+    };
+    let (log, recovered) = LocalLog::open_with_state_reader(
         Box::new(store),
         Box::new(reducer),
         LOCAL_LOG_RETENTION,
@@ -301,9 +312,10 @@ fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
             tracing::error!("event store failed: {err}; stopping");
             std::process::exit(70);
         },
+        Some(&mut read_state),
     )?;
-    let mut broker = crate::broker::state::restore(&opts.config.vhosts, &recovered.state)
-        .map_err(|e| ServeError::Other(format!("event store state: {e}")))?;
+    let mut broker =
+        restored.ok_or_else(|| ServeError::Other("event store state was not read".into()))?;
     let last_index = recovered
         .suffix
         .last()

@@ -322,6 +322,31 @@ impl EventStore for FjallStore {
         Ok(out)
     }
 
+    fn state_scan_page(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(a) => Bound::Excluded(a.to_vec()),
+            None => Bound::Included(prefix.to_vec()),
+        };
+        let mut out = Vec::new();
+        for guard in self.state.range::<Vec<u8>, _>((start, Bound::Unbounded)) {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, value) = guard.into_inner()?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            out.push((Bytes::copy_from_slice(&key), Bytes::copy_from_slice(&value)));
+        }
+        Ok(out)
+    }
+
     fn state_snapshot(&self) -> Result<Box<dyn super::StateSnapshot>, StoreError> {
         // One fjall snapshot covers the state and the log: the base read now
         // and the pairs read later, chunk by chunk, are of the same moment.

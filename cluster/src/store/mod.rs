@@ -16,6 +16,7 @@ mod state;
 pub use self::fjall::FjallStore;
 pub use self::memory::MemoryStore;
 pub use self::runner::{DiskRunner, RecoveredStore};
+pub(crate) use self::state::StoreState;
 pub use self::state::{
     Materializer, MergedOp, ReduceError, Reducer, StateBatch, StateOp, StateRead,
 };
@@ -206,6 +207,25 @@ pub trait EventStore: Send + 'static {
     ) -> Result<(), StoreError> {
         let _ = (base, pairs);
         Err(StoreError::Misuse("this store keeps no state".into()))
+    }
+
+    /// At most `limit` state pairs whose key starts with `prefix` and sorts
+    /// after `after` (from the first one when None), in key order. Reading a
+    /// large state a page at a time keeps memory bounded (a broker restoring a
+    /// backlog longer than RAM); this default reads everything and is for
+    /// stores whose state is small or in memory anyway.
+    fn state_scan_page(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(bytes::Bytes, bytes::Bytes)>, StoreError> {
+        Ok(self
+            .state_scan(prefix)?
+            .into_iter()
+            .filter(|(k, _)| after.is_none_or(|a| k.as_ref() > a))
+            .take(limit)
+            .collect())
     }
 }
 

@@ -62,6 +62,22 @@ pub trait StateRead {
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError>;
     /// Every pair whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError>;
+    /// At most `limit` pairs whose key starts with `prefix` and sorts after
+    /// `after` (from the first when None), in key order: a large state read a
+    /// page at a time. The default reads the whole prefix first.
+    fn scan_prefix_page(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        Ok(self
+            .scan_prefix(prefix)?
+            .into_iter()
+            .filter(|(k, _)| after.is_none_or(|a| k.as_ref() > a))
+            .take(limit)
+            .collect())
+    }
 }
 
 /// Turns stable entries into [`StateOp`]s. Deterministic (I4): the same entries
@@ -316,7 +332,7 @@ impl Materializer {
 }
 
 /// Adapts a store to [`StateRead`].
-struct StoreState<'a>(&'a dyn EventStore);
+pub(crate) struct StoreState<'a>(pub(crate) &'a dyn EventStore);
 
 impl StateRead for StoreState<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
@@ -324,6 +340,14 @@ impl StateRead for StoreState<'_> {
     }
     fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
         self.0.state_scan(prefix)
+    }
+    fn scan_prefix_page(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        self.0.state_scan_page(prefix, after, limit)
     }
 }
 
@@ -337,6 +361,24 @@ impl StateRead for BTreeMap<Bytes, Bytes> {
         Ok(self
             .range(Bytes::copy_from_slice(prefix)..)
             .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+    fn scan_prefix_page(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(a) => Bound::Excluded(Bytes::copy_from_slice(a)),
+            None => Bound::Included(Bytes::copy_from_slice(prefix)),
+        };
+        Ok(self
+            .range((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }
