@@ -17,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod ctl;
 pub mod error;
+pub mod fastmap;
 pub mod management;
 pub mod master;
 pub mod metrics;

@@ -16,22 +16,23 @@ pub mod queue_args;
 pub mod routing;
 pub mod state;
 
+use crate::fastmap::{FastMap, FastSet};
 use event::{Binding, Destination, Event, ExchangeSpec};
 use exchange::{Exchange, PREDECLARED};
 use message::{Message, QueuedMessage};
 use policy::Policy;
 use queue::Queue;
 use stablemq_protocol::FieldTable;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One virtual host.
 #[derive(Debug, Default)]
 pub struct Vhost {
     /// Exchanges by name ("" is the default exchange).
-    pub exchanges: HashMap<String, Exchange>,
+    pub exchanges: FastMap<String, Exchange>,
     /// Queues by name.
-    pub queues: HashMap<String, Queue>,
+    pub queues: FastMap<String, Queue>,
     /// Policies by name (ordered, so picking one is deterministic: I4).
     pub policies: BTreeMap<String, Policy>,
 }
@@ -56,8 +57,8 @@ impl Vhost {
 /// cancel consumers of deleted queues). Slaves ignore it.
 #[derive(Debug, Default)]
 pub struct Applied {
-    /// Queues that gained ready messages.
-    pub filled: Vec<(String, String)>,
+    /// Queues (of the event's vhost) that gained ready messages.
+    pub filled: Vec<String>,
     /// Queues that were deleted, with their final state.
     pub deleted_queues: Vec<(String, Queue)>,
 }
@@ -211,34 +212,15 @@ impl Broker {
                 body,
                 queues,
             } => {
-                self.max_msg_id = self.max_msg_id.max(*msg_id);
-                if let Some(v) = self.vhosts.get_mut(vhost) {
-                    let msg = Arc::new(Message {
-                        id: *msg_id,
-                        exchange: exchange.clone(),
-                        routing_key: routing_key.clone(),
-                        properties: properties.clone(),
-                        body: body.clone(),
-                        timestamp_ms: *timestamp_ms,
-                    });
-                    let msg_ttl = msg.expiration_ms();
-                    for qn in queues {
-                        if let Some(q) = v.queues.get_mut(qn) {
-                            let ttl = match (q.args.message_ttl, msg_ttl) {
-                                (Some(a), Some(b)) => Some(a.min(b)),
-                                (a, b) => a.or(b),
-                            };
-                            q.push(QueuedMessage {
-                                msg: msg.clone(),
-                                redelivered: false,
-                                wait_index,
-                                expires_at_ms: ttl.map(|t| timestamp_ms.saturating_add(t)),
-                                delivery_count: 0,
-                            });
-                            out.filled.push((vhost.clone(), qn.clone()));
-                        }
-                    }
-                }
+                let msg = Message {
+                    id: *msg_id,
+                    exchange: exchange.clone(),
+                    routing_key: routing_key.clone(),
+                    properties: properties.clone(),
+                    body: body.clone(),
+                    timestamp_ms: *timestamp_ms,
+                };
+                out.filled = self.enqueue(vhost, msg, queues.iter().cloned(), wait_index);
             }
             Event::PolicySet {
                 vhost,
@@ -276,6 +258,74 @@ impl Broker {
         out
     }
 
+    /// [`Broker::apply`] of an event the caller gives up: a publish moves its
+    /// content into the queued message instead of copying it (the master's
+    /// path, once per message). Same effect as `apply(&ev, wait_index)` (I4).
+    pub fn apply_owned(&mut self, ev: Event, wait_index: u64) -> Applied {
+        match ev {
+            Event::Published {
+                vhost,
+                exchange,
+                routing_key,
+                msg_id,
+                timestamp_ms,
+                properties,
+                body,
+                queues,
+            } => {
+                let msg = Message {
+                    id: msg_id,
+                    exchange,
+                    routing_key,
+                    properties,
+                    body,
+                    timestamp_ms,
+                };
+                Applied {
+                    filled: self.enqueue(&vhost, msg, queues.into_iter(), wait_index),
+                    deleted_queues: Vec::new(),
+                }
+            }
+            ev => self.apply(&ev, wait_index),
+        }
+    }
+
+    /// The body of applying `Published`: one shared message, queued in each
+    /// existing target queue. Returns the queues that got it.
+    fn enqueue(
+        &mut self,
+        vhost: &str,
+        msg: Message,
+        queues: impl Iterator<Item = String>,
+        wait_index: u64,
+    ) -> Vec<String> {
+        self.max_msg_id = self.max_msg_id.max(msg.id);
+        let mut filled = Vec::new();
+        let Some(v) = self.vhosts.get_mut(vhost) else {
+            return filled;
+        };
+        let timestamp_ms = msg.timestamp_ms;
+        let msg_ttl = msg.expiration_ms();
+        let msg = Arc::new(msg);
+        for qn in queues {
+            if let Some(q) = v.queues.get_mut(&qn) {
+                let ttl = match (q.args.message_ttl, msg_ttl) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                q.push(QueuedMessage {
+                    msg: msg.clone(),
+                    redelivered: false,
+                    wait_index,
+                    expires_at_ms: ttl.map(|t| timestamp_ms.saturating_add(t)),
+                    delivery_count: 0,
+                });
+                filled.push(qn);
+            }
+        }
+        filled
+    }
+
     /// Queues a message published to `exchange` with `routing_key` reaches, following
     /// exchange-to-exchange bindings (each exchange visited once, so cycles end).
     /// The result has no duplicates and keeps first-reached order.
@@ -297,8 +347,8 @@ impl Broker {
             };
         }
         let mut out = Vec::new();
-        let mut seen_q: HashSet<&str> = HashSet::new();
-        let mut seen_x: HashSet<&str> = HashSet::new();
+        let mut seen_q: FastSet<&str> = FastSet::default();
+        let mut seen_x: FastSet<&str> = FastSet::default();
         let mut stack = vec![exchange];
         while let Some(xn) = stack.pop() {
             if !seen_x.insert(xn) {

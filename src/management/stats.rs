@@ -105,15 +105,13 @@ const OVERVIEW_FIELDS: &[&str] = &[
 
 /// A queue's `message_stats`, if it has seen traffic.
 pub fn queue(master: Option<&Master>, vhost: &str, name: &str) -> Option<Value> {
-    let key = (vhost.to_string(), name.to_string());
-    let c = master?.stats().queues.get(&key)?;
+    let c = master?.stats().queue_counters(vhost, name)?;
     Some(render(&format!("q/{vhost}/{name}"), c, QUEUE_FIELDS))
 }
 
 /// An exchange's `message_stats`, if it has seen traffic.
 pub fn exchange(master: Option<&Master>, vhost: &str, name: &str) -> Option<Value> {
-    let key = (vhost.to_string(), name.to_string());
-    let c = master?.stats().exchanges.get(&key)?;
+    let c = master?.stats().exchange_counters(vhost, name)?;
     Some(render(
         &format!("x/{vhost}/{name}"),
         c,

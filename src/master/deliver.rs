@@ -6,9 +6,9 @@ use super::session::{QueueConsumers, Session, Unacked};
 use crate::broker::event::Event;
 use crate::broker::message::{Message, QueuedMessage};
 use crate::broker::queue::Queue;
+use crate::fastmap::FastMap;
 use crate::metrics as m;
 use stablemq_protocol::{AMQPValue, ShortString};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The content to send for `qm`: quorum queues tell consumers how often a message
@@ -37,7 +37,7 @@ pub(super) fn with_delivery_count(q: &Queue, qm: &QueuedMessage) -> Arc<Message>
 /// consumer only the first consumer is considered.
 fn choose(
     qc: &QueueConsumers,
-    sessions: &HashMap<u64, Session>,
+    sessions: &FastMap<u64, Session>,
     single_active: bool,
 ) -> Option<usize> {
     let n = if single_active {
@@ -89,8 +89,7 @@ impl Master {
 
     /// Deliver until something stops it; true when it stopped at an expired head.
     fn deliver_round(&mut self, vhost: &str, queue: &str) -> bool {
-        let key = (vhost.to_string(), queue.to_string());
-        let Some(qc) = self.consumers.get_mut(&key) else {
+        let Some(qc) = self.consumers.get_mut(super::qkey(&(vhost, queue))) else {
             return false;
         };
         let Some(q) = self.broker.queue_mut(vhost, queue) else {
@@ -104,7 +103,7 @@ impl Master {
         loop {
             let Some(head) = q.peek_deliverable(stable) else {
                 if !q.ready.is_empty() {
-                    self.stalled.insert(key.clone());
+                    self.stalled.insert((vhost.to_string(), queue.to_string()));
                 }
                 break;
             };
@@ -169,8 +168,10 @@ impl Master {
                 },
             ));
         }
-        if !auto_acked.is_empty() {
-            let logged = auto_acked_persistent && q.is_logged();
+        // An auto-acked message already left the queue (`pop`): the event
+        // only matters to the log, so an unlogged one is not built at all.
+        if !auto_acked.is_empty() && auto_acked_persistent && q.is_logged() {
+            let logged = true;
             self.emit(
                 Event::Removed {
                     vhost: vhost.to_string(),

@@ -27,15 +27,69 @@ use crate::broker::event::Event;
 use crate::broker::{Applied, Broker};
 use crate::config::Config;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::fastmap::FastMap;
 use io::{ConnId, Input, Output, ToConn};
 use session::{Channel, QueueConsumers, Session};
 use stablemq_protocol::AMQPClass;
 use stablemq_protocol::methods::{basic as mbasic, channel as mchannel};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// (vhost, queue name)
 type QueueKey = (String, String);
+
+/// A [`QueueKey`] seen through borrowed names, so that the per-message path
+/// looks queues up without building a key (two `String`s) each time.
+trait QueueKeyRef {
+    fn vhost(&self) -> &str;
+    fn queue(&self) -> &str;
+}
+
+impl QueueKeyRef for QueueKey {
+    fn vhost(&self) -> &str {
+        &self.0
+    }
+    fn queue(&self) -> &str {
+        &self.1
+    }
+}
+
+impl QueueKeyRef for (&str, &str) {
+    fn vhost(&self) -> &str {
+        self.0
+    }
+    fn queue(&self) -> &str {
+        self.1
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn QueueKeyRef + 'a> for QueueKey {
+    fn borrow(&self) -> &(dyn QueueKeyRef + 'a) {
+        self
+    }
+}
+
+// Borrow requires the same hash and equality as the owned key: a tuple
+// hashes its fields in order, and so does this.
+impl std::hash::Hash for dyn QueueKeyRef + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.vhost().hash(state);
+        self.queue().hash(state);
+    }
+}
+
+impl PartialEq for dyn QueueKeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.vhost() == other.vhost() && self.queue() == other.queue()
+    }
+}
+
+impl Eq for dyn QueueKeyRef + '_ {}
+
+/// Borrowed lookup key for maps keyed by [`QueueKey`].
+fn qkey<'a>(k: &'a (&'a str, &'a str)) -> &'a (dyn QueueKeyRef + 'a) {
+    k
+}
 
 /// An effect that waits for the stable index.
 #[derive(Debug)]
@@ -69,11 +123,11 @@ struct Waiting {
 pub struct Master {
     /// The replicated broker state.
     pub broker: Broker,
-    sessions: HashMap<ConnId, Session>,
+    sessions: FastMap<ConnId, Session>,
     /// Channel incarnation ids, by (conn, ch).
-    chan_uids: HashMap<(ConnId, u16), u64>,
+    chan_uids: FastMap<(ConnId, u16), u64>,
     next_chan_uid: u64,
-    consumers: HashMap<QueueKey, QueueConsumers>,
+    consumers: FastMap<QueueKey, QueueConsumers>,
     /// Index of the last event appended to the log.
     last_appended: u64,
     /// Highest index known stable.
@@ -90,7 +144,7 @@ pub struct Master {
     /// Default consumer timeout (ms).
     consumer_timeout_ms: u64,
     /// When queues with `x-expires` were last used (ms).
-    queue_last_used: HashMap<QueueKey, u64>,
+    queue_last_used: FastMap<QueueKey, u64>,
     /// Nesting of dead-lettering in progress (bounded, see `dead_letter`).
     dead_letter_depth: u32,
     /// Consumer cancel notifications to send after this step's replies.
@@ -109,10 +163,10 @@ impl Master {
         let next_msg_id = broker.max_msg_id + 1;
         Master {
             broker,
-            sessions: HashMap::new(),
-            chan_uids: HashMap::new(),
+            sessions: FastMap::default(),
+            chan_uids: FastMap::default(),
             next_chan_uid: 1,
-            consumers: HashMap::new(),
+            consumers: FastMap::default(),
             last_appended: last_index,
             stable: last_index,
             waiting: VecDeque::new(),
@@ -122,7 +176,7 @@ impl Master {
             out: Vec::new(),
             now_ms: 0,
             consumer_timeout_ms: config.consumer_timeout_ms,
-            queue_last_used: HashMap::new(),
+            queue_last_used: FastMap::default(),
             dead_letter_depth: 0,
             cancels: Vec::new(),
             admin_waiting: admin::AdminWaiting::default(),
@@ -159,6 +213,14 @@ impl Master {
     /// Outputs produced since the last call.
     pub fn take_outputs(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.out)
+    }
+
+    /// Outputs produced since the last call; `empty` (an already drained
+    /// buffer) collects the next ones, so a steady load reuses two buffers
+    /// instead of growing a new one per step.
+    pub fn swap_outputs(&mut self, empty: Vec<Output>) -> Vec<Output> {
+        debug_assert!(empty.is_empty());
+        std::mem::replace(&mut self.out, empty)
     }
 
     /// Connections currently open.
@@ -298,7 +360,7 @@ impl Master {
             Session {
                 user,
                 vhost,
-                channels: HashMap::new(),
+                channels: FastMap::default(),
                 exclusive_queues: Vec::new(),
                 info,
                 connected_at_ms: self.now_ms,
@@ -395,7 +457,7 @@ impl Master {
             }
             _ => None,
         };
-        let applied = self.broker.apply(&ev, self.last_appended);
+        let applied = self.broker.apply_owned(ev, self.last_appended);
         let applied = self.after_apply(applied);
         if let Some(v) = policy_vhost {
             self.after_policy_change(&v);

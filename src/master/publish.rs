@@ -109,8 +109,9 @@ impl Master {
         properties: BasicProperties,
         body: Bytes,
     ) -> bool {
-        let exchange = p.exchange.to_string();
-        let routing_key = p.routing_key.to_string();
+        let mandatory = p.mandatory;
+        let exchange = String::from(p.exchange);
+        let routing_key = String::from(p.routing_key);
         if exchange.is_empty()
             && routing_key.starts_with(super::reply_to::REPLY_TO_PREFIX)
             && self.deliver_reply(&routing_key, properties.clone(), body.clone())
@@ -154,7 +155,7 @@ impl Master {
         }
         if queues.is_empty() {
             self.stats.published(vhost, &exchange, &[]);
-            if p.mandatory {
+            if mandatory {
                 m::global(m::UNROUTABLE_RETURNED).increment(1);
                 self.stats.global.return_unroutable += 1;
                 self.send(
@@ -259,11 +260,11 @@ impl Master {
             queues,
         };
         let applied = self.emit(ev, logged);
-        for (v, q) in applied.filled {
-            self.enforce_length_limit(&v, &q);
-            self.try_deliver(&v, &q);
+        for q in applied.filled {
+            self.enforce_length_limit(vhost, &q);
+            self.try_deliver(vhost, &q);
             // A TTL of 0 means: deliver now or never.
-            self.expire_heads_at(&v, &q, self.now_ms + 1);
+            self.expire_heads_at(vhost, &q, self.now_ms + 1);
         }
     }
 }

@@ -3,9 +3,10 @@
 //! failover closes every connection, and unacked messages return to their queues.
 
 use super::io::{ConnId, ConnInfo};
+use crate::fastmap::FastMap;
 use bytes::Bytes;
 use stablemq_protocol::{BasicProperties, FieldTable, methods::basic};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A logged-in connection.
@@ -16,7 +17,7 @@ pub struct Session {
     /// The vhost it opened.
     pub vhost: String,
     /// Open channels by number.
-    pub channels: HashMap<u16, Channel>,
+    pub channels: FastMap<u16, Channel>,
     /// Exclusive queues this connection owns (deleted when it goes).
     pub exclusive_queues: Vec<String>,
     /// Addresses and negotiated settings, for the management API.
@@ -97,7 +98,7 @@ pub struct Channel {
     /// Deliveries awaiting ack, by delivery tag.
     pub unacked: BTreeMap<u64, Unacked>,
     /// Consumers by tag.
-    pub consumers: HashMap<Arc<str>, Consumer>,
+    pub consumers: FastMap<Arc<str>, Consumer>,
     /// Prefetch given to consumers created from now on (basic.qos global=false).
     pub consumer_prefetch: u16,
     /// Limit on unacked deliveries across the channel (basic.qos global=true; 0 = none).
@@ -126,7 +127,7 @@ impl Default for Channel {
         Channel {
             next_delivery_tag: 1,
             unacked: BTreeMap::new(),
-            consumers: HashMap::new(),
+            consumers: FastMap::default(),
             consumer_prefetch: 0,
             channel_prefetch: 0,
             flow_active: true,

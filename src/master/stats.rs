@@ -4,7 +4,7 @@
 //! them. They are the master's session statistics, not replicated state: a
 //! new master starts from zero, as a restarted RabbitMQ node does.
 
-use std::collections::HashMap;
+use crate::fastmap::FastMap;
 
 /// One object's counters (RabbitMQ's `message_stats` field names).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -40,32 +40,58 @@ pub struct Counters {
 pub struct Stats {
     /// The whole node (`/api/overview`).
     pub global: Counters,
-    /// Per (vhost, queue).
-    pub queues: HashMap<(String, String), Counters>,
-    /// Per (vhost, exchange).
-    pub exchanges: HashMap<(String, String), Counters>,
+    /// Per vhost, per queue. Nested, so that counting looks names up as
+    /// `&str` and allocates only for an object's first message.
+    queues: FastMap<String, FastMap<String, Counters>>,
+    /// Per vhost, per exchange.
+    exchanges: FastMap<String, FastMap<String, Counters>>,
+}
+
+/// The counters of `name` in `vhost`, created at zero on first use (the
+/// `Option` is always `Some`; it spares a panic path).
+fn slot<'a>(
+    map: &'a mut FastMap<String, FastMap<String, Counters>>,
+    vhost: &str,
+    name: &str,
+) -> Option<&'a mut Counters> {
+    if !map.contains_key(vhost) {
+        map.insert(vhost.to_string(), FastMap::default());
+    }
+    let names = map.get_mut(vhost)?;
+    if !names.contains_key(name) {
+        names.insert(name.to_string(), Counters::default());
+    }
+    names.get_mut(name)
 }
 
 impl Stats {
-    fn queue(&mut self, vhost: &str, queue: &str) -> &mut Counters {
-        self.queues
-            .entry((vhost.to_string(), queue.to_string()))
-            .or_default()
+    fn queue(&mut self, vhost: &str, queue: &str) -> Option<&mut Counters> {
+        slot(&mut self.queues, vhost, queue)
+    }
+
+    /// A queue's counters, if it has seen traffic.
+    pub fn queue_counters(&self, vhost: &str, queue: &str) -> Option<&Counters> {
+        self.queues.get(vhost)?.get(queue)
+    }
+
+    /// An exchange's counters, if it has seen traffic.
+    pub fn exchange_counters(&self, vhost: &str, exchange: &str) -> Option<&Counters> {
+        self.exchanges.get(vhost)?.get(exchange)
     }
 
     /// A publish to `exchange` that reached `queues`.
     pub fn published(&mut self, vhost: &str, exchange: &str, queues: &[String]) {
         self.global.publish += 1;
-        let x = self
-            .exchanges
-            .entry((vhost.to_string(), exchange.to_string()))
-            .or_default();
-        x.publish_in += 1;
-        if !queues.is_empty() {
-            x.publish_out += 1;
+        if let Some(x) = slot(&mut self.exchanges, vhost, exchange) {
+            x.publish_in += 1;
+            if !queues.is_empty() {
+                x.publish_out += 1;
+            }
         }
         for q in queues {
-            self.queue(vhost, q).publish += 1;
+            if let Some(c) = self.queue(vhost, q) {
+                c.publish += 1;
+            }
         }
     }
 
@@ -91,12 +117,16 @@ impl Stats {
             }
         };
         count(&mut self.global);
-        count(self.queue(vhost, queue));
+        if let Some(c) = self.queue(vhost, queue) {
+            count(c);
+        }
     }
 
     /// `n` messages of `queue` acknowledged.
     pub fn acked(&mut self, vhost: &str, queue: &str, n: u64) {
         self.global.ack += n;
-        self.queue(vhost, queue).ack += n;
+        if let Some(c) = self.queue(vhost, queue) {
+            c.ack += n;
+        }
     }
 }

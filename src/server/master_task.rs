@@ -17,6 +17,9 @@ use bytes::Bytes;
 use stablemq_cluster::LocalLog;
 use stablemq_cluster::driver::{BrokerEvent, BrokerHandle};
 use std::collections::HashMap;
+
+/// Connection ids are small counters: a plain multiplicative hash suffices.
+type ConnMap<V> = HashMap<ConnId, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -106,8 +109,11 @@ pub async fn run(
     users: watch::Sender<Arc<crate::users::AccessTable>>,
 ) {
     let users = Arc::new(users);
-    let mut outboxes: HashMap<ConnId, mpsc::UnboundedSender<ToConn>> = HashMap::new();
+    let mut outboxes: ConnMap<mpsc::UnboundedSender<ToConn>> = ConnMap::default();
     let mut batch = Vec::with_capacity(512);
+    // The master's output buffer of the previous dispatch, handed back so
+    // that a steady load allocates no new one.
+    let mut spare: Vec<Output> = Vec::with_capacity(1024);
     if let Backend::Local { log, .. } = &backend {
         m::single_node_status(log.epoch());
     }
@@ -131,6 +137,13 @@ pub async fn run(
                 if n == 0 {
                     return;
                 }
+                // One clock read and one dispatch per batch: the outputs of
+                // many inputs go out together (in order), and the connection
+                // tasks are woken once per batch rather than once per input.
+                let mut dirty = false;
+                if let Core::Serving(master) = &mut core {
+                    master.set_now(now_ms());
+                }
                 for msg in batch.drain(..) {
                     match msg {
                         MasterMsg::Input(i) => {
@@ -140,15 +153,17 @@ pub async fn run(
                             };
                             match &mut core {
                                 Core::Serving(master) => {
-                                    master.set_now(now_ms());
                                     master.handle(i);
-                                    dispatch(master, &mut backend, &mut outboxes);
+                                    dirty = true;
                                 }
                                 // A connection accepted just before this node
                                 // stepped down: it was told to close already.
                                 Core::Following(_) => {}
                             }
                             if let Some(c) = gone {
+                                // Whatever the master still had for it goes
+                                // out before its outbox is forgotten.
+                                flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
                                 outboxes.remove(&c);
                             }
                         }
@@ -163,6 +178,7 @@ pub async fn run(
                             outboxes.insert(id, tx);
                         }
                         MasterMsg::Admin(op, tx) => {
+                            flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
                             if let Core::Serving(master) = &mut core {
                                 let users = users.clone();
                                 let reply = crate::master::admin::AdminReply::new(
@@ -171,17 +187,20 @@ pub async fn run(
                                         let _ = tx.send(result);
                                     },
                                 );
-                                master.set_now(now_ms());
                                 master.handle(Input::Admin { op, reply });
-                                dispatch(master, &mut backend, &mut outboxes);
+                                dirty = true;
                             }
                         }
-                        MasterMsg::Query(q) => q(CoreView {
-                            broker: core.broker(),
-                            master: core.master(),
-                            alarm: alarm.as_deref(),
-                        }),
+                        MasterMsg::Query(q) => {
+                            flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
+                            q(CoreView {
+                                broker: core.broker(),
+                                master: core.master(),
+                                alarm: alarm.as_deref(),
+                            })
+                        }
                         MasterMsg::Shutdown(done) => {
+                            flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
                             let _ = done.send(match backend {
                                 Backend::Local { log, .. } => Some(log),
                                 Backend::Replicated { .. } => None,
@@ -190,15 +209,16 @@ pub async fn run(
                         }
                     }
                 }
+                flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
             }
             Some(event) = backend.next() => {
-                core = on_log_event(core, event, &config, &mut backend, &mut outboxes);
+                core = on_log_event(core, event, &config, &mut backend, &mut outboxes, &mut spare);
             }
             _ = tick.tick() => {
                 if let Core::Serving(master) = &mut core {
                     master.set_now(now_ms());
                     master.handle(Input::Tick);
-                    dispatch(master, &mut backend, &mut outboxes);
+                    dispatch(master, &mut backend, &mut outboxes, &mut spare);
                 }
             }
             _ = gauges.tick() => {
@@ -248,13 +268,14 @@ fn on_log_event(
     event: BrokerEvent,
     config: &Arc<Config>,
     backend: &mut Backend,
-    outboxes: &mut HashMap<ConnId, mpsc::UnboundedSender<ToConn>>,
+    outboxes: &mut ConnMap<mpsc::UnboundedSender<ToConn>>,
+    spare: &mut Vec<Output>,
 ) -> Core {
     match (core, event) {
         (Core::Serving(mut master), BrokerEvent::Stable(index)) => {
             master.set_now(now_ms());
             master.handle(Input::Stable { index });
-            dispatch(&mut master, backend, outboxes);
+            dispatch(&mut master, backend, outboxes, spare);
             Core::Serving(master)
         }
         (Core::Following(mut broker), BrokerEvent::Apply(entries)) => {
@@ -328,20 +349,39 @@ fn set_serving(backend: &Backend, on: bool) {
     }
 }
 
-/// Carry out the core's outputs.
+/// Dispatch what the master produced, if anything was handled since the last
+/// dispatch.
+fn flush(
+    core: &mut Core,
+    dirty: &mut bool,
+    backend: &mut Backend,
+    outboxes: &mut ConnMap<mpsc::UnboundedSender<ToConn>>,
+    spare: &mut Vec<Output>,
+) {
+    if !std::mem::take(dirty) {
+        return;
+    }
+    if let Core::Serving(master) = core {
+        dispatch(master, backend, outboxes, spare);
+    }
+}
+
+/// Carry out the core's outputs; `spare` is an empty buffer the master gets
+/// to fill next, and gets the drained one back.
 fn dispatch(
     master: &mut Master,
     backend: &mut Backend,
-    outboxes: &mut HashMap<ConnId, mpsc::UnboundedSender<ToConn>>,
+    outboxes: &mut ConnMap<mpsc::UnboundedSender<ToConn>>,
+    spare: &mut Vec<Output>,
 ) {
-    let outputs = master.take_outputs();
+    let mut outputs = master.swap_outputs(std::mem::take(spare));
     let appends = outputs
         .iter()
         .filter(|o| matches!(o, Output::Append(_)))
         .count() as u64;
     // The master numbered these appends already, consecutively up to its last.
     let mut index = master.last_appended() + 1 - appends;
-    for o in outputs {
+    for o in outputs.drain(..) {
         match o {
             Output::Append(payload) => {
                 backend.append(index, payload);
@@ -358,6 +398,7 @@ fn dispatch(
             }
         }
     }
+    *spare = outputs;
     if appends > 0 && matches!(backend, Backend::Local { .. }) {
         // The replication driver times its own appends; the single node's
         // quorum of one is timed here.
