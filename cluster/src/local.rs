@@ -11,16 +11,24 @@
 //! With one store the durable index is the stable index. The cluster issue
 //! replaces the single store with a quorum of local and remote stores; `append`
 //! and `on_stable` keep their meaning.
+//!
+//! With a materialized state, reducing runs on a thread of its own (the
+//! reducer thread), never between two group commits: the store thread hands
+//! it a window of stable entries, goes on committing, and writes the batch
+//! the reducer sends back (usually small: most publishes meet their ack in
+//! the window) between two commits. The commit latency, and with it the
+//! confirm latency, then no longer carries the reduction.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
 use crate::position::{Entry, LogPosition};
-use crate::store::{EventStore, Materializer, Reducer, StateRead, StoreError};
+use crate::store::{EventStore, Materializer, Reducer, StateBatch, StateRead, StoreError};
 
 /// Upper bound of one group commit, so a backlog never turns into one unbounded
 /// batch (memory, and the latency of the first entry in it).
@@ -32,9 +40,9 @@ const BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
 pub struct LocalLog {
     /// Unbounded so `append` never blocks on disk. The broker bounds what is in
     /// flight (unconfirmed publishes), which bounds this queue.
-    tx: mpsc::Sender<Entry>,
+    tx: mpsc::Sender<Input>,
     /// Joined by `shutdown`, to hand back the thread's final result.
-    thread: JoinHandle<Result<(), StoreError>>,
+    thread: Option<JoinHandle<Result<(), StoreError>>>,
     /// Index the next `append` gets; assigned here, not on the store thread, so
     /// the caller learns its position synchronously.
     next_index: u64,
@@ -146,9 +154,13 @@ impl LocalLog {
         store.sync()?;
 
         let (tx, rx) = mpsc::channel();
+        let reducer = match materializer {
+            Some(m) => Some(ReducerThread::start(m, tx.clone())?),
+            None => None,
+        };
         let thread = std::thread::Builder::new()
             .name("stablemq-store".into())
-            .spawn(move || run(store, materializer, rx, on_stable, on_error))?;
+            .spawn(move || run(store, reducer, rx, on_stable, on_error))?;
 
         tracing::info!(
             epoch,
@@ -159,7 +171,7 @@ impl LocalLog {
         );
         let log = LocalLog {
             tx,
-            thread,
+            thread: Some(thread),
             next_index: last.index + 1,
             epoch,
         };
@@ -179,7 +191,7 @@ impl LocalLog {
     pub fn append(&mut self, payload: bytes::Bytes) -> LogPosition {
         let pos = LogPosition::new(self.epoch, self.next_index);
         self.next_index += 1;
-        if self.tx.send(Entry { pos, payload }).is_err() {
+        if self.tx.send(Input::Entry(Entry { pos, payload })).is_err() {
             tracing::trace!(%pos, "store thread stopped; entry dropped");
         }
         pos
@@ -200,15 +212,35 @@ impl LocalLog {
     ///
     /// Dropping a `LocalLog` without calling this still flushes, but in the
     /// background, with nobody waiting for it.
-    pub fn shutdown(self) -> Result<(), StoreError> {
-        // Closing the channel is the stop signal: the thread drains what is
-        // queued, commits it, and exits when `recv` reports the disconnect.
-        drop(self.tx);
-        match self.thread.join() {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Stopped("store thread panicked".into())),
+    pub fn shutdown(mut self) -> Result<(), StoreError> {
+        // `Close` is the stop signal (the reducer thread holds a sender too,
+        // so the channel never disconnects by itself): the thread commits
+        // what is queued before it, writes the state, and exits.
+        let _ = self.tx.send(Input::Close);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(StoreError::Stopped("store thread panicked".into())),
+            None => Ok(()),
         }
     }
+}
+
+impl Drop for LocalLog {
+    /// Without `shutdown`, the store thread still flushes and stops, in the
+    /// background.
+    fn drop(&mut self) {
+        let _ = self.tx.send(Input::Close);
+    }
+}
+
+/// What the store thread receives.
+enum Input {
+    /// An entry to commit.
+    Entry(Entry),
+    /// A window reduced by the reducer thread, to write.
+    Reduced(Result<StateBatch, StoreError>),
+    /// Commit what came before, then stop.
+    Close,
 }
 
 /// What a restarted single node starts from: the state, then the suffix.
@@ -230,12 +262,12 @@ pub type StateReader<'a> = &'a mut dyn FnMut(&dyn StateRead) -> Result<(), Store
 /// Body of the store thread.
 fn run(
     mut store: Box<dyn EventStore>,
-    mut materializer: Option<Materializer>,
-    rx: mpsc::Receiver<Entry>,
+    reducer: Option<ReducerThread>,
+    rx: mpsc::Receiver<Input>,
     on_stable: impl Fn(u64),
     on_error: impl Fn(StoreError),
 ) -> Result<(), StoreError> {
-    match commit_loop(store.as_mut(), materializer.as_mut(), &rx, &on_stable) {
+    match commit_loop(store.as_mut(), reducer, &rx, &on_stable) {
         Ok(()) => Ok(()),
         Err(err) => {
             // Stop receiving at once, so later appends fail fast instead of piling
@@ -249,54 +281,164 @@ fn run(
     }
 }
 
-/// Stable entries held back from the state before it is written (unless the
-/// log goes idle first). The longer the window, the more publishes meet their
-/// ack inside it and cancel out, so their bodies are written once (to the log)
-/// instead of twice; the cost is this much payload held in memory.
+/// Stable entries held back from the state before they are reduced (unless
+/// the log goes idle first). The longer the window, the more publishes meet
+/// their ack inside it and cancel out, so their bodies are written once (to
+/// the log) instead of twice; the cost is this much payload held in memory
+/// (up to three windows: one being reduced, one queued, one filling).
 const STATE_WINDOW_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// Same bound in entries.
 const STATE_WINDOW_ENTRIES_MAX: usize = 65536;
+/// A log with nothing to commit for this long hands its window over even
+/// though it is not full, so the state (and the log's compaction) catches up
+/// when traffic stops. Not a commit timer: commits never wait.
+const STATE_IDLE: Duration = Duration::from_millis(100);
 
-/// Group commit until the channel closes; then a final sync for the stable index.
+/// The reducer thread: reduces windows of stable entries in order and sends
+/// each batch back to the store thread as [`Input::Reduced`].
+struct ReducerThread {
+    /// Bounded to one queued window: a reducer slower than the commits holds
+    /// the store thread back rather than let windows pile up in memory.
+    tx: mpsc::SyncSender<Vec<Entry>>,
+    thread: JoinHandle<()>,
+    /// Windows handed over whose batch has not been written yet.
+    outstanding: usize,
+}
+
+impl ReducerThread {
+    fn start(mut m: Materializer, done: mpsc::Sender<Input>) -> Result<ReducerThread, StoreError> {
+        let (tx, rx) = mpsc::sync_channel::<Vec<Entry>>(1);
+        let thread = std::thread::Builder::new()
+            .name("stablemq-reduce".into())
+            .spawn(move || {
+                while let Ok(window) = rx.recv() {
+                    let reduced = m.reduce(&window);
+                    let failed = reduced.is_err();
+                    if done.send(Input::Reduced(reduced)).is_err() || failed {
+                        return;
+                    }
+                    // The payloads are freed here, off the commit thread.
+                    drop(window);
+                }
+            })?;
+        Ok(ReducerThread {
+            tx,
+            thread,
+            outstanding: 0,
+        })
+    }
+
+    /// Hand a window over; blocks while the reducer has one queued already.
+    fn hand_over(&mut self, window: &mut Vec<Entry>) -> Result<(), StoreError> {
+        let full = std::mem::take(window);
+        self.tx
+            .send(full)
+            .map_err(|_| StoreError::Stopped("the reducer thread stopped".into()))?;
+        self.outstanding += 1;
+        Ok(())
+    }
+}
+
+/// The window of stable entries not yet handed to the reducer thread.
+#[derive(Default)]
+struct Window {
+    entries: Vec<Entry>,
+    bytes: usize,
+}
+
+impl Window {
+    fn is_full(&self) -> bool {
+        self.bytes >= STATE_WINDOW_BYTES_MAX || self.entries.len() >= STATE_WINDOW_ENTRIES_MAX
+    }
+
+    fn hand_over(&mut self, reducer: &mut ReducerThread) -> Result<(), StoreError> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        self.bytes = 0;
+        reducer.hand_over(&mut self.entries)
+    }
+}
+
+/// Writes a batch the reducer thread sent back.
+fn write_reduced(
+    store: &mut dyn EventStore,
+    reducer: &mut Option<ReducerThread>,
+    reduced: Result<StateBatch, StoreError>,
+) -> Result<(), StoreError> {
+    let batch = reduced?;
+    if let Some(r) = reducer.as_mut() {
+        r.outstanding = r.outstanding.saturating_sub(1);
+    }
+    store.materialize(&batch)
+}
+
+/// Group commit until `Close`; then the state of the last window, and a
+/// final sync for the stable index.
 fn commit_loop(
     store: &mut dyn EventStore,
-    mut materializer: Option<&mut Materializer>,
-    rx: &mpsc::Receiver<Entry>,
+    mut reducer: Option<ReducerThread>,
+    rx: &mpsc::Receiver<Input>,
     on_stable: &impl Fn(u64),
 ) -> Result<(), StoreError> {
     let mut batch: Vec<Entry> = Vec::new();
     let mut durable = store.last_position().index;
-    // Stable entries not reduced into the state yet (payloads are shared
+    // Stable entries not handed to the reducer yet (payloads are shared
     // `Bytes`, not copies).
-    let mut window: Vec<Entry> = Vec::new();
-    let mut window_bytes = 0usize;
-    loop {
+    let mut window = Window::default();
+    let mut closing = false;
+    // A reduced batch was written since the last fsync.
+    let mut state_unsynced = false;
+    while !closing {
         let first = match rx.try_recv() {
-            Ok(entry) => entry,
+            Ok(input) => input,
             Err(mpsc::TryRecvError::Disconnected) => break,
             Err(mpsc::TryRecvError::Empty) => {
-                // Idle: a good moment to bring the state up to date.
-                if let Some(m) = materializer.as_deref_mut()
-                    && !window.is_empty()
-                {
-                    m.advance(store, &window)?;
-                    window.clear();
-                    window_bytes = 0;
+                if std::mem::take(&mut state_unsynced) {
+                    // Idle: make the state durable now, so the log's space
+                    // is reclaimed without waiting for more traffic.
+                    store.sync()?;
                 }
-                match rx.recv() {
-                    Ok(entry) => entry,
-                    Err(_) => break,
+                match reducer.as_mut() {
+                    // Idle with a window: hand it over if nothing comes soon.
+                    Some(r) if !window.entries.is_empty() => match rx.recv_timeout(STATE_IDLE) {
+                        Ok(input) => input,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            window.hand_over(r)?;
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    },
+                    _ => match rx.recv() {
+                        Ok(input) => input,
+                        Err(_) => break,
+                    },
                 }
             }
+        };
+        let first = match first {
+            Input::Entry(entry) => entry,
+            Input::Reduced(reduced) => {
+                write_reduced(store, &mut reducer, reduced)?;
+                state_unsynced = true;
+                continue;
+            }
+            Input::Close => break,
         };
         batch.clear();
         let mut batch_bytes = first.payload.len();
         batch.push(first);
         while batch.len() < BATCH_ENTRIES_MAX && batch_bytes < BATCH_BYTES_MAX {
             match rx.try_recv() {
-                Ok(entry) => {
+                Ok(Input::Entry(entry)) => {
                     batch_bytes += entry.payload.len();
                     batch.push(entry);
+                }
+                // Written before this batch's commit, made durable by its fsync.
+                Ok(Input::Reduced(reduced)) => write_reduced(store, &mut reducer, reduced)?,
+                Ok(Input::Close) => {
+                    closing = true;
+                    break;
                 }
                 Err(_) => break,
             }
@@ -304,6 +446,7 @@ fn commit_loop(
 
         store.append(&batch)?;
         store.sync()?;
+        state_unsynced = false;
         let synced = store.last_position().index;
         assert!(synced > durable, "a sync must advance the durable index");
         durable = synced;
@@ -313,22 +456,36 @@ fn commit_loop(
         on_stable(durable);
         // After the ack: the state write rides on a later fsync, like the
         // stable index, and a crash before it only means reducing again.
-        if let Some(m) = materializer.as_deref_mut() {
-            window.extend(batch.iter().cloned());
-            window_bytes += batch_bytes;
-            if window_bytes >= STATE_WINDOW_BYTES_MAX || window.len() >= STATE_WINDOW_ENTRIES_MAX {
-                m.advance(store, &window)?;
-                window.clear();
-                window_bytes = 0;
+        if let Some(r) = reducer.as_mut() {
+            window.entries.extend(batch.iter().cloned());
+            window.bytes += batch_bytes;
+            if window.is_full() {
+                window.hand_over(r)?;
             }
         }
     }
-    if let Some(m) = materializer
-        && !window.is_empty()
-    {
-        m.advance(store, &window)?;
+    if let Some(mut r) = reducer {
+        window.hand_over(&mut r)?;
+        // Nothing but reduced batches can come now: the log is closed.
+        while r.outstanding > 0 {
+            match rx.recv() {
+                Ok(Input::Reduced(reduced)) => {
+                    let batch = reduced?;
+                    r.outstanding -= 1;
+                    store.materialize(&batch)?;
+                }
+                Ok(Input::Entry(_) | Input::Close) => {}
+                Err(_) => {
+                    return Err(StoreError::Stopped("the reducer thread stopped".into()));
+                }
+            }
+        }
+        drop(r.tx);
+        if r.thread.join().is_err() {
+            return Err(StoreError::Stopped("reducer thread panicked".into()));
+        }
     }
-    // Channel closed: make the last stable index (and state) durable too, so
-    // a clean shutdown leaves meta equal to the log.
+    // Closed: make the last stable index (and state) durable too, so a clean
+    // shutdown leaves meta equal to the log.
     store.sync()
 }

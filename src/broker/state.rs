@@ -20,7 +20,15 @@
 //! The reducer keeps the definitions in memory (a [`Broker`] that never holds
 //! messages) so it knows which routed queues exist and what TTL they impose,
 //! exactly as apply does when the message is published.
+//!
+//! Most messages are consumed within the batch that published them. Such a
+//! message costs no write at all: a message whose id is above the highest id
+//! the state held when the batch began cannot be in the state, so its copies
+//! wait in memory (`pending`, not yet encoded) until the batch ends, and a
+//! removal within the batch just drops them, without a delete for the store
+//! to check or write. Only the survivors are encoded and written, at flush.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -74,6 +82,19 @@ pub struct BrokerReducer {
     max_msg_id: u64,
     /// `max_msg_id` changed in this batch: write `x` once, at flush.
     max_dirty: bool,
+    /// `max_msg_id` as the state held it when this batch began: every message
+    /// key in the state has an id at or below it (`x` is written with them).
+    batch_floor: u64,
+    /// Queue copies of messages published in this batch (ids above
+    /// `batch_floor`), by state key; written at flush unless removed first.
+    pending: HashMap<Bytes, PendingCopy>,
+}
+
+/// One queue's copy of a message published in the current batch.
+struct PendingCopy {
+    /// Shared by the copies of one publish.
+    msg: Arc<Message>,
+    expires_at_ms: Option<u64>,
 }
 
 impl BrokerReducer {
@@ -84,6 +105,8 @@ impl BrokerReducer {
             defs: Broker::new(),
             max_msg_id: 0,
             max_dirty: false,
+            batch_floor: 0,
+            pending: HashMap::new(),
         }
     }
 }
@@ -94,6 +117,8 @@ impl Reducer for BrokerReducer {
             .map_err(|e| ReduceError(e.to_string()))?;
         self.defs = defs;
         self.max_msg_id = max;
+        self.batch_floor = max;
+        self.pending.clear();
         Ok(())
     }
 
@@ -118,23 +143,15 @@ impl Reducer for BrokerReducer {
                     self.max_msg_id = msg_id;
                     self.max_dirty = true;
                 }
-                let msg = Message {
+                let msg = Arc::new(Message {
                     id: msg_id,
                     exchange,
                     routing_key,
                     properties,
                     body,
                     timestamp_ms,
-                };
+                });
                 let msg_ttl = msg.expiration_ms();
-                let mut stored = StoredMessage {
-                    exchange: msg.exchange,
-                    routing_key: msg.routing_key,
-                    timestamp_ms,
-                    properties: msg.properties,
-                    body: msg.body,
-                    expires_at_ms: None,
-                };
                 for queue in &queues {
                     // Only queues the log declared: a non-durable queue is
                     // routed to but never logged, and apply skips it too.
@@ -145,11 +162,23 @@ impl Reducer for BrokerReducer {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
-                    stored.expires_at_ms = ttl.map(|t| timestamp_ms.saturating_add(t));
-                    out.push(StateOp::Put {
-                        key: message_key(&vhost, queue, msg_id)?,
-                        value: encode_message(&stored),
-                    });
+                    let expires_at_ms = ttl.map(|t| timestamp_ms.saturating_add(t));
+                    let key = message_key(&vhost, queue, msg_id)?;
+                    if msg_id > self.batch_floor {
+                        let copy = PendingCopy {
+                            msg: Arc::clone(&msg),
+                            expires_at_ms,
+                        };
+                        self.pending.insert(key, copy);
+                    } else {
+                        // An id the state may hold already (never made by
+                        // the broker, which numbers publishes upwards): write
+                        // it at once, in order with the ops around it.
+                        out.push(StateOp::Put {
+                            key,
+                            value: encode_message(&msg, expires_at_ms),
+                        });
+                    }
                 }
             }
             Event::Removed {
@@ -158,17 +187,21 @@ impl Reducer for BrokerReducer {
                 msg_ids,
             } => {
                 for id in msg_ids {
-                    out.push(StateOp::Delete {
-                        key: message_key(&vhost, &queue, id)?,
-                    });
+                    let key = message_key(&vhost, &queue, id)?;
+                    // Published in this batch: it is in `pending` or nowhere.
+                    if id > self.batch_floor {
+                        self.pending.remove(&key);
+                    } else {
+                        out.push(StateOp::Delete { key });
+                    }
                 }
             }
             definition => {
                 let applied = self.defs.apply(&definition, 0);
                 for (vhost, q) in applied.deleted_queues {
-                    out.push(StateOp::DeletePrefix {
-                        prefix: queue_prefix(&vhost, &q.name)?.freeze(),
-                    });
+                    let prefix = queue_prefix(&vhost, &q.name)?.freeze();
+                    self.pending.retain(|key, _| !key.starts_with(&prefix));
+                    out.push(StateOp::DeletePrefix { prefix });
                 }
                 let mut key = BytesMut::with_capacity(9);
                 key.put_u8(DEFINITION_TAG);
@@ -183,6 +216,14 @@ impl Reducer for BrokerReducer {
     }
 
     fn flush(&mut self, out: &mut Vec<StateOp>) -> Result<(), ReduceError> {
+        // Distinct keys, each put once: their order does not matter.
+        for (key, copy) in self.pending.drain() {
+            out.push(StateOp::Put {
+                key,
+                value: encode_message(&copy.msg, copy.expires_at_ms),
+            });
+        }
+        self.batch_floor = self.max_msg_id;
         if std::mem::take(&mut self.max_dirty) {
             out.push(StateOp::Put {
                 key: Bytes::from_static(MAX_MSG_ID_KEY),
@@ -311,10 +352,33 @@ fn parse_message_key(key: &[u8]) -> Result<(String, String, u64), RestoreError> 
     Ok((vhost, queue, u64::from_be_bytes(id)))
 }
 
-fn encode_message(m: &StoredMessage) -> Bytes {
-    let out = vec![MESSAGE_FORMAT_VERSION];
+/// [`StoredMessage`]'s encoding, written from borrowed fields (no copy of the
+/// body before the one into the value).
+#[derive(Serialize)]
+struct StoredMessageRef<'a> {
+    exchange: &'a str,
+    routing_key: &'a str,
+    timestamp_ms: u64,
+    properties: &'a BasicProperties,
+    body: &'a Bytes,
+    expires_at_ms: Option<u64>,
+}
+
+fn encode_message(msg: &Message, expires_at_ms: Option<u64>) -> Bytes {
+    let m = StoredMessageRef {
+        exchange: &msg.exchange,
+        routing_key: &msg.routing_key,
+        timestamp_ms: msg.timestamp_ms,
+        properties: &msg.properties,
+        body: &msg.body,
+        expires_at_ms,
+    };
+    // Sized once: the body plus room for the names and properties.
+    let mut out =
+        Vec::with_capacity(64 + msg.body.len() + msg.exchange.len() + msg.routing_key.len() + 256);
+    out.push(MESSAGE_FORMAT_VERSION);
     // Writing to a Vec cannot fail for these types; a failure is a bug.
-    match postcard::to_extend(m, out) {
+    match postcard::to_extend(&m, out) {
         Ok(v) => Bytes::from(v),
         Err(e) => panic!("message encoding failed: {e}"),
     }

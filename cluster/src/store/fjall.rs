@@ -9,9 +9,18 @@
 //! - `state`: the materialized state, keys and values as the broker's reducer
 //!   chose them (see [`super::Materializer`]).
 //!
-//! A materialized batch (state ops, state index, compacted log entries and
-//! the new log base) is one atomic fjall batch, so after a crash the state and
-//! the log always agree on where one ends and the other begins.
+//! A materialized batch (state ops, state index and the new log base) is one
+//! atomic fjall batch, so after a crash the state and the log always agree on
+//! where one ends and the other begins.
+//!
+//! Compaction deletes no log entry one by one: entries at or below the base
+//! are dead the moment the base is written (reads refuse them, `open` scans
+//! from the base on), and their disk space is reclaimed by dropping whole
+//! tables (`drop_range`) in the background once the base is durable. Deleting
+//! entry by entry cost a tombstone per entry, written to the journal on the
+//! commit thread and compacted later: most of the store's work under a
+//! publish-and-consume load. A table straddling the base stays until the base
+//! passes it, so the disk holds at most a table's worth of dead entries more.
 //!
 //! The journal is persisted manually (`manual_journal_persist`), so a batch of
 //! appends costs one write into fjall's buffer and the group commit costs exactly
@@ -19,10 +28,12 @@
 //! recovery drops a torn tail, so what survives is a prefix.
 
 use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use bytes::Bytes;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use super::state::check_materialize;
 use super::{
@@ -64,6 +75,10 @@ pub struct FjallStore {
     state_index: u64,
     /// Cached copy of `meta/log_base`: the last compacted entry.
     base: LogPosition,
+    /// The base as of the last fsync: entries up to it may be dropped from disk.
+    durable_base: u64,
+    /// Drops the log's tables below the durable base; see the module docs.
+    reclaimer: Option<Reclaimer>,
     /// Cached so `last_position` and `check_append` never touch the disk.
     last: LogPosition,
     /// Cached copy of `meta/promised_epoch`.
@@ -111,6 +126,11 @@ impl FjallStore {
             )));
         }
 
+        let reclaimer = Reclaimer::start(log.clone())?;
+        if base.index > 0 {
+            // Tables a crash kept from being dropped.
+            reclaimer.drop_through(base.index);
+        }
         Ok(FjallStore {
             db,
             log,
@@ -118,6 +138,8 @@ impl FjallStore {
             state,
             state_index,
             base,
+            durable_base: base.index,
+            reclaimer: Some(reclaimer),
             last,
             promised_epoch,
             stable_index,
@@ -150,7 +172,74 @@ impl FjallStore {
         metrics::counter!(m::FSYNCS_TOTAL).increment(1);
         self.dirty = false;
         self.unsynced_entries = 0;
+        if self.base.index > self.durable_base {
+            self.durable_base = self.base.index;
+            if let Some(reclaimer) = &self.reclaimer {
+                reclaimer.drop_through(self.durable_base);
+            }
+        }
         Ok(())
+    }
+}
+
+impl Drop for FjallStore {
+    /// Waits for the reclaimer, which holds the log keyspace (and with it
+    /// fjall's directory lock): the directory can be opened again at once.
+    fn drop(&mut self) {
+        if let Some(reclaimer) = self.reclaimer.take() {
+            reclaimer.stop();
+        }
+    }
+}
+
+/// Least number of dead entries worth a `drop_range` (each one takes fjall's
+/// compaction lock and writes a new version of the tree).
+const RECLAIM_STEP: u64 = 4096;
+
+/// The background thread that drops whole log tables below the durable base.
+struct Reclaimer {
+    tx: mpsc::Sender<u64>,
+    thread: JoinHandle<()>,
+}
+
+impl Reclaimer {
+    fn start(log: Keyspace) -> Result<Reclaimer, StoreError> {
+        let (tx, rx) = mpsc::channel::<u64>();
+        let thread = std::thread::Builder::new()
+            .name("stablemq-log-reclaim".into())
+            .spawn(move || {
+                let mut dropped = 0;
+                while let Ok(mut through) = rx.recv() {
+                    // Only the newest base matters.
+                    while let Ok(newer) = rx.try_recv() {
+                        through = through.max(newer);
+                    }
+                    if through < dropped + RECLAIM_STEP && dropped > 0 {
+                        continue;
+                    }
+                    // Failing to reclaim loses no data: the store's own writes
+                    // will meet a failing disk soon enough.
+                    match log.tree.drop_range(..=index_key(through)) {
+                        Ok(()) => dropped = through,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "dropping compacted log tables failed")
+                        }
+                    }
+                }
+            })?;
+        Ok(Reclaimer { tx, thread })
+    }
+
+    /// Entries up to `index` are below a durable base: their tables may go.
+    fn drop_through(&self, index: u64) {
+        let _ = self.tx.send(index);
+    }
+
+    fn stop(self) {
+        drop(self.tx);
+        if self.thread.join().is_err() {
+            tracing::error!("log reclaimer thread panicked");
+        }
     }
 }
 
@@ -295,11 +384,8 @@ impl EventStore for FjallStore {
         write.insert(&self.meta, STATE_INDEX_KEY, batch.state_index.to_be_bytes());
         let mut base = self.base;
         if batch.compact_through > base.index {
+            // Moving the base is the whole deletion (see the module docs).
             base = read_position(&self.log, batch.compact_through)?;
-            // Keys are consecutive indexes: no need to read the values back.
-            for index in self.base.index + 1..=batch.compact_through {
-                write.remove(&self.log, index_key(index));
-            }
             write.insert(&self.meta, LOG_BASE_KEY, encode_position(base));
         }
         write.commit()?;
@@ -386,9 +472,12 @@ impl EventStore for FjallStore {
         for (key, value) in pairs {
             write.insert(&self.state, key.as_ref(), value.as_ref());
         }
-        let drop_to = if keep { base.index } else { self.last.index };
-        for index in self.base.index + 1..=drop_to {
-            write.remove(&self.log, index_key(index));
+        // Entries up to the new base die with the base (see the module docs);
+        // a suffix that does not follow it must really go.
+        if !keep {
+            for index in base.index + 1..=self.last.index {
+                write.remove(&self.log, index_key(index));
+            }
         }
         let stable = self.stable_index.max(base.index);
         write.insert(&self.meta, STATE_INDEX_KEY, base.index.to_be_bytes());

@@ -116,7 +116,8 @@ pub struct StateBatch {
     /// Final op per key, applied after the prefix deletions.
     pub ops: BTreeMap<Bytes, MergedOp>,
     /// Delete log entries up to and including this index (0: none). At most
-    /// `state_index`: the log may only lose what the state holds.
+    /// `state_index`: the log may only lose what the state holds. At or below
+    /// the store's log base it changes nothing.
     pub compact_through: u64,
 }
 
@@ -210,6 +211,9 @@ pub struct Materializer {
     /// Stable entries kept in the log behind the state, so a follower slightly
     /// behind can still catch up from the log alone.
     retention: u64,
+    /// The index the next reduced entry must have: the state index of the
+    /// store plus one, counting batches reduced but not yet written.
+    next: u64,
     /// Reused per batch.
     ops: Vec<StateOp>,
 }
@@ -225,6 +229,7 @@ impl Materializer {
         Ok(Materializer {
             reducer,
             retention,
+            next: store.state_index() + 1,
             ops: Vec::new(),
         })
     }
@@ -266,6 +271,7 @@ impl Materializer {
     /// was replaced (a snapshot installed from a peer).
     pub fn reopen(&mut self, store: &dyn EventStore) -> Result<(), StoreError> {
         self.reducer.restore(&StoreState(store))?;
+        self.next = store.state_index() + 1;
         Ok(())
     }
 
@@ -295,39 +301,54 @@ impl Materializer {
                     &read
                 }
             };
-            let Some(last) = entries.last() else {
+            if entries.is_empty() {
                 return Err(StoreError::Corrupt(format!(
                     "stable entry {from} missing from the log"
                 )));
-            };
-            let mut batch = StateBatch::new(last.pos.index);
-            for (offset, entry) in entries.iter().enumerate() {
-                if entry.pos.index != from + offset as u64 {
-                    return Err(StoreError::Corrupt(format!(
-                        "entry {} where {} was expected",
-                        entry.pos,
-                        from + offset as u64
-                    )));
-                }
-                self.reducer.reduce(entry, &mut self.ops)?;
-                for op in self.ops.drain(..) {
-                    batch.push(op);
-                }
             }
-            self.reducer.flush(&mut self.ops)?;
-            for op in self.ops.drain(..) {
-                batch.push(op);
-            }
-            let through = match compact {
-                Some(c) => c.min(batch.state_index),
-                None => batch.state_index.saturating_sub(self.retention),
-            };
-            if through > store.log_base().index {
-                batch.compact_through = through;
+            self.next = from;
+            let mut batch = self.reduce(entries)?;
+            if let Some(c) = compact {
+                // The node's choice, not the retention (a store ignores a
+                // compaction at or below its base).
+                batch.compact_through = c.min(batch.state_index);
             }
             store.materialize(&batch)?;
         }
         Ok(())
+    }
+
+    /// Reduce `entries`, the stable entries right after what was reduced so
+    /// far, into one batch for [`EventStore::materialize`], without touching
+    /// the store: this is what runs off the store's commit thread. Batches
+    /// must be written in the order they were reduced. The batch compacts the
+    /// log through `retention` entries behind its state index (a store
+    /// ignores a compaction below its log base).
+    pub fn reduce(&mut self, entries: &[Entry]) -> Result<StateBatch, StoreError> {
+        let Some(last) = entries.last() else {
+            return Err(StoreError::Misuse("reducing an empty batch".into()));
+        };
+        let mut batch = StateBatch::new(last.pos.index);
+        for (offset, entry) in entries.iter().enumerate() {
+            let expected = self.next + offset as u64;
+            if entry.pos.index != expected {
+                return Err(StoreError::Corrupt(format!(
+                    "entry {} where {expected} was expected",
+                    entry.pos
+                )));
+            }
+            self.reducer.reduce(entry, &mut self.ops)?;
+            for op in self.ops.drain(..) {
+                batch.push(op);
+            }
+        }
+        self.reducer.flush(&mut self.ops)?;
+        for op in self.ops.drain(..) {
+            batch.push(op);
+        }
+        batch.compact_through = batch.state_index.saturating_sub(self.retention);
+        self.next = batch.state_index + 1;
+        Ok(batch)
     }
 }
 

@@ -339,3 +339,99 @@ fn corrupt_state_is_an_error_not_a_panic() {
     state.insert(Bytes::from_static(b"x"), Bytes::from_static(b"short"));
     assert!(restore(&config_vhosts(), &state).is_err());
 }
+
+#[test]
+fn a_message_consumed_in_its_own_batch_costs_no_op_and_an_older_one_a_delete() {
+    let declare = Event::QueueDeclared {
+        vhost: "/".into(),
+        name: "q".into(),
+        spec: QueueSpec {
+            durable: true,
+            auto_delete: false,
+            exclusive_owner: None,
+            arguments: FieldTable::default(),
+        },
+    };
+    let publish = |id: u64| Event::Published {
+        vhost: "/".into(),
+        exchange: "".into(),
+        routing_key: "q".into(),
+        msg_id: id,
+        timestamp_ms: 0,
+        properties: BasicProperties::default(),
+        body: Bytes::from_static(b"body"),
+        queues: vec!["q".into()],
+    };
+    let removed = |id: u64| Event::Removed {
+        vhost: "/".into(),
+        queue: "q".into(),
+        msg_ids: vec![id],
+    };
+    let mut reducer = BrokerReducer::new(config_vhosts());
+    reducer.restore(&BTreeMap::new()).unwrap();
+    let mut ops = Vec::new();
+    let mut index = 0;
+    let mut feed = |reducer: &mut BrokerReducer, ops: &mut Vec<StateOp>, ev: Event| {
+        index += 1;
+        let entry = Entry {
+            pos: stablemq_cluster::LogPosition::new(1, index),
+            payload: ev.encode(),
+        };
+        reducer.reduce(&entry, ops).unwrap();
+    };
+    feed(&mut reducer, &mut ops, declare);
+    feed(&mut reducer, &mut ops, publish(1));
+    reducer.flush(&mut ops).unwrap();
+    let keys = |ops: &[StateOp]| -> Vec<Bytes> {
+        ops.iter()
+            .map(|op| match op {
+                StateOp::Put { key, .. } | StateOp::Delete { key } => key.clone(),
+                StateOp::DeletePrefix { prefix } => prefix.clone(),
+            })
+            .collect()
+    };
+    let first = keys(&ops);
+    assert!(
+        first.contains(&message_key("/", "q", 1).unwrap()),
+        "{first:?}"
+    );
+    ops.clear();
+    // Next batch: 2 is published and removed within it, 1 is an older one.
+    feed(&mut reducer, &mut ops, publish(2));
+    feed(&mut reducer, &mut ops, removed(2));
+    feed(&mut reducer, &mut ops, removed(1));
+    reducer.flush(&mut ops).unwrap();
+    assert_eq!(
+        ops,
+        vec![
+            StateOp::Delete {
+                key: message_key("/", "q", 1).unwrap()
+            },
+            StateOp::Put {
+                key: Bytes::from_static(b"x"),
+                value: Bytes::copy_from_slice(&2u64.to_be_bytes())
+            }
+        ]
+    );
+}
+
+#[test]
+fn the_borrowed_encoding_decodes_as_a_stored_message() {
+    let mut properties = BasicProperties::default();
+    properties = properties.with_priority(3);
+    let msg = Message {
+        id: 9,
+        exchange: "x".into(),
+        routing_key: "rk".into(),
+        properties,
+        body: Bytes::from_static(b"the body"),
+        timestamp_ms: 1234,
+    };
+    let decoded = decode_message(&encode_message(&msg, Some(99))).unwrap();
+    assert_eq!(decoded.exchange, "x");
+    assert_eq!(decoded.routing_key, "rk");
+    assert_eq!(decoded.timestamp_ms, 1234);
+    assert_eq!(decoded.properties.priority(), &Some(3));
+    assert_eq!(&decoded.body[..], b"the body");
+    assert_eq!(decoded.expires_at_ms, Some(99));
+}
