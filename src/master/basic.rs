@@ -288,16 +288,16 @@ impl Master {
                 },
             );
         }
-        let kind = match g.no_ack {
-            true => m::DELIVERED_GET_AUTO_ACK,
-            false => m::DELIVERED_GET_MANUAL_ACK,
-        };
-        m::global_by_queue(kind, quorum).increment(1);
-        m::global_by_queue(m::DELIVERED, quorum).increment(1);
+        let q = usize::from(quorum);
+        match g.no_ack {
+            true => self.counters.get_auto_ack[q].increment(1),
+            false => self.counters.get_manual_ack[q].increment(1),
+        }
+        self.counters.delivered[q].increment(1);
         self.stats
             .delivered(vhost, &queue, true, g.no_ack, redelivered);
         if redelivered {
-            m::global_by_queue(m::REDELIVERED, quorum).increment(1);
+            self.counters.redelivered[q].increment(1);
         }
         self.send(
             conn,
@@ -375,7 +375,7 @@ impl Master {
                         .broker
                         .queue(vhost, &queue)
                         .is_some_and(|q| q.args.quorum);
-                    m::global_by_queue(m::ACKNOWLEDGED, quorum).increment(ids.len() as u64);
+                    self.counters.acknowledged[usize::from(quorum)].increment(ids.len() as u64);
                     self.stats.acked(vhost, &queue, ids.len() as u64);
                     self.remove_messages(vhost, &queue, &ids, None);
                 }

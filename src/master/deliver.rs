@@ -7,7 +7,6 @@ use crate::broker::event::Event;
 use crate::broker::message::{Message, QueuedMessage};
 use crate::broker::queue::Queue;
 use crate::fastmap::FastMap;
-use crate::metrics as m;
 use stablemq_protocol::{AMQPValue, ShortString};
 use std::sync::Arc;
 
@@ -136,7 +135,7 @@ impl Master {
             if c.no_ack {
                 auto_acked_persistent |= content.is_persistent();
                 auto_acked.push(id);
-                m::global_by_queue(m::DELIVERED_AUTO_ACK, quorum).increment(1);
+                self.counters.delivered_auto_ack[usize::from(quorum)].increment(1);
             } else {
                 c.unacked += 1;
                 chan.unacked.insert(
@@ -149,13 +148,13 @@ impl Master {
                     },
                 );
                 q.unacked.insert(id, msg);
-                m::global_by_queue(m::DELIVERED_MANUAL_ACK, quorum).increment(1);
+                self.counters.delivered_manual_ack[usize::from(quorum)].increment(1);
             }
-            m::global_by_queue(m::DELIVERED, quorum).increment(1);
+            self.counters.delivered[usize::from(quorum)].increment(1);
             self.stats
                 .delivered(vhost, queue, false, c.no_ack, redelivered);
             if redelivered {
-                m::global_by_queue(m::REDELIVERED, quorum).increment(1);
+                self.counters.redelivered[usize::from(quorum)].increment(1);
             }
             self.out.push(Output::ToConn(
                 ck.conn,

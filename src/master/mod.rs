@@ -14,6 +14,7 @@ pub mod session;
 
 mod authz;
 mod basic;
+mod counters;
 mod dead_letter;
 mod declare;
 mod deliver;
@@ -153,6 +154,8 @@ pub struct Master {
     admin_waiting: admin::AdminWaiting,
     /// Message counters for the management API's `message_stats`.
     stats: stats::Stats,
+    /// Handles of the Prometheus counters bumped per message.
+    counters: counters::HotCounters,
 }
 
 impl Master {
@@ -181,6 +184,7 @@ impl Master {
             cancels: Vec::new(),
             admin_waiting: admin::AdminWaiting::default(),
             stats: stats::Stats::default(),
+            counters: counters::HotCounters::new(),
         }
     }
 
@@ -531,7 +535,7 @@ impl Master {
                 chan.last_confirmed
             );
             chan.last_confirmed = tag;
-            crate::metrics::global(crate::metrics::CONFIRMED).increment(1);
+            self.counters.confirmed.increment(1);
             self.stats.global.confirm += 1;
             self.send(conn, ToConn::Confirm { ch, tag, ack });
         }

@@ -72,7 +72,7 @@ impl Master {
         )
         .map_err(|e| e.on(60, 40))?;
         let properties = self.rewrite_reply_to(conn, ch, properties)?;
-        m::global(m::RECEIVED).increment(1);
+        self.counters.received.increment(1);
         m::observe_message_size(body.len());
         let chan = self.chan(conn, ch)?;
         chan.publishing = true;
@@ -89,7 +89,7 @@ impl Master {
             chan.confirm_next = Some(t + 1);
         }
         if tag.is_some() {
-            m::global(m::RECEIVED_CONFIRM).increment(1);
+            self.counters.received_confirm.increment(1);
         }
         let accepted = self.route_and_enqueue(conn, ch, &vhost, p, properties, body);
         if let Some(tag) = tag {
@@ -116,7 +116,7 @@ impl Master {
             && routing_key.starts_with(super::reply_to::REPLY_TO_PREFIX)
             && self.deliver_reply(&routing_key, properties.clone(), body.clone())
         {
-            m::global(m::ROUTED).increment(1);
+            self.counters.routed.increment(1);
             return true;
         }
         let (mut queues, properties) =
@@ -171,12 +171,12 @@ impl Master {
                     },
                 );
             } else {
-                m::global(m::UNROUTABLE_DROPPED).increment(1);
+                self.counters.unroutable_dropped.increment(1);
             }
             return accepted;
         }
         // RabbitMQ counts one per target queue.
-        m::global(m::ROUTED).increment(queues.len() as u64);
+        self.counters.routed.increment(queues.len() as u64);
         self.stats.published(vhost, &exchange, &queues);
         let persistent = properties.delivery_mode() == &Some(2);
         self.enqueue(
