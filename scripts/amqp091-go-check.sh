@@ -22,6 +22,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+# shellcheck source=scripts/lib/common.sh
+. "$ROOT/scripts/lib/common.sh"
 BIN=${STABLEMQ_BIN:-$ROOT/target/release/stablemq}
 PKG=github.com/rabbitmq/amqp091-go
 GOPATH_DEB=/usr/share/gocode
@@ -48,12 +50,7 @@ done
 
 if ! command -v go >/dev/null 2>&1 || [ ! -d "$GOPATH_DEB/src/$PKG" ]; then
     echo "== installing Debian's golang-go and golang-github-rabbitmq-amqp091-go-dev"
-    export DEBIAN_FRONTEND=noninteractive
-    PKGS=(golang-go golang-github-rabbitmq-amqp091-go-dev)
-    if ! apt-get install -y --no-install-recommends "${PKGS[@]}" >/dev/null; then
-        apt-get update >/dev/null
-        apt-get install -y --no-install-recommends "${PKGS[@]}" >/dev/null
-    fi
+    apt_install golang-go golang-github-rabbitmq-amqp091-go-dev || exit 1
 fi
 export GO111MODULE=off GOPATH=$GOPATH_DEB GOFLAGS= GOCACHE=$ROOT/compat-tests/.cache/go-build
 mkdir -p "$GOCACHE"
@@ -63,12 +60,7 @@ WORK=$(mktemp -d /tmp/stablemq-amqp091go.XXXXXX)
 PIDS=()
 cleanup() {
     local rc=$?
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
+    stop_pids "${PIDS[@]}"
     if [ "$BROKER" = rabbitmq ]; then
         scripts/rabbitmq-node.sh stop --dir "$WORK/rabbitmq" >/dev/null 2>&1 || true
     fi

@@ -31,6 +31,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
+# shellcheck source=scripts/lib/common.sh
+. "$ROOT/scripts/lib/common.sh"
 START=$SECONDS
 MESSAGES=10000
 KEEP=""
@@ -80,25 +82,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-free_ports() { # count -> that many free loopback ports (20000-31999, as the tests pick)
-    python3 - "$1" <<'EOF'
-import random, socket, sys
-want, got = int(sys.argv[1]), []
-for port in random.sample(range(20000, 32000), 12000):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    got.append(str(port))
-    if len(got) == want:
-        break
-print(" ".join(got))
-EOF
-}
 
 # The client side of the test: the old broker's application, and the checks.
 cat >"$WORK/app.py" <<'EOF'

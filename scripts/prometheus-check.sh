@@ -14,6 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+# shellcheck source=scripts/lib/common.sh
+. "$ROOT/scripts/lib/common.sh"
 BIN=${STABLEMQ_BIN:-$ROOT/target/release/stablemq}
 
 if [ ! -x "$BIN" ]; then
@@ -21,11 +23,7 @@ if [ ! -x "$BIN" ]; then
 fi
 if ! command -v prometheus >/dev/null 2>&1; then
     echo "== installing Debian's prometheus package"
-    export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y --no-install-recommends prometheus >/dev/null; then
-        apt-get update >/dev/null
-        apt-get install -y --no-install-recommends prometheus >/dev/null
-    fi
+    apt_install prometheus || exit 1
 fi
 PROMETHEUS=$(command -v prometheus)
 
@@ -33,12 +31,7 @@ WORK=$(mktemp -d /tmp/stablemq-promcheck.XXXXXX)
 PIDS=()
 cleanup() {
     local rc=$?
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
+    stop_pids "${PIDS[@]}"
     if [ "$rc" -ne 0 ]; then
         for log in "$WORK"/*.log; do
             [ -f "$log" ] || continue

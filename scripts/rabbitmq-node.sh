@@ -38,8 +38,8 @@
 #   trap 'scripts/rabbitmq-node.sh stop --dir "$tmp/rmq"' EXIT
 set -euo pipefail
 
-RABBITMQ_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
-RABBITMQCTL=/usr/lib/rabbitmq/bin/rabbitmqctl
+# shellcheck source=scripts/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 log() { printf '==> rabbitmq-node: %s\n' "$*" >&2; }
 die() { printf 'rabbitmq-node: %s\n' "$*" >&2; exit 2; }
@@ -118,25 +118,6 @@ stop_node() {
     rm -f "$DIR/pids" "$DIR/rabbitmq.pid"
 }
 
-free_ports() { # count -> that many distinct free loopback ports, one line
-    python3 - "$1" <<'EOF'
-import random, socket, sys
-want, got = int(sys.argv[1]), []
-for port in random.sample(range(20000, 32000), 12000):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    got.append(str(port))
-    if len(got) == want:
-        break
-print(" ".join(got))
-EOF
-}
-
 port_free() { # port: nothing listens on it on loopback (else another broker would answer our checks)
     python3 - "$1" <<'EOF2'
 import socket, sys
@@ -184,23 +165,6 @@ rabbitmqctl() {
         timeout 120 "$RABBITMQCTL" -q -n "$RABBITMQ_NODENAME" "$@"
 }
 
-ensure_rabbitmq() {
-    [[ -x $RABBITMQ_SERVER ]] && return 0
-    [[ $(id -u) -eq 0 ]] || die "RabbitMQ is not installed and installing it needs root (apt-get install rabbitmq-server)"
-    log "installing Debian's rabbitmq-server"
-    # Keep the package's own service from starting (it would listen on all interfaces).
-    local policy=/usr/sbin/policy-rc.d added=""
-    if [[ ! -e $policy ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod +x "$policy"
-        added=1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null
-    [[ -n $added ]] && rm -f "$policy"
-    [[ -x $RABBITMQ_SERVER ]] || die "apt-get installed rabbitmq-server but $RABBITMQ_SERVER is missing"
-}
-
 # --- actions ---------------------------------------------------------------------
 if [[ $ACTION == stop ]]; then
     stop_node
@@ -215,7 +179,7 @@ fi
 if [[ -n $(live_pids $(recorded_pids)) ]]; then
     die "a node started in $DIR is still running (stop it first)"
 fi
-ensure_rabbitmq
+ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
 command -v epmd >/dev/null || die "epmd (Erlang) is missing"
 read -r -a picked < <(free_ports 4)
 [[ ${#picked[@]} -eq 4 ]] || die "no free loopback ports"

@@ -37,6 +37,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
+# shellcheck source=scripts/lib/common.sh
+. "$ROOT/scripts/lib/common.sh"
 START=$SECONDS
 
 SUITES_DIR="$ROOT/compat-tests/suites"
@@ -238,24 +240,6 @@ start_stablemq() {
     BROKER_PID=$!
     "$PY" "$CTL" wait-amqp "$AMQP_PORT" 60 "$BROKER_PID" ||
         { tail -n 20 "$CACHE/logs/stablemq-$suite.broker.log" >&2; return 1; }
-}
-
-RABBITMQ_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
-ensure_rabbitmq() {
-    [[ -x $RABBITMQ_SERVER ]] && return 0
-    [[ $(id -u) -eq 0 ]] || die "RabbitMQ is not installed and installing it needs root (apt-get install rabbitmq-server)"
-    log "installing Debian's rabbitmq-server"
-    # Keep the package's own service from starting (it would listen on all interfaces).
-    local policy=/usr/sbin/policy-rc.d added=""
-    if [[ ! -e $policy ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod +x "$policy"
-        added=1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null
-    [[ -n $added ]] && rm -f "$policy"
-    [[ -x $RABBITMQ_SERVER ]] || die "apt-get installed rabbitmq-server but $RABBITMQ_SERVER is missing"
 }
 
 start_rabbitmq() {
@@ -488,7 +472,7 @@ run_parallel() {
 # --- main -------------------------------------------------------------------------------
 setup_venv
 if [[ $BROKER == rabbitmq ]]; then
-    ensure_rabbitmq
+    ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
     command -v epmd >/dev/null || die "epmd (Erlang) is missing"
     log "broker: RabbitMQ $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?') (fresh node per suite)"
 else

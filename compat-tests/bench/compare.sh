@@ -62,6 +62,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
+# shellcheck source=scripts/lib/common.sh
+. "$ROOT/scripts/lib/common.sh"
 HERE="$ROOT/compat-tests/bench"
 PY=$(command -v python3) || { echo "error: python3 is needed" >&2; exit 2; }
 BENCH="$HERE/bench.py"
@@ -221,25 +223,6 @@ done
 "$BIN" --version >/dev/null 2>&1 || die "could not copy a working $SRC_BIN"
 BIN_DATE=$(date -u -r "$SRC_BIN" '+%Y-%m-%d %H:%M UTC' 2>/dev/null || echo '?')
 
-RABBITMQ_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
-RABBITMQCTL=/usr/lib/rabbitmq/bin/rabbitmqctl
-ensure_rabbitmq() {
-    [[ -x $RABBITMQ_SERVER ]] && return 0
-    [[ $(id -u) -eq 0 ]] || die "RabbitMQ is not installed and installing it needs root (apt-get install rabbitmq-server)"
-    log "installing Debian's rabbitmq-server"
-    # Keep the package's own service from starting (it would listen on all interfaces).
-    local policy=/usr/sbin/policy-rc.d added=""
-    if [[ ! -e $policy ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod +x "$policy"
-        added=1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null
-    [[ -n $added ]] && rm -f "$policy"
-    [[ -x $RABBITMQ_SERVER ]] || die "apt-get installed rabbitmq-server but $RABBITMQ_SERVER is missing"
-}
-
 start_stablemq() { # scenario
     local dir="$WORK/stablemq-$1" port
     mkdir -p "$dir"
@@ -384,7 +367,7 @@ start_rabbitmq_cluster() { # scenario
 is_cluster() { [[ $1 == S3 || $1 == S4 || $1 == S5 ]]; }
 plus_list() { local IFS=+; echo "$*"; }
 
-ensure_rabbitmq
+ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
 command -v epmd >/dev/null || die "epmd (Erlang) is missing"
 RMQ_VERSION=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?')
 ERL_VERSION=$(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null || echo '?')

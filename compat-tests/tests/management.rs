@@ -8,8 +8,10 @@
 //! then create their users and vhost through RabbitMQ's API.
 
 mod common;
+mod http;
 
 use common::*;
+use http::{Api, enc};
 use lapin::options::{
     BasicQosOptions, ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions,
 };
@@ -43,128 +45,29 @@ fn start() -> Broker {
         ..Default::default()
     });
     if broker.is_external() {
-        // RabbitMQ: create the same users and vhost through its API.
+        // RabbitMQ: create the same users and vhost through its API. The
+        // tests run in parallel and each makes them; RabbitMQ answers 400
+        // now and then when two such writes race, so a write is retried.
         let api = Api::new(&broker);
+        let put = |path: String, body: serde_json::Value| {
+            for _ in 0..10 {
+                let a = api.put(&path, &body);
+                if a.status < 300 {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            panic!("PUT {path} kept failing");
+        };
         for (name, tag) in USERS {
-            let body = json!({"password": PASSWORD, "tags": tag});
-            api.put(&format!("/api/users/{name}"), &body);
+            put(
+                format!("/api/users/{name}"),
+                json!({"password": PASSWORD, "tags": tag}),
+            );
         }
-        api.put("/api/vhosts/other", &json!({}));
+        put("/api/vhosts/other".into(), json!({}));
     }
     broker
-}
-
-/// A management API client for one broker.
-struct Api {
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Api {
-    fn new(broker: &Broker) -> Api {
-        let port = match std::env::var("STABLEMQ_TEST_EXTERNAL_MANAGEMENT_PORT") {
-            Ok(p) if broker.is_external() => p.parse().expect("management port"),
-            _ => broker.management_port,
-        };
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(WAIT))
-            .build()
-            .into();
-        Api {
-            base: format!("http://127.0.0.1:{port}"),
-            agent,
-        }
-    }
-
-    /// GET `path` as `user`; the status and the JSON body (null if none).
-    fn get_as(&self, user: Option<(&str, &str)>, path: &str) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        let mut req = self.agent.get(&url);
-        if let Some((u, p)) = user {
-            req = req.header("authorization", basic(u, p));
-        }
-        let mut resp = req.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        let status = resp.status().as_u16();
-        let body = resp.body_mut().read_json::<Value>().unwrap_or(Value::Null);
-        (status, body)
-    }
-
-    /// GET `path` as guest, expecting 200.
-    fn get(&self, path: &str) -> Value {
-        let (status, body) = self.get_as(Some(("guest", "guest")), path);
-        assert_eq!(status, 200, "GET {path}: {body}");
-        body
-    }
-
-    /// GET `path` as guest and return the status.
-    fn status(&self, path: &str) -> u16 {
-        self.get_as(Some(("guest", "guest")), path).0
-    }
-
-    /// GET `path` until `check` holds (RabbitMQ refreshes its statistics
-    /// every few seconds; StableMQ answers at once).
-    fn get_until(&self, path: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let body = self.get(path);
-            if check(&body) {
-                return body;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{path} never showed {what}: {body:#}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// PUT a JSON body as guest (only used to set up an external RabbitMQ).
-    fn put(&self, path: &str, body: &Value) {
-        let url = format!("{}{path}", self.base);
-        let resp = self
-            .agent
-            .put(&url)
-            .header("authorization", basic("guest", "guest"))
-            .send_json(body)
-            .unwrap_or_else(|e| panic!("PUT {url}: {e}"));
-        assert!(resp.status().is_success(), "PUT {path}: {}", resp.status());
-    }
-}
-
-/// An HTTP basic `Authorization` value.
-fn basic(user: &str, pass: &str) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let input = format!("{user}:{pass}");
-    let mut out = String::new();
-    for chunk in input.as_bytes().chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    format!("Basic {out}")
-}
-
-/// Percent-encode one path segment (vhost, names, properties keys).
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The entries of a JSON list that match `pred`.
@@ -233,27 +136,30 @@ async fn overview_whoami_and_health_checks() {
     );
 
     assert_eq!(
-        api.get("/api/whoami"),
+        api.get_ok("/api/whoami"),
         json!({"name": "guest", "tags": ["administrator"]})
     );
-    assert_eq!(api.get("/api/cluster-name")["name"], o["cluster_name"]);
-    assert_eq!(api.get("/api/aliveness-test/%2F"), json!({"status": "ok"}));
+    assert_eq!(api.get_ok("/api/cluster-name")["name"], o["cluster_name"]);
+    assert_eq!(
+        api.get_ok("/api/aliveness-test/%2F"),
+        json!({"status": "ok"})
+    );
     assert_eq!(api.status("/api/aliveness-test/no-such-vhost"), 404);
     assert_eq!(
-        api.get("/api/health/checks/alarms"),
+        api.get_ok("/api/health/checks/alarms"),
         json!({"status": "ok"})
     );
     assert_eq!(
-        api.get("/api/health/checks/local-alarms"),
+        api.get_ok("/api/health/checks/local-alarms"),
         json!({"status": "ok"})
     );
     assert_eq!(
-        api.get("/api/health/checks/virtual-hosts"),
+        api.get_ok("/api/health/checks/virtual-hosts"),
         json!({"status": "ok"})
     );
     let port = broker.addr().port();
     assert_eq!(
-        api.get(&format!("/api/health/checks/port-listener/{port}")),
+        api.get_ok(&format!("/api/health/checks/port-listener/{port}")),
         json!({"status": "ok", "port": port})
     );
     let (status, body) = api.get_as(
@@ -369,7 +275,7 @@ async fn queues_exchanges_and_bindings_show_what_clients_declared() {
     assert_eq!(qj["type"], "classic");
     assert_eq!(qj["state"], "running");
     assert_eq!(qj["arguments"], args_json);
-    assert_eq!(qj["node"], api.get("/api/overview")["node"]);
+    assert_eq!(qj["node"], api.get_ok("/api/overview")["node"]);
     assert_eq!(qj["message_bytes"], 6);
     let c = &qj["consumer_details"][0];
     assert_eq!(c["consumer_tag"], "mgmt-ctag");
@@ -378,38 +284,40 @@ async fn queues_exchanges_and_bindings_show_what_clients_declared() {
     assert_eq!(c["arguments"], json!({"x-priority": 5}));
     assert_eq!(c["queue"], json!({"name": q, "vhost": "/"}));
 
-    let all = api.get("/api/queues");
+    let all = api.get_ok("/api/queues");
     one(&all, "queue", |v| {
         v["name"] == q.as_str() && v["vhost"] == "/"
     });
-    one(&api.get("/api/queues/%2F"), "queue", |v| {
+    one(&api.get_ok("/api/queues/%2F"), "queue", |v| {
         v["name"] == q.as_str()
     });
     assert_eq!(api.status("/api/queues/no-such-vhost"), 404);
     assert_eq!(api.status("/api/queues/%2F/no-such-queue"), 404);
 
-    let xj = api.get(&format!("/api/exchanges/%2F/{}", enc(&x)));
+    let xj = api.get_ok(&format!("/api/exchanges/%2F/{}", enc(&x)));
     assert_eq!(xj["name"], x.as_str());
     assert_eq!(xj["type"], "topic");
     assert_eq!(xj["durable"], false);
     assert_eq!(xj["internal"], false);
     assert_eq!(xj["arguments"], json!({"alternate-exchange": "amq.fanout"}));
-    let default = api.get("/api/exchanges/%2F/amq.default");
+    let default = api.get_ok("/api/exchanges/%2F/amq.default");
     assert_eq!(
         (&default["name"], &default["type"]),
         (&json!(""), &json!("direct"))
     );
-    let exchanges = api.get("/api/exchanges/%2F");
+    let exchanges = api.get_ok("/api/exchanges/%2F");
     one(&exchanges, "amq.topic", |v| {
         v["name"] == "amq.topic" && v["type"] == "topic"
     });
     one(&exchanges, "x2", |v| {
         v["name"] == x2.as_str() && v["auto_delete"] == true
     });
-    one(&api.get("/api/exchanges"), "x", |v| v["name"] == x.as_str());
+    one(&api.get_ok("/api/exchanges"), "x", |v| {
+        v["name"] == x.as_str()
+    });
     assert_eq!(api.status("/api/exchanges/%2F/no-such-exchange"), 404);
 
-    let bindings = api.get("/api/bindings/%2F");
+    let bindings = api.get_ok("/api/bindings/%2F");
     let b = one(&bindings, "x -> q", |v| {
         v["source"] == x.as_str() && v["destination"] == q.as_str()
     });
@@ -430,22 +338,22 @@ async fn queues_exchanges_and_bindings_show_what_clients_declared() {
     let e2e = one(&bindings, "x -> x2", |v| v["destination"] == x2.as_str());
     assert_eq!(e2e["destination_type"], "exchange");
     assert_eq!(e2e["properties_key"], "b.%2A");
-    one(&api.get("/api/bindings"), "x -> q", |v| {
+    one(&api.get_ok("/api/bindings"), "x -> q", |v| {
         v["source"] == x.as_str() && v["destination"] == q.as_str()
     });
 
     let between = format!("/api/bindings/%2F/e/{}/q/{}", enc(&x), enc(&q));
-    assert_eq!(api.get(&between).as_array().map(Vec::len), Some(1));
-    let single = api.get(&format!("{between}/{}", enc(&key)));
+    assert_eq!(api.get_ok(&between).as_array().map(Vec::len), Some(1));
+    let single = api.get_ok(&format!("{between}/{}", enc(&key)));
     assert_eq!(single["routing_key"], "a.#");
     assert_eq!(api.status(&format!("{between}/nope")), 404);
     let e2e_path = format!("/api/bindings/%2F/e/{}/e/{}", enc(&x), enc(&x2));
-    assert_eq!(api.get(&e2e_path)[0]["routing_key"], "b.*");
-    let of_queue = api.get(&format!("/api/queues/%2F/{}/bindings", enc(&q)));
+    assert_eq!(api.get_ok(&e2e_path)[0]["routing_key"], "b.*");
+    let of_queue = api.get_ok(&format!("/api/queues/%2F/{}/bindings", enc(&q)));
     assert_eq!(of_queue.as_array().map(Vec::len), Some(2), "{of_queue:#}");
-    let from_x = api.get(&format!("/api/exchanges/%2F/{}/bindings/source", enc(&x)));
+    let from_x = api.get_ok(&format!("/api/exchanges/%2F/{}/bindings/source", enc(&x)));
     assert_eq!(from_x.as_array().map(Vec::len), Some(2), "{from_x:#}");
-    let into_x2 = api.get(&format!(
+    let into_x2 = api.get_ok(&format!(
         "/api/exchanges/%2F/{}/bindings/destination",
         enc(&x2)
     ));
@@ -516,12 +424,14 @@ async fn connections_channels_and_consumers_name_their_clients() {
         |c| c["channels"] == 2,
     );
     assert_eq!(c["user_provided_name"], label.as_str());
-    one(&api.get("/api/vhosts/%2F/connections"), "connection", |c| {
-        c["name"] == name.as_str()
-    });
+    one(
+        &api.get_ok("/api/vhosts/%2F/connections"),
+        "connection",
+        |c| c["name"] == name.as_str(),
+    );
     assert_eq!(api.status("/api/connections/no-such-connection"), 404);
 
-    let chans = api.get(&format!("/api/connections/{}/channels", enc(&name)));
+    let chans = api.get_ok(&format!("/api/connections/{}/channels", enc(&name)));
     assert_eq!(chans.as_array().map(Vec::len), Some(2), "{chans:#}");
     let all = api.get_until("/api/channels", "the consumer's channel", |l| {
         !find(l, |c| {
@@ -549,14 +459,14 @@ async fn connections_channels_and_consumers_name_their_clients() {
     assert_eq!(reader["connection_details"]["peer_port"], peer_port);
     let channel_name = reader["name"].as_str().expect("channel name");
     assert_eq!(
-        api.get(&format!("/api/channels/{}", enc(channel_name)))["number"],
+        api.get_ok(&format!("/api/channels/{}", enc(channel_name)))["number"],
         reader["number"]
     );
-    one(&api.get("/api/vhosts/%2F/channels"), "channel", |c| {
+    one(&api.get_ok("/api/vhosts/%2F/channels"), "channel", |c| {
         c["name"] == channel_name
     });
 
-    let consumers = api.get("/api/consumers/%2F");
+    let consumers = api.get_ok("/api/consumers/%2F");
     let k = one(&consumers, "consumer", |c| {
         c["consumer_tag"] == "mgmt-consumer"
     });
@@ -569,7 +479,7 @@ async fn connections_channels_and_consumers_name_their_clients() {
     assert_eq!(k["exclusive"], false);
     assert_eq!(k["active"], true);
     assert_eq!(k["arguments"], json!({}));
-    one(&api.get("/api/consumers"), "consumer", |c| {
+    one(&api.get_ok("/api/consumers"), "consumer", |c| {
         c["consumer_tag"] == "mgmt-consumer"
     });
 }
@@ -602,26 +512,26 @@ async fn vhosts_users_permissions_and_definitions_export() {
     let excl = exclusive.name().to_string();
     bind_queue(&ch, &excl, &x, "excl").await;
 
-    let vhosts = api.get("/api/vhosts");
+    let vhosts = api.get_ok("/api/vhosts");
     for name in ["/", "other"] {
         let v = one(&vhosts, "vhost", |v| v["name"] == name);
         assert_eq!(v["tracing"], false);
         assert!(v["cluster_state"].is_object());
     }
-    assert_eq!(api.get("/api/vhosts/other")["name"], "other");
+    assert_eq!(api.get_ok("/api/vhosts/other")["name"], "other");
     assert_eq!(api.status("/api/vhosts/no-such-vhost"), 404);
 
-    let users = api.get("/api/users");
+    let users = api.get_ok("/api/users");
     let guest = one(&users, "guest", |u| u["name"] == "guest");
     assert_eq!(guest["tags"], json!(["administrator"]));
     assert_eq!(guest["hashing_algorithm"], "rabbit_password_hashing_sha256");
     // base64 of a 4-byte salt and a SHA-256 digest.
     assert_eq!(guest["password_hash"].as_str().map(str::len), Some(48));
-    assert_eq!(api.get("/api/users/mon")["tags"], json!(["monitoring"]));
-    assert_eq!(api.get("/api/users/notag")["tags"], json!([]));
+    assert_eq!(api.get_ok("/api/users/mon")["tags"], json!(["monitoring"]));
+    assert_eq!(api.get_ok("/api/users/notag")["tags"], json!([]));
     assert_eq!(api.status("/api/users/nobody"), 404);
 
-    let perms = api.get("/api/permissions");
+    let perms = api.get_ok("/api/permissions");
     let p = one(&perms, "guest on /", |p| {
         p["user"] == "guest" && p["vhost"] == "/"
     });
@@ -629,17 +539,19 @@ async fn vhosts_users_permissions_and_definitions_export() {
         (&p["configure"], &p["write"], &p["read"]),
         (&json!(".*"), &json!(".*"), &json!(".*"))
     );
-    assert_eq!(api.get("/api/permissions/%2F/guest")["read"], ".*");
+    assert_eq!(api.get_ok("/api/permissions/%2F/guest")["read"], ".*");
     one(
-        &api.get("/api/users/guest/permissions"),
+        &api.get_ok("/api/users/guest/permissions"),
         "guest on /",
         |p| p["vhost"] == "/",
     );
-    one(&api.get("/api/vhosts/%2F/permissions"), "guest on /", |p| {
-        p["user"] == "guest"
-    });
+    one(
+        &api.get_ok("/api/vhosts/%2F/permissions"),
+        "guest on /",
+        |p| p["user"] == "guest",
+    );
 
-    let d = api.get("/api/definitions");
+    let d = api.get_ok("/api/definitions");
     assert!(
         d["rabbit_version"]
             .as_str()
@@ -690,7 +602,7 @@ async fn vhosts_users_permissions_and_definitions_export() {
     );
     assert!(find(&d["bindings"], |b| b["source"] == "").is_empty());
 
-    let one_vhost = api.get("/api/definitions/%2F");
+    let one_vhost = api.get_ok("/api/definitions/%2F");
     let qv = one(&one_vhost["queues"], "queue", |v| v["name"] == q.as_str());
     assert!(
         qv.get("vhost").is_none(),
@@ -796,7 +708,7 @@ async fn a_resource_alarm_fails_the_alarm_health_checks() {
             let (status, body) = api.get_as(Some(("guest", "guest")), path);
             if status == 503 {
                 assert_eq!(body["status"], "failed");
-                let node = api.get("/api/overview")["node"].clone();
+                let node = api.get_ok("/api/overview")["node"].clone();
                 assert_eq!(
                     body["alarms"],
                     json!([{"node": node, "resource": "memory"}])
@@ -809,5 +721,8 @@ async fn a_resource_alarm_fails_the_alarm_health_checks() {
         }
     }
     // The rest of the API still answers during an alarm.
-    assert_eq!(api.get("/api/aliveness-test/%2F"), json!({"status": "ok"}));
+    assert_eq!(
+        api.get_ok("/api/aliveness-test/%2F"),
+        json!({"status": "ok"})
+    );
 }

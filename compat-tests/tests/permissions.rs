@@ -8,8 +8,10 @@
 //! connection.open for a vhost without permissions.
 
 mod common;
+mod http;
 
 use common::*;
+use http::Api;
 use lapin::options::{
     BasicConsumeOptions, ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
     QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
@@ -19,72 +21,6 @@ use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use serde_json::{Value, json};
 
 const PW: &str = "limited-pw";
-
-/// A management API client acting as guest.
-struct Api {
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Api {
-    fn new(broker: &Broker) -> Api {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(WAIT))
-            .build()
-            .into();
-        Api {
-            base: format!("http://127.0.0.1:{}", broker.management_port),
-            agent,
-        }
-    }
-
-    fn auth() -> String {
-        // base64("guest:guest")
-        "Basic Z3Vlc3Q6Z3Vlc3Q=".into()
-    }
-
-    /// A request with a JSON body (or none); the status and JSON answer.
-    fn send(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        let mut resp = match (method, body) {
-            ("GET", _) => self
-                .agent
-                .get(&url)
-                .header("authorization", Self::auth())
-                .call(),
-            ("DELETE", _) => self
-                .agent
-                .delete(&url)
-                .header("authorization", Self::auth())
-                .call(),
-            ("PUT", Some(b)) => self
-                .agent
-                .put(&url)
-                .header("authorization", Self::auth())
-                .send_json(b),
-            ("POST", Some(b)) => self
-                .agent
-                .post(&url)
-                .header("authorization", Self::auth())
-                .send_json(b),
-            _ => panic!("unsupported {method}"),
-        }
-        .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
-        let status = resp.status().as_u16();
-        let body = resp.body_mut().read_json::<Value>().unwrap_or(Value::Null);
-        (status, body)
-    }
-
-    #[track_caller]
-    fn put_ok(&self, path: &str, body: Value) {
-        let (status, answer) = self.send("PUT", path, Some(&body));
-        assert!(
-            status == 201 || status == 204,
-            "PUT {path}: {status} {answer}"
-        );
-    }
-}
 
 /// A broker with user `limited` whose permissions on `/` allow names that
 /// start with `ok-` only, and objects made by guest that `limited` may not
@@ -593,15 +529,7 @@ async fn definitions_import_into_one_vhost_and_say_what_was_not_imported() {
 
 /// A request as guest to node `port`'s management API.
 fn node_api(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let api = Api {
-        base: format!("http://127.0.0.1:{port}"),
-        agent: ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(WAIT))
-            .build()
-            .into(),
-    };
-    api.send(method, path, body)
+    Api::on_port(port, "guest", "guest").send(method, path, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
-//! A small management API client for the write tests (`management_writes`,
-//! `policies`): every call returns the status and the JSON body, and never
+//! The management API client of the compat tests (`management`,
+//! `management_writes`, `permissions`, `policies`, `exporter_fields`): every call returns the status and the JSON body, and never
 //! panics on a non-2xx status, so tests can check refusals.
 //!
 //! Against an external RabbitMQ (`STABLEMQ_TEST_EXTERNAL_URI`), set
@@ -88,6 +88,30 @@ impl Api {
         Api::finish(r, &format!("GET {url}"))
     }
 
+    /// GET as another user, or with no credentials at all (`None`): the
+    /// status and the JSON body, for the tests of who may read what.
+    pub fn get_as(&self, user: Option<(&str, &str)>, path: &str) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.agent.get(&url);
+        if let Some((u, p)) = user {
+            req = req.header("authorization", basic(u, p));
+        }
+        let a = Api::finish(req.call(), &format!("GET {url}"));
+        (a.status, a.body)
+    }
+
+    /// GET, expecting 200: the body.
+    pub fn get_ok(&self, path: &str) -> Value {
+        let a = self.get(path);
+        assert_eq!(a.status, 200, "GET {path}: {}", a.body);
+        a.body
+    }
+
+    /// GET: the status only.
+    pub fn status(&self, path: &str) -> u16 {
+        self.get(path).status
+    }
+
     /// PUT a JSON body.
     pub fn put(&self, path: &str, body: &Value) -> Answer {
         let url = format!("{}{path}", self.base);
@@ -123,6 +147,31 @@ impl Api {
             req = req.header(*k, *v);
         }
         Api::finish(req.call(), &format!("DELETE {url}"))
+    }
+
+    /// Any method by name, with a JSON body or none: the status and the body.
+    pub fn send(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let empty = Value::Object(Default::default());
+        let a = match method {
+            "GET" => self.get(path),
+            "DELETE" => self.delete(path),
+            "PUT" => self.put(path, body.unwrap_or(&empty)),
+            "POST" => self.post(path, body.unwrap_or(&empty)),
+            _ => panic!("unsupported method {method}"),
+        };
+        (a.status, a.body)
+    }
+
+    /// PUT, expecting 201 (created) or 204 (updated).
+    #[track_caller]
+    pub fn put_ok(&self, path: &str, body: Value) {
+        let a = self.put(path, &body);
+        assert!(
+            a.status == 201 || a.status == 204,
+            "PUT {path}: {} {}",
+            a.status,
+            a.body
+        );
     }
 
     /// GET until `check` holds (RabbitMQ refreshes its statistics every few
