@@ -50,8 +50,17 @@ use crate::position::{Entry, LogPosition};
 const JOURNAL_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Smaller than fjall's 64 MiB default so that flushes, and with them the
 /// journal's reclamation, come sooner. A publish and its ack's deletion that
-/// meet in one memtable flush as a tombstone only.
-const MEMTABLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// meet in one memtable flush as a tombstone only. It is also what bounds the
+/// store's RAM: fjall holds up to four sealed memtables per keyspace waiting
+/// for their flush (then it stalls writers), so the log and the state can
+/// take 2 x 5 x this much while a backlog fills faster than the disk takes it.
+/// fjall's database-wide `max_write_buffer_size` is not enforced (3.1).
+const MEMTABLE_BYTES_MAX: u64 = 8 * 1024 * 1024;
+/// fjall's block cache (32 MiB by default). The store reads little: the
+/// state at boot (once, in order) and point checks of keys a batch put and
+/// deleted, which bloom filters answer; the broker reads paged messages from
+/// its own files.
+const BLOCK_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 const LOG_KEYSPACE: &str = "log";
 const META_KEYSPACE: &str = "meta";
 const STATE_KEYSPACE: &str = "state";
@@ -102,6 +111,7 @@ impl FjallStore {
         let db = Database::builder(dir)
             .manual_journal_persist(true)
             .max_journaling_size(JOURNAL_BYTES_MAX)
+            .cache_size(BLOCK_CACHE_BYTES)
             .open()?;
         let bounded = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
         let log = db.keyspace(LOG_KEYSPACE, bounded)?;
