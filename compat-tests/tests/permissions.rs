@@ -13,11 +13,12 @@ mod http;
 use common::*;
 use http::Api;
 use lapin::options::{
-    BasicConsumeOptions, ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
+    BasicConsumeOptions, BasicPublishOptions, ExchangeBindOptions, ExchangeDeclareOptions,
+    ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+    QueuePurgeOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
 use serde_json::{Value, json};
 
 const PW: &str = "limited-pw";
@@ -314,6 +315,37 @@ async fn publish_needs_write_on_the_exchange_default_exchange_included() {
     // Nothing reached the queue through the default exchange.
     let (_g, gch) = open(&broker).await;
     assert_eq!(get_body(&gch, "ok-q").await, None);
+}
+
+/// The master caches a channel's last granted publish check; a permission
+/// change must still refuse the very next publish on a channel that was
+/// allowed to publish a moment before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_write_permission_refuses_the_next_publish_on_an_open_channel() {
+    let (broker, api) = setup().await;
+    let (conn, _ch) = limited(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    for _ in 0..3 {
+        publish(&ch, "ok-x", "k", b"allowed").await;
+    }
+    api.put_ok(
+        "/api/permissions/%2F/limited",
+        json!({"configure": "^ok-", "write": "^other-", "read": "^ok-"}),
+    );
+    let mut watch = ErrorWatch::new(&conn);
+    // The refusal closes the channel: the watch sees it, whatever lapin
+    // makes of the pending confirm.
+    let _pending = ch
+        .basic_publish(
+            "ok-x".into(),
+            "k".into(),
+            BasicPublishOptions::default(),
+            b"revoked",
+            BasicProperties::default(),
+        )
+        .await;
+    watch.expect(ACCESS_REFUSED, "publish after revoke").await;
+    wait_channel_closed(&ch).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

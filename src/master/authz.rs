@@ -46,6 +46,35 @@ impl Master {
         }
     }
 
+    /// Write on `exchange` for a publish on channel `ch`, through the
+    /// channel's cache of its last granted check (see
+    /// `Channel::write_permitted`): the user and vhost of a connection never
+    /// change, so the exchange name and the table's generation are the key.
+    pub(super) fn authorize_publish(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        exchange: &str,
+    ) -> AmqpResult<()> {
+        let generation = self.broker.access.generation;
+        let cached = self.channel_mut(conn, ch).is_some_and(|c| {
+            c.write_permitted
+                .as_ref()
+                .is_some_and(|(g, x)| *g == generation && x == exchange)
+        });
+        if cached {
+            return Ok(());
+        }
+        self.authorize(conn, Perm::Write, "exchange", exchange)?;
+        if let Some(c) = self.channel_mut(conn, ch) {
+            let (g, x) = c.write_permitted.get_or_insert_with(Default::default);
+            *g = generation;
+            x.clear();
+            x.push_str(exchange);
+        }
+        Ok(())
+    }
+
     /// `authorize` for either end of a binding.
     pub(super) fn authorize_destination(
         &self,

@@ -29,7 +29,7 @@ impl Master {
         }
         let exchange = p.exchange.as_str();
         // Write on the exchange before looking it up, as RabbitMQ does.
-        self.authorize(conn, crate::users::Perm::Write, "exchange", exchange)
+        self.authorize_publish(conn, ch, exchange)
             .map_err(|e| e.on(60, 40))?;
         let Some(x) = self.broker.exchange(&vhost, exchange) else {
             return Err(AmqpError::no_exchange(&vhost, exchange).on(60, 40));

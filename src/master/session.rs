@@ -120,6 +120,12 @@ pub struct Channel {
     /// It has published at least once: RabbitMQ's `rabbitmq_global_publishers`
     /// counts such channels while they are open.
     pub publishing: bool,
+    /// The exchange of this channel's last publish that passed the write
+    /// permission check, with the access table's generation then: later
+    /// publishes to it skip the check (two map lookups and a regex match)
+    /// until any access event bumps the generation, so a revoked permission
+    /// refuses the very next publish.
+    pub write_permitted: Option<(u64, String)>,
 }
 
 impl Default for Channel {
@@ -137,6 +143,7 @@ impl Default for Channel {
             reply_consumer: None,
             pending_replies: 0,
             publishing: false,
+            write_permitted: None,
         }
     }
 }

@@ -10,6 +10,7 @@ impl Broker {
     /// Apply one access-control or vhost event. Called by `Broker::apply`.
     pub(crate) fn apply_access(&mut self, ev: &Event, out: &mut Applied) {
         let table: &mut AccessTable = Arc::make_mut(&mut self.access);
+        table.generation = table.generation.wrapping_add(1);
         match ev {
             Event::VhostMetadata {
                 vhost,

@@ -169,6 +169,10 @@ pub struct AccessTable {
     /// Set by the first user or vhost event ever applied: from then on the
     /// config file's users and vhosts no longer seed anything.
     pub initialized: bool,
+    /// Bumped by every access or vhost event applied to this table, so a
+    /// permission check cached against one value (the master caches the last
+    /// publish check per channel) is known stale once anything changed.
+    pub generation: u64,
 }
 
 /// What RabbitMQ keeps about a vhost besides its contents.
