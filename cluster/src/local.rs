@@ -237,8 +237,9 @@ impl Drop for LocalLog {
 enum Input {
     /// An entry to commit.
     Entry(Entry),
-    /// A window reduced by the reducer thread, to write.
-    Reduced(Result<StateBatch, StoreError>),
+    /// The reducer thread queued a batch (see [`ReducerThread`]): a wake-up
+    /// only, the batch itself is in the bounded channel.
+    Reduced,
     /// Commit what came before, then stop.
     Close,
 }
@@ -299,28 +300,63 @@ const STATE_WINDOW_ENTRIES_MAX: usize = 16384;
 /// when traffic stops. Not a commit timer: commits never wait.
 const STATE_IDLE: Duration = Duration::from_millis(100);
 
-/// The reducer thread: reduces windows of stable entries in order and sends
-/// each batch back to the store thread as [`Input::Reduced`].
+/// Merged ops in one reduced batch at most. A window is bounded in bytes,
+/// but one small ack entry can remove a hundred messages, so a window of
+/// acks made a million deletions in one batch: hundreds of MiB at once in
+/// the batch, fjall's copy of it and the memtable (S6's drain).
+const REDUCED_OPS_MAX: usize = 32 * 1024;
+/// Reduced batches queued for the store thread at most; the reducer waits
+/// beyond that.
+const REDUCED_QUEUED_MAX: usize = 2;
+
+/// One reduced batch, for the store thread to write.
+struct Reduced {
+    batch: Result<StateBatch, StoreError>,
+    /// The last batch of its window.
+    window_done: bool,
+}
+
+/// The reducer thread: reduces windows of stable entries in order, in
+/// batches of at most [`REDUCED_OPS_MAX`] ops, and queues each batch for the
+/// store thread (waking it with [`Input::Reduced`]).
 struct ReducerThread {
     /// Bounded to one queued window: a reducer slower than the commits holds
     /// the store thread back rather than let windows pile up in memory.
     tx: mpsc::SyncSender<Vec<Entry>>,
+    /// Reduced batches, in order; bounded so a store slower than the
+    /// reducer holds the reducer back.
+    reduced: mpsc::Receiver<Reduced>,
     thread: JoinHandle<()>,
-    /// Windows handed over whose batch has not been written yet.
+    /// Windows handed over whose last batch has not been written yet.
     outstanding: usize,
 }
 
 impl ReducerThread {
-    fn start(mut m: Materializer, done: mpsc::Sender<Input>) -> Result<ReducerThread, StoreError> {
+    fn start(mut m: Materializer, wake: mpsc::Sender<Input>) -> Result<ReducerThread, StoreError> {
         let (tx, rx) = mpsc::sync_channel::<Vec<Entry>>(1);
+        let (reduced_tx, reduced) = mpsc::sync_channel::<Reduced>(REDUCED_QUEUED_MAX);
         let thread = std::thread::Builder::new()
             .name("stablemq-reduce".into())
             .spawn(move || {
                 while let Ok(window) = rx.recv() {
-                    let reduced = m.reduce(&window);
-                    let failed = reduced.is_err();
-                    if done.send(Input::Reduced(reduced)).is_err() || failed {
-                        return;
+                    let mut rest = &window[..];
+                    while !rest.is_empty() {
+                        let (batch, taken) = match m.reduce_bounded(rest, REDUCED_OPS_MAX) {
+                            Ok((batch, taken)) => (Ok(batch), taken),
+                            Err(e) => (Err(e), rest.len()),
+                        };
+                        let failed = batch.is_err();
+                        rest = &rest[taken.min(rest.len())..];
+                        let out = Reduced {
+                            batch,
+                            window_done: rest.is_empty(),
+                        };
+                        if reduced_tx.send(out).is_err()
+                            || wake.send(Input::Reduced).is_err()
+                            || failed
+                        {
+                            return;
+                        }
                     }
                     // The payloads are freed here, off the commit thread.
                     drop(window);
@@ -328,19 +364,64 @@ impl ReducerThread {
             })?;
         Ok(ReducerThread {
             tx,
+            reduced,
             thread,
             outstanding: 0,
         })
     }
 
-    /// Hand a window over; blocks while the reducer has one queued already.
-    fn hand_over(&mut self, window: &mut Vec<Entry>) -> Result<(), StoreError> {
-        let full = std::mem::take(window);
-        self.tx
-            .send(full)
-            .map_err(|_| StoreError::Stopped("the reducer thread stopped".into()))?;
+    /// Hand a window over. While the reducer has one queued already, this
+    /// writes the batches it sends back (the reducer may be waiting for
+    /// room for them) until the window fits.
+    fn hand_over(
+        &mut self,
+        store: &mut dyn EventStore,
+        window: &mut Vec<Entry>,
+    ) -> Result<bool, StoreError> {
+        let mut full = std::mem::take(window);
+        let mut wrote = false;
+        loop {
+            match self.tx.try_send(full) {
+                Ok(()) => break,
+                Err(mpsc::TrySendError::Full(back)) => {
+                    full = back;
+                    match self.reduced.recv_timeout(Duration::from_millis(5)) {
+                        Ok(r) => {
+                            self.write(store, r)?;
+                            wrote = true;
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            return Err(StoreError::Stopped("the reducer thread stopped".into()));
+                        }
+                    }
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => {
+                    return Err(StoreError::Stopped("the reducer thread stopped".into()));
+                }
+            }
+        }
         self.outstanding += 1;
-        Ok(())
+        Ok(wrote)
+    }
+
+    /// Writes one reduced batch.
+    fn write(&mut self, store: &mut dyn EventStore, r: Reduced) -> Result<(), StoreError> {
+        let batch = r.batch?;
+        if r.window_done {
+            self.outstanding = self.outstanding.saturating_sub(1);
+        }
+        store.materialize(&batch)
+    }
+
+    /// Writes the batches queued now; whether there were any.
+    fn write_queued(&mut self, store: &mut dyn EventStore) -> Result<bool, StoreError> {
+        let mut wrote = false;
+        while let Ok(r) = self.reduced.try_recv() {
+            self.write(store, r)?;
+            wrote = true;
+        }
+        Ok(wrote)
     }
 }
 
@@ -356,26 +437,18 @@ impl Window {
         self.bytes >= STATE_WINDOW_BYTES_MAX || self.entries.len() >= STATE_WINDOW_ENTRIES_MAX
     }
 
-    fn hand_over(&mut self, reducer: &mut ReducerThread) -> Result<(), StoreError> {
+    /// Hands the window over; whether reduced batches were written meanwhile.
+    fn hand_over(
+        &mut self,
+        store: &mut dyn EventStore,
+        reducer: &mut ReducerThread,
+    ) -> Result<bool, StoreError> {
         if self.entries.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         self.bytes = 0;
-        reducer.hand_over(&mut self.entries)
+        reducer.hand_over(store, &mut self.entries)
     }
-}
-
-/// Writes a batch the reducer thread sent back.
-fn write_reduced(
-    store: &mut dyn EventStore,
-    reducer: &mut Option<ReducerThread>,
-    reduced: Result<StateBatch, StoreError>,
-) -> Result<(), StoreError> {
-    let batch = reduced?;
-    if let Some(r) = reducer.as_mut() {
-        r.outstanding = r.outstanding.saturating_sub(1);
-    }
-    store.materialize(&batch)
 }
 
 /// Group commit until `Close`; then the state of the last window, and a
@@ -409,7 +482,7 @@ fn commit_loop(
                     Some(r) if !window.entries.is_empty() => match rx.recv_timeout(STATE_IDLE) {
                         Ok(input) => input,
                         Err(mpsc::RecvTimeoutError::Timeout) => {
-                            window.hand_over(r)?;
+                            state_unsynced |= window.hand_over(store, r)?;
                             continue;
                         }
                         Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -423,9 +496,10 @@ fn commit_loop(
         };
         let first = match first {
             Input::Entry(entry) => entry,
-            Input::Reduced(reduced) => {
-                write_reduced(store, &mut reducer, reduced)?;
-                state_unsynced = true;
+            Input::Reduced => {
+                if let Some(r) = reducer.as_mut() {
+                    state_unsynced |= r.write_queued(store)?;
+                }
                 continue;
             }
             Input::Close => break,
@@ -440,7 +514,11 @@ fn commit_loop(
                     batch.push(entry);
                 }
                 // Written before this batch's commit, made durable by its fsync.
-                Ok(Input::Reduced(reduced)) => write_reduced(store, &mut reducer, reduced)?,
+                Ok(Input::Reduced) => {
+                    if let Some(r) = reducer.as_mut() {
+                        r.write_queued(store)?;
+                    }
+                }
                 Ok(Input::Close) => {
                     closing = true;
                     break;
@@ -465,21 +543,16 @@ fn commit_loop(
             window.entries.extend(batch.iter().cloned());
             window.bytes += batch_bytes;
             if window.is_full() {
-                window.hand_over(r)?;
+                state_unsynced |= window.hand_over(store, r)?;
             }
         }
     }
     if let Some(mut r) = reducer {
-        window.hand_over(&mut r)?;
+        window.hand_over(store, &mut r)?;
         // Nothing but reduced batches can come now: the log is closed.
         while r.outstanding > 0 {
-            match rx.recv() {
-                Ok(Input::Reduced(reduced)) => {
-                    let batch = reduced?;
-                    r.outstanding -= 1;
-                    store.materialize(&batch)?;
-                }
-                Ok(Input::Entry(_) | Input::Close) => {}
+            match r.reduced.recv() {
+                Ok(reduced) => r.write(store, reduced)?,
                 Err(_) => {
                     return Err(StoreError::Stopped("the reducer thread stopped".into()));
                 }

@@ -433,3 +433,52 @@ proptest! {
         );
     }
 }
+
+/// A window reduced in bounded batches ends in the same state as reduced in
+/// one, each batch stays within its bound (plus what its last entry and the
+/// reducer's flush add), and the batches cover the window in order.
+#[test]
+fn bounded_reduction_splits_a_window_and_keeps_the_state() {
+    let texts: Vec<String> = (0..40u64)
+        .map(|i| match i % 4 {
+            3 => format!("del k{}", i - 2),
+            _ => format!("put k{i} v{i}"),
+        })
+        .collect();
+    let window: Vec<Entry> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Entry::new(1, 1 + i as u64, t.clone()))
+        .collect();
+    let run = |max_ops: usize| {
+        let mut store = MemoryStore::new();
+        store.append(&window).unwrap();
+        store.sync().unwrap();
+        store.set_stable_index(window.len() as u64).unwrap();
+        let mut m = Materializer::open(Box::new(TextReducer::default()), 0, &store).unwrap();
+        let mut rest = &window[..];
+        let mut batches = 0;
+        while !rest.is_empty() {
+            let (batch, taken) = m.reduce_bounded(rest, max_ops).unwrap();
+            assert!(taken >= 1 && taken <= rest.len());
+            assert_eq!(batch.state_index, rest[taken - 1].pos.index);
+            // One entry makes one op here, the flush one more.
+            assert!(
+                batch.ops.len() <= max_ops.saturating_add(1),
+                "{} ops",
+                batch.ops.len()
+            );
+            store.materialize(&batch).unwrap();
+            rest = &rest[taken..];
+            batches += 1;
+        }
+        assert_eq!(store.state_index(), window.len() as u64);
+        (all_state(&store), batches)
+    };
+    let (whole, one) = run(usize::MAX);
+    assert_eq!(one, 1);
+    let (split, many) = run(5);
+    // 30 distinct keys are put, at most 5 (plus #seen) per batch.
+    assert!(many >= 6, "{many} batches");
+    assert_eq!(split, whole);
+}

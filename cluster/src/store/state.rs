@@ -325,12 +325,28 @@ impl Materializer {
     /// log through `retention` entries behind its state index (a store
     /// ignores a compaction below its log base).
     pub fn reduce(&mut self, entries: &[Entry]) -> Result<StateBatch, StoreError> {
-        let Some(last) = entries.last() else {
+        self.reduce_bounded(entries, usize::MAX)
+            .map(|(batch, _)| batch)
+    }
+
+    /// [`Materializer::reduce`], but the batch ends after the first entry
+    /// that brings it to `max_ops` merged ops: returns the batch and how many
+    /// of `entries` it covers (at least one); reduce the rest next. A short
+    /// entry can stand for many ops (one ack removes a hundred messages), so
+    /// bounding the entries alone does not bound the batch, nor fjall's copy
+    /// of it, nor the memtable it lands in.
+    pub fn reduce_bounded(
+        &mut self,
+        entries: &[Entry],
+        max_ops: usize,
+    ) -> Result<(StateBatch, usize), StoreError> {
+        if entries.is_empty() {
             return Err(StoreError::Misuse("reducing an empty batch".into()));
-        };
-        let mut batch = StateBatch::new(last.pos.index);
-        for (offset, entry) in entries.iter().enumerate() {
-            let expected = self.next + offset as u64;
+        }
+        let mut batch = StateBatch::new(self.next);
+        let mut taken = 0;
+        for entry in entries {
+            let expected = self.next + taken as u64;
             if entry.pos.index != expected {
                 return Err(StoreError::Corrupt(format!(
                     "entry {} where {expected} was expected",
@@ -341,6 +357,11 @@ impl Materializer {
             for op in self.ops.drain(..) {
                 batch.push(op);
             }
+            batch.state_index = entry.pos.index;
+            taken += 1;
+            if batch.ops.len() >= max_ops {
+                break;
+            }
         }
         self.reducer.flush(&mut self.ops)?;
         for op in self.ops.drain(..) {
@@ -348,7 +369,7 @@ impl Materializer {
         }
         batch.compact_through = batch.state_index.saturating_sub(self.retention);
         self.next = batch.state_index + 1;
-        Ok(batch)
+        Ok((batch, taken))
     }
 }
 
