@@ -144,9 +144,8 @@ pub enum Output {
 
 /// A message for a connection task.
 #[derive(Debug)]
-// Messages move once through a channel; boxing the big variants would add an
-// allocation per message on the hot path.
-#[allow(clippy::large_enum_variant)]
+// Deliveries (the hot variant) carry an `Arc<Message>`; only the rare
+// `Return` has its properties boxed to keep the enum small.
 pub enum ToConn {
     /// connection.open accepted: send open-ok.
     Opened,
@@ -200,8 +199,9 @@ pub enum ToConn {
         exchange: String,
         /// Routing key.
         routing_key: String,
-        /// Properties.
-        properties: BasicProperties,
+        /// Properties (boxed: returns are rare, and inline they made every
+        /// `ToConn`, deliveries included, 408 bytes to move instead of ~130).
+        properties: Box<BasicProperties>,
         /// Body.
         body: Bytes,
     },

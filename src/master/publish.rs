@@ -166,7 +166,7 @@ impl Master {
                         reply_text: "NO_ROUTE".into(),
                         exchange,
                         routing_key,
-                        properties,
+                        properties: Box::new(properties),
                         body,
                     },
                 );
