@@ -187,6 +187,10 @@ impl Cluster {
             .arg(&node.config)
             .arg("--bind")
             .arg("127.0.0.1")
+            // STABLEMQ_TEST_LOG_LEVEL raises the nodes' log level (a tracing
+            // filter) when a cluster test needs diagnosing.
+            .arg("--log-level")
+            .arg(std::env::var("STABLEMQ_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into()))
             .env("NO_COLOR", "1")
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))

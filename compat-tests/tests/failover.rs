@@ -593,3 +593,84 @@ async fn a_store_only_node_counts_towards_the_quorum() {
     let ids = consume_all(&[cluster.uri(other)], "failover.store_only").await;
     assert_no_loss(&record.confirmed, &ids, "store-only quorum member");
 }
+
+/// The value of a Prometheus counter line `name{labels} value`, 0 if absent.
+fn counter(metrics: &str, name_and_labels: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_behind_the_compacted_log_catches_up_by_snapshot_and_takes_over() {
+    // Stores keep only 50 stable entries behind their stable index: a node
+    // down for a while comes back below every peer's log base, where only
+    // the stores' materialized state has what it missed.
+    let mut cluster = blocking(|| Cluster::start_example_tuned(None, "store_retention = 50"));
+    let first = blocking(|| cluster.wait_master(WAIT));
+    let p = start_publisher(&cluster, "failover.snapshot", first);
+    wait_confirms(&p.record, 1000).await;
+    let b = (first + 1) % 3;
+    blocking(|| cluster.kill9(b));
+    // More than a pipeline window (8192 entries) behind: the master stops
+    // keeping the log in memory for b's store too, so both halves of b
+    // must catch up from the other stores.
+    wait_confirms(&p.record, 10_000).await;
+    blocking(|| cluster.start(b));
+    blocking(|| wait_caught_up(&cluster, b, first));
+    let metrics = blocking(|| cluster.metrics(b));
+    let restored = counter(
+        &metrics,
+        "stablemq_snapshots_installed_total{role=\"broker\"}",
+    );
+    assert!(
+        restored >= 1.0,
+        "node {} did not restore its broker from a snapshot; metrics:\n{metrics}",
+        b + 1
+    );
+    // The store may finish its snapshot just after the broker caught up.
+    let deadline = std::time::Instant::now() + WAIT;
+    while !cluster.log(b).contains("store caught up by snapshot") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node {}'s store did not install a snapshot; log:\n{}",
+            b + 1,
+            cluster.log(b)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A restarted node takes over: kill the master; if the third node wins,
+    // restart the old master, let it catch up, and kill the winner.
+    blocking(|| cluster.kill9(first));
+    let mut master = blocking(|| cluster.wait_master_other_than(Some(first), WAIT));
+    if master != b {
+        blocking(|| cluster.start(first));
+        blocking(|| wait_caught_up(&cluster, first, master));
+        let previous = master;
+        blocking(|| cluster.kill9(previous));
+        master = blocking(|| cluster.wait_master_other_than(Some(previous), WAIT));
+    }
+    // Either b or the old master, restarted: both came back below the
+    // stores' log bases, so the new master rebuilt its broker from a
+    // snapshot plus the log suffix.
+    let restores = counter(
+        &blocking(|| cluster.metrics(master)),
+        "stablemq_snapshots_installed_total{role=\"broker\"}",
+    );
+    assert!(
+        restores >= 1.0,
+        "the new master (node {}) did not restore from a snapshot",
+        master + 1
+    );
+    wait_confirms(&p.record, 1000).await;
+    let record = p.finish().await;
+    let ids = consume_all(&[cluster.uri(master)], "failover.snapshot").await;
+    let dups = assert_no_loss(&record.confirmed, &ids, "master restored from a snapshot");
+    eprintln!(
+        "snapshot catch-up: node {} restored from a snapshot and took over; \
+         {} confirmed, {dups} duplicates, lost 0",
+        master + 1,
+        record.confirmed.len()
+    );
+}

@@ -483,10 +483,13 @@ impl BrokerNode {
             return;
         }
         self.catch_up_sent_ms = Some(now);
-        if let Some(rx) = &self.snapshot_rx {
-            let (to, msg) = rx.request();
-            out.push(BrokerCommand::Send { to, msg });
-            return;
+        if let Some(rx) = &mut self.snapshot_rx {
+            if let Some((to, msg)) = rx.resend() {
+                out.push(BrokerCommand::Send { to, msg });
+                return;
+            }
+            // The source went silent: ask the next store from scratch.
+            self.snapshot_rx = None;
         }
         let store = self.cfg.stores[self.catch_up_turn % self.cfg.stores.len()];
         self.catch_up_turn = self.catch_up_turn.wrapping_add(1);
@@ -618,11 +621,20 @@ impl BrokerNode {
                 }
             }
             Role::Candidate(c) => {
-                // Progress towards the marker: a slow catch-up of the stores is
-                // not a failed election.
-                c.deadline_ms = c.deadline_ms.max(now + self.cfg.election_timeout_ms);
+                let timeout_ms = self.cfg.election_timeout_ms;
+                let deadline_ms = c.deadline_ms;
                 let Some(repl) = c.replicator() else { return };
-                if repl.on_ack(now, from, last, &self.log) {
+                let before = repl.matched(from);
+                let stable_moved = repl.on_ack(now, from, last, &self.log);
+                if from.service == Service::Store && repl.matched(from) > before {
+                    // A store got further towards the marker: a slow
+                    // catch-up is not a failed election. Only that: a
+                    // heartbeat ack (or a slave's) proves nothing, and
+                    // counting it kept a candidacy whose marker could never
+                    // reach a quorum alive forever, with no master.
+                    c.deadline_ms = deadline_ms.max(now + timeout_ms);
+                }
+                if stable_moved {
                     self.maybe_become_master(out);
                 }
             }

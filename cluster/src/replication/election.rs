@@ -124,13 +124,23 @@ impl BrokerNode {
                 source,
                 target,
                 next,
-            } => match &self.snapshot_rx {
-                Some(rx) => {
-                    let (to, msg) = rx.request();
-                    out.push(BrokerCommand::Send { to, msg });
+            } => {
+                // Continue a snapshot from the adopted store; one from any
+                // other store (left from catching up as a slave), or one
+                // whose source went silent, is dropped for a new Fetch.
+                let resend = self
+                    .snapshot_rx
+                    .as_mut()
+                    .filter(|rx| rx.source() == Endpoint::store(*source))
+                    .and_then(|rx| rx.resend());
+                match resend {
+                    Some((to, msg)) => out.push(BrokerCommand::Send { to, msg }),
+                    None => {
+                        self.snapshot_rx = None;
+                        out.push(fetch(&self.cfg, *source, epoch, *next, target.index));
+                    }
                 }
-                None => out.push(fetch(&self.cfg, *source, epoch, *next, target.index)),
-            },
+            }
             Phase::Confirming { .. } => {}
         }
     }

@@ -107,11 +107,9 @@ impl Config {
             batch_entries_max: 512,
             window_entries_max: 8192,
             fetch_entries_max: 4096,
-            // Off by default: with compaction on, a takeover in a real 3-node
-            // cluster stalled ("no master within 60 s") in about one run in two
-            // of the snapshot catch-up test; the simulator does not reproduce it.
-            // `[cluster] store_retention = N` turns it on.
-            store_retention: None,
+            // Half a pipeline window: a follower a little behind catches up
+            // from the log, one further behind from a snapshot.
+            store_retention: Some(4096),
         }
     }
 

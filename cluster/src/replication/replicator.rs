@@ -78,6 +78,12 @@ impl Replicator {
         self.stable
     }
 
+    /// The highest index `peer` acked in this epoch (0 if none, or not a
+    /// peer).
+    pub(crate) fn matched(&self, peer: Endpoint) -> u64 {
+        self.peers.get(&peer).map_or(0, |p| p.matched)
+    }
+
     /// What brokers may drop from memory: the lowest ack among the stores
     /// keeping up (acked within `lag_max` of `stable`), at most `stable`.
     /// Nothing up to it will be resent to those stores. A store further
@@ -122,6 +128,18 @@ impl Replicator {
                 // heartbeat at our first position, which the peer rejects
                 // until it has caught up from a store (a slave from any
                 // store, a store from its peers).
+                //
+                // Its floor is at least our base: a store catches up from
+                // its peers only when it lacks entries below the floor, and
+                // `floor()` alone can be lower than our base (a fresh
+                // replicator counts a lagging store's `matched` as 0 while
+                // the stable index is within a window, and a candidate's
+                // base is where its snapshot left it). Without this a store
+                // behind our base waits for entries we cannot send, and
+                // with the third store down no marker ever becomes stable.
+                // Our base is below what we applied, so it is stable, and
+                // every store that acks our marker learns a stable index at
+                // least this high: some live peer can serve it.
                 if now.saturating_sub(peer.last_sent_ms) >= cfg.heartbeat_ms {
                     out.push((
                         to,
@@ -130,7 +148,7 @@ impl Replicator {
                             prev: log.pos_at(log.base()).unwrap_or(LogPosition::ZERO),
                             entries: Vec::new(),
                             stable: self.stable,
-                            floor,
+                            floor: floor.max(log.base()),
                         },
                     ));
                     peer.last_sent_ms = now;

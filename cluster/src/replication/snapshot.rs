@@ -30,7 +30,16 @@ pub(crate) struct SnapshotRx {
     after: Option<Bytes>,
     /// Every pair so far, in key order.
     pairs: Vec<(Bytes, Bytes)>,
+    /// Requests resent since the last chunk arrived. A source that stays
+    /// silent (it crashed, or is cut off) is given up after
+    /// [`RESENDS_MAX`], so the receiver asks another node: waiting on it
+    /// forever left a store unable to ack a new master's marker, and with
+    /// a third store down no master was ever elected.
+    unanswered: u32,
 }
+
+/// Resends without an answer after which a transfer is abandoned.
+const RESENDS_MAX: u32 = 3;
 
 /// What one chunk did.
 #[derive(Debug, PartialEq)]
@@ -61,6 +70,22 @@ impl SnapshotRx {
         )
     }
 
+    /// The store sending the snapshot.
+    pub(crate) fn source(&self) -> Endpoint {
+        self.source
+    }
+
+    /// The request for the next chunk again, after a period without an
+    /// answer; `None` once [`RESENDS_MAX`] resends went unanswered: the
+    /// caller drops the transfer and asks elsewhere.
+    pub(crate) fn resend(&mut self) -> Option<(Endpoint, Message)> {
+        if self.unanswered >= RESENDS_MAX {
+            return None;
+        }
+        self.unanswered += 1;
+        Some(self.request())
+    }
+
     /// Fold a chunk from `from` into `rx`. A snapshot whose base is at or
     /// below `have` (the index the receiver already holds as stable) is of no
     /// use and ignored.
@@ -84,6 +109,7 @@ impl SnapshotRx {
                     base,
                     after: None,
                     pairs: Vec::new(),
+                    unanswered: 0,
                 });
             }
             Some(key) => {
@@ -98,6 +124,7 @@ impl SnapshotRx {
         let Some(r) = rx.as_mut() else {
             return ChunkOutcome::Ignored;
         };
+        r.unanswered = 0;
         if let Some((last, _)) = pairs.last() {
             r.after = Some(last.clone());
         }
@@ -172,5 +199,41 @@ mod tests {
         // Not newer than what we hold: ignored.
         let old = SnapshotRx::on_chunk(&mut rx, s, 40, base, None, vec![], true);
         assert_eq!(old, ChunkOutcome::Ignored);
+    }
+
+    #[test]
+    fn a_silent_source_is_given_up_after_a_few_resends() {
+        let s = Endpoint::store(1);
+        let base = LogPosition::new(2, 40);
+        let mut rx = None;
+        SnapshotRx::on_chunk(&mut rx, s, 0, base, None, vec![kv("a")], false);
+        let r = rx.as_mut().expect("transfer under way");
+        let again = Message::SnapshotRequest {
+            base,
+            after: Some(Bytes::from("a")),
+        };
+        for _ in 0..RESENDS_MAX {
+            assert_eq!(r.resend(), Some((s, again.clone())));
+        }
+        assert_eq!(r.resend(), None, "the source is silent: ask elsewhere");
+        // A chunk arriving in time resets the count.
+        let mut rx = None;
+        SnapshotRx::on_chunk(&mut rx, s, 0, base, None, vec![kv("a")], false);
+        let r = rx.as_mut().expect("transfer under way");
+        r.resend();
+        r.resend();
+        SnapshotRx::on_chunk(
+            &mut rx,
+            s,
+            0,
+            base,
+            Some(Bytes::from("a")),
+            vec![kv("b")],
+            false,
+        );
+        let r = rx.as_mut().expect("transfer under way");
+        for _ in 0..RESENDS_MAX {
+            assert!(r.resend().is_some());
+        }
     }
 }

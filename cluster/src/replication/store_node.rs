@@ -649,10 +649,13 @@ impl StoreNode {
             return;
         }
         self.catch_up_sent_ms = Some(now);
-        if let Some(rx) = &self.snapshot_rx {
-            let (to, msg) = rx.request();
-            out.push(StoreCommand::Send { to, msg });
-            return;
+        if let Some(rx) = &mut self.snapshot_rx {
+            if let Some((to, msg)) = rx.resend() {
+                out.push(StoreCommand::Send { to, msg });
+                return;
+            }
+            // The source went silent: ask the next peer from scratch.
+            self.snapshot_rx = None;
         }
         let peer = self.peers[self.catch_up_turn % self.peers.len()];
         self.catch_up_turn = self.catch_up_turn.wrapping_add(1);

@@ -113,6 +113,9 @@ impl World {
         let now = self.now;
         let cfg = self.params.cfg.clone();
         let seed = self.rng.next_u64();
+        if self.held_down == Some(id) {
+            return; // kept down through the recovery phase
+        }
         let Some(node) = self.nodes.get_mut(&id).filter(|n| !n.up) else {
             return;
         };

@@ -59,6 +59,14 @@ pub struct SimParams {
     pub max_events: u64,
     /// Print every event to stderr.
     pub trace: bool,
+    /// The recovery phase keeps the most up-to-date store down instead of
+    /// restarting every node: the live quorum then has to include the
+    /// stores that lag (often below their peers' log bases), as after
+    /// SIGKILLing one node of a real 3-node cluster. The other nodes keep
+    /// their memory, and a master on a broker-only node is restarted empty.
+    /// The liveness check (a master, and new stable entries, by the end)
+    /// then covers a lagging store catching up under a new master.
+    pub heal_one_store_down: bool,
 }
 
 impl SimParams {
@@ -86,6 +94,14 @@ impl SimParams {
         cfg.store_retention = Some(rng.below(48));
         let delay_max_ms = rng.between(2, 12);
         let fault_lo = rng.between(20, 120);
+        // Drawn after everything above, so older seeds keep their topology
+        // and network.
+        let heal_one_store_down = stores_n >= 3 && rng.chance(500);
+        // A wide window too (as in production, 8192 against a few thousand
+        // entries here): then a lagging store still counts towards the
+        // floor, the case where it must still learn to catch up from its
+        // peers.
+        cfg.window_entries_max = [64, 64, 4096][rng.below(3) as usize];
         SimParams {
             seed,
             cfg,
@@ -104,6 +120,7 @@ impl SimParams {
             check_every_ms: 250,
             max_events: 2_000_000,
             trace: false,
+            heal_one_store_down,
         }
     }
 }

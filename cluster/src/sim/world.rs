@@ -152,6 +152,9 @@ pub struct World {
     pub(super) faults_on: bool,
     /// Stable history length when the final recovery started.
     history_len_at_heal: u64,
+    /// A node kept down through the recovery phase
+    /// ([`SimParams::heal_one_store_down`]).
+    pub(super) held_down: Option<NodeId>,
     /// The state of the stable history's prefixes, for the I4 state checks.
     replay: Replay,
 }
@@ -197,6 +200,7 @@ impl World {
             stats: SimStats::default(),
             faults_on: true,
             history_len_at_heal: 0,
+            held_down: None,
             replay: Replay::default(),
         }
     }
@@ -609,6 +613,9 @@ impl World {
         self.net.params.drop_per_mille = 0;
         self.net.params.dup_per_mille = 0;
         self.history_len_at_heal = self.history.len();
+        if self.params.heal_one_store_down && self.hold_one_store_down() {
+            return;
+        }
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for &id in &ids {
             self.crash(id);
@@ -616,5 +623,51 @@ impl World {
         for id in ids {
             self.schedule(5, Ev::Restart { node: id });
         }
+    }
+
+    /// Recovery with one store down for good: crash the node of the store
+    /// with the most up-to-date log (among those whose loss leaves a
+    /// broker), start every other crashed node, and restart a master that
+    /// runs on a broker-only node (so a new one must be elected, or it
+    /// comes back empty). Returns false if no store qualifies.
+    fn hold_one_store_down(&mut self) -> bool {
+        let brokers: Vec<NodeId> = self.params.cfg.brokers.clone();
+        let pick = self
+            .params
+            .cfg
+            .stores
+            .iter()
+            .copied()
+            .filter(|id| brokers.iter().any(|b| b != id))
+            .max_by_key(|id| {
+                let disk = self.nodes[id].disk.as_ref().map(|d| d.current());
+                let last = disk.map_or(LogPosition::ZERO, |d| {
+                    d.entries.last().map_or(d.base, |e| e.pos)
+                });
+                (last, *id)
+            });
+        let Some(down) = pick else {
+            return false;
+        };
+        self.held_down = Some(down);
+        self.crash(down);
+        let master = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.up && n.disk.is_none())
+            .filter_map(|(&id, n)| Some((id, n.broker.as_ref()?)))
+            .filter(|(_, b)| b.role() == RoleKind::Master)
+            .map(|(id, _)| id)
+            .next();
+        if let Some(m) = master {
+            self.crash(m);
+        }
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            if id != down && !self.nodes[&id].up {
+                self.schedule(5, Ev::Restart { node: id });
+            }
+        }
+        true
     }
 }
