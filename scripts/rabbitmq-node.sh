@@ -11,7 +11,8 @@
 #
 # start: DIR (created if missing; should be empty or a stopped node's) gets the
 # node's mnesia and log dirs, its config, its enabled_plugins file (the
-# management plugin, enabled offline) and its own Erlang cookie. The node listens
+# management plugin, enabled offline, plus any in RABBITMQ_EXTRA_PLUGINS) and its
+# own Erlang cookie. The node listens
 # on 127.0.0.1 only: AMQP, management HTTP and distribution ports as given, or
 # free ones (20000-31999, as the Rust test harness picks them), with its own epmd
 # on a free loopback port. The processes run detached from this script (own
@@ -196,7 +197,9 @@ rm -rf "$DIR/mnesia" "$DIR/log" "$DIR/home" "$DIR/plugins-expand"
 mkdir -p "$DIR"/{mnesia,log,home}
 if [[ $MGMT -eq 1 ]]; then
     # Dependencies (management_agent, web_dispatch) are enabled with it.
-    echo '[rabbitmq_management].' >"$DIR/enabled_plugins"
+    # RABBITMQ_EXTRA_PLUGINS (comma-separated, e.g. rabbitmq_shovel,rabbitmq_federation)
+    # adds plugins: compat-tests/tests/parameters.rs needs those two.
+    echo "[rabbitmq_management${RABBITMQ_EXTRA_PLUGINS:+,$RABBITMQ_EXTRA_PLUGINS}]." >"$DIR/enabled_plugins"
 else
     echo '[].' >"$DIR/enabled_plugins"
 fi

@@ -535,7 +535,7 @@ async fn definitions_import_into_one_vhost_and_say_what_was_not_imported() {
                        "auto_delete": false, "internal": false, "arguments": {}}],
         "bindings": [{"source": "imp-x", "destination": "imp-q", "destination_type": "queue",
                       "routing_key": "", "arguments": {}}],
-        "parameters": [{"name": "up", "component": "federation-upstream", "value": {}}]
+        "parameters": [{"name": "up", "component": "no-such-component", "value": {}}]
     });
     let (s, body) = api.send("POST", "/api/definitions/%2F", Some(&doc));
     assert_eq!(s, 200, "{body}");

@@ -280,6 +280,41 @@ pub enum Event {
         /// Name.
         name: String,
     },
+    // New variants go last: postcard numbers variants by position, so logs
+    // written before them still decode.
+    /// A runtime parameter was set (validated by the management API); the
+    /// vhost limits are the `vhost-limits` component's `limits` parameter.
+    ParameterSet {
+        /// Vhost.
+        vhost: String,
+        /// Component (`vhost-limits`, `shovel`, ...).
+        component: String,
+        /// Name.
+        name: String,
+        /// The value as JSON text (see `PolicySet::definition`).
+        value: String,
+    },
+    /// A runtime parameter was removed.
+    ParameterCleared {
+        /// Vhost.
+        vhost: String,
+        /// Component.
+        component: String,
+        /// Name.
+        name: String,
+    },
+    /// A global parameter was set.
+    GlobalParameterSet {
+        /// Name.
+        name: String,
+        /// The value as JSON text.
+        value: String,
+    },
+    /// A global parameter was removed.
+    GlobalParameterCleared {
+        /// Name.
+        name: String,
+    },
 }
 
 /// An event could not be read back from the log.
@@ -363,6 +398,13 @@ mod tests {
                 queue: "q".into(),
                 msg_ids: vec![1, 2, 3],
             },
+            Event::ParameterSet {
+                vhost: "/".into(),
+                component: "vhost-limits".into(),
+                name: "limits".into(),
+                value: r#"{"max-queues":3}"#.into(),
+            },
+            Event::GlobalParameterCleared { name: "g".into() },
         ];
         for e in evs {
             assert_eq!(Event::decode(&e.encode()).unwrap(), e);

@@ -10,6 +10,7 @@ pub mod event;
 pub mod exchange;
 pub mod message;
 pub mod paging;
+pub mod parameters;
 pub mod policy;
 pub mod queue;
 pub mod queue_args;
@@ -35,11 +36,24 @@ pub struct Vhost {
     pub queues: FastMap<String, Queue>,
     /// Policies by name (ordered, so picking one is deterministic: I4).
     pub policies: BTreeMap<String, Policy>,
+    /// Runtime parameters by (component, name), ordered so listings and
+    /// exports are stable; the vhost limits are one of them.
+    pub parameters: BTreeMap<(String, String), serde_json::Value>,
 }
 
 impl Vhost {
     /// Re-pick every object's policy after the policy table changed. Only
     /// objects whose policy changed get their arguments recomputed.
+    /// The value of the vhost's `max-connections` or `max-queues` limit, if
+    /// one is set (RabbitMQ keeps them as the `vhost-limits` parameter).
+    pub fn limit(&self, key: &str) -> Option<u64> {
+        let k = (
+            parameters::VHOST_LIMITS.to_string(),
+            parameters::LIMITS_NAME.to_string(),
+        );
+        parameters::limit(self.parameters.get(&k)?, key)
+    }
+
     fn refresh_policies(&mut self) {
         for (name, q) in &mut self.queues {
             let p = policy::pick(self.policies.values(), name, true);
@@ -75,6 +89,8 @@ pub struct Broker {
     /// `Arc` so the master task can hand out read-only snapshots cheaply;
     /// apply copies it on write (`Arc::make_mut`).
     pub access: Arc<crate::users::AccessTable>,
+    /// Global runtime parameters by name.
+    pub global_parameters: BTreeMap<String, serde_json::Value>,
 }
 
 impl Broker {
@@ -242,6 +258,33 @@ impl Broker {
                 {
                     v.refresh_policies();
                 }
+            }
+            Event::ParameterSet {
+                vhost,
+                component,
+                name,
+                value,
+            } => {
+                if let Some(v) = self.vhosts.get_mut(vhost) {
+                    let key = (component.clone(), name.clone());
+                    v.parameters.insert(key, parameters::from_event(value));
+                }
+            }
+            Event::ParameterCleared {
+                vhost,
+                component,
+                name,
+            } => {
+                if let Some(v) = self.vhosts.get_mut(vhost) {
+                    v.parameters.remove(&(component.clone(), name.clone()));
+                }
+            }
+            Event::GlobalParameterSet { name, value } => {
+                self.global_parameters
+                    .insert(name.clone(), parameters::from_event(value));
+            }
+            Event::GlobalParameterCleared { name } => {
+                self.global_parameters.remove(name);
             }
             Event::Removed {
                 vhost,

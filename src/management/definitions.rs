@@ -7,7 +7,10 @@
 //! permissions, topic permissions, queues, exchanges, bindings), submitted
 //! to the master as one management write and answered once stable. Objects
 //! that already exist are left as they are; items StableMQ cannot take
-//! (runtime parameters, vhost limits, exchange types it lacks) are listed in the answer and logged, never dropped silently.
+//! (runtime parameters of components it does not know, exchange types it
+//! lacks) are listed in the answer and logged, never dropped silently.
+//! Runtime parameters (vhost limits among them) and global parameters are
+//! imported and exported as RabbitMQ does (`parameters.rs`).
 
 use super::access::{PermissionJson, list_vhosts, permissions, topic_permissions, users};
 use super::json::Table;
@@ -16,6 +19,7 @@ use super::query::query;
 use super::users_api::{admin, body_object, regex, tags, topic_regex, user_fields};
 use super::{Access, ApiError, AppState, RABBITMQ_COMPAT_VERSION, caller};
 use crate::broker::event::{Binding, Destination, Event, ExchangeKind, ExchangeSpec, QueueSpec};
+use crate::broker::parameters::{LIMITS_NAME, VHOST_LIMITS};
 use crate::master::admin::{AdminOp, AdminOutcome};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -171,10 +175,24 @@ async fn definitions_all(
 ) -> Result<Json<Value>, ApiError> {
     caller(&state, &headers, Access::Administrator)?;
     let o = objects(&state, None).await?.unwrap_or_default();
+    let params = super::parameters::rows(&state, None, None)
+        .await?
+        .unwrap_or_default();
+    let limits_of = |vhost: &str| {
+        params
+            .iter()
+            .find(|p| p.vhost == vhost && p.component == VHOST_LIMITS && p.name == LIMITS_NAME)
+            .map_or(json!([]), |p| p.value.clone())
+    };
     let vhosts: Vec<Value> = list_vhosts(&state)
         .await?
         .into_iter()
-        .map(|v| json!({"name": v.name, "limits": [], "metadata": v.metadata}))
+        .map(|v| json!({"name": v.name, "limits": limits_of(&v.name), "metadata": v.metadata}))
+        .collect();
+    let globals: Vec<Value> = super::parameters::global_rows(&state)
+        .await?
+        .into_iter()
+        .map(|(name, value)| json!({"name": name, "value": value}))
         .collect();
     let t = state.access();
     let perms: Vec<PermissionJson> = permissions(&t);
@@ -187,8 +205,8 @@ async fn definitions_all(
         "vhosts": vhosts,
         "permissions": perms,
         "topic_permissions": topic_permissions(&t),
-        "parameters": [],
-        "global_parameters": [],
+        "parameters": params.iter().map(|p| p.to_json()).collect::<Vec<_>>(),
+        "global_parameters": globals,
         "policies": policies(&state, None).await?,
         "queues": o.queues,
         "exchanges": o.exchanges,
@@ -206,6 +224,9 @@ async fn definitions_in(
 ) -> Result<Json<Value>, ApiError> {
     caller(&state, &headers, Access::Administrator)?;
     let policies = policies(&state, Some(vhost.clone())).await?;
+    let params = super::parameters::rows(&state, None, Some(vhost.clone()))
+        .await?
+        .unwrap_or_default();
     let o = objects(&state, Some(vhost))
         .await?
         .ok_or_else(|| ApiError::BadRequest("vhost_not_found".into()))?;
@@ -224,7 +245,8 @@ async fn definitions_in(
         "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
         "product_name": "StableMQ",
         "product_version": env!("CARGO_PKG_VERSION"),
-        "parameters": [],
+        // RabbitMQ 3.10 keeps the vhost field on parameters here.
+        "parameters": params.iter().map(|p| p.to_json()).collect::<Vec<_>>(),
         "policies": to_values(policies),
         "queues": queues,
         "exchanges": exchanges,
@@ -393,15 +415,15 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
                     .and_then(Value::as_str)
                     .map(String::from),
             });
-            if v.get("limits").is_some_and(|l| match l {
-                Value::Array(a) => !a.is_empty(),
-                Value::Object(o) => !o.is_empty(),
-                _ => false,
-            }) {
-                not_imported.push(format!(
-                    "vhost limits of '{}' (not supported)",
-                    s(v, "name")?
-                ));
+            // RabbitMQ exports the limits here and among the parameters;
+            // `[]` is its empty list.
+            if let Some(l @ Value::Object(o)) = v.get("limits")
+                && !o.is_empty()
+            {
+                let vhost = s(v, "name")?;
+                let ev = super::parameters::parameter_event(&vhost, VHOST_LIMITS, LIMITS_NAME, l)
+                    .map_err(|e| format!("limits of vhost '{vhost}': {e}"))?;
+                events.push(ev);
             }
         }
         for p in list("permissions")? {
@@ -428,17 +450,25 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
             let name = s(g, "name")?;
             // internal_cluster_id names one RabbitMQ cluster: nothing to carry over.
             if name != "internal_cluster_id" {
-                not_imported.push(format!("global parameter '{name}' (not supported)"));
+                let value = g.get("value").cloned().unwrap_or(Value::Null);
+                events.push(Event::GlobalParameterSet {
+                    name,
+                    value: value.to_string(),
+                });
             }
         }
     }
     for p in list("parameters")? {
-        not_imported.push(format!(
-            "parameter '{}' of component '{}' in vhost '{}' (runtime parameters are not supported)",
-            s(p, "name")?,
-            s(p, "component").unwrap_or_default(),
-            vhost_of(p)?
-        ));
+        let (vhost, component, name) = (vhost_of(p)?, s(p, "component")?, s(p, "name")?);
+        let value = p.get("value").cloned().unwrap_or(Value::Null);
+        match super::parameters::parameter_event(&vhost, &component, &name, &value) {
+            Ok(ev) => events.push(ev),
+            // A component of a plugin StableMQ lacks: said, not dropped silently.
+            Err(e) => not_imported.push(format!(
+                "parameter '{name}' of component '{component}' in vhost '{vhost}': {}",
+                e.to_string().trim()
+            )),
+        }
     }
     // Before queues and exchanges, as RabbitMQ orders it, so they are
     // declared with their policy in place.

@@ -27,6 +27,7 @@ mod nodes;
 mod objects;
 mod overview;
 mod paging;
+mod parameters;
 mod policies;
 mod query;
 mod sessions;
@@ -176,6 +177,7 @@ fn router() -> Router<AppState> {
         .merge(writes::routes())
         .merge(messages::routes())
         .merge(policies::routes())
+        .merge(parameters::routes())
         .fallback(|| async { ApiError::NotFound })
 }
 

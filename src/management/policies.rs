@@ -1,16 +1,11 @@
-//! `/api/policies`, `/api/operator-policies`, `/api/parameters` and
-//! `/api/global-parameters`, in RabbitMQ 3.10's shapes.
+//! `/api/policies` and `/api/operator-policies`, in RabbitMQ 3.10's shapes
+//! (parameters are in `parameters.rs`).
 //!
 //! A policy write is validated here ([`policy_event`], also used by the
 //! definitions import) and becomes a `PolicySet` or `PolicyCleared` event,
 //! sent through the master's management-write path: it is answered once
 //! the event is stable (I1), and apply re-picks every object's policy on
 //! the master and every replica alike (I4).
-//!
-//! Runtime parameters belong to plugins (federation, shovel) that StableMQ
-//! does not have, so a parameter write is refused with 400, as RabbitMQ
-//! refuses one for a component whose plugin is not enabled; the lists are
-//! empty.
 
 use super::query::query;
 use super::users_api::admin;
@@ -38,17 +33,6 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/api/operator-policies", get(empty_list))
         .route("/api/operator-policies/{vhost}", get(empty_list))
-        .route("/api/parameters", get(empty_list))
-        .route("/api/parameters/{component}", get(empty_list))
-        .route("/api/parameters/{component}/{vhost}", get(empty_list))
-        .route(
-            "/api/parameters/{component}/{vhost}/{name}",
-            get(not_found)
-                .put(unknown_component)
-                .delete(unknown_component),
-        )
-        .route("/api/global-parameters", get(global_parameters))
-        .route("/api/global-parameters/{name}", get(global_parameter_one))
 }
 
 /// Policies as `/api/policies` lists them, sorted by vhost then name.
@@ -125,7 +109,7 @@ async fn policy_one(
 }
 
 /// Only `policymaker` and `administrator` users write policies.
-fn policymaker(who: &Caller) -> Result<(), WriteError> {
+pub(super) fn policymaker(who: &Caller) -> Result<(), WriteError> {
     if who
         .tags
         .iter()
@@ -246,58 +230,13 @@ async fn delete_policy(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// For lists of objects StableMQ has none of (operator policies, plugin
-/// parameters).
+/// For lists of objects StableMQ has none of (operator policies).
 async fn empty_list(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<Value>>, ApiError> {
     caller(&state, &headers, Access::Management)?;
     Ok(Json(Vec::new()))
-}
-
-async fn not_found(State(state): State<AppState>, headers: HeaderMap) -> Result<(), ApiError> {
-    caller(&state, &headers, Access::Management)?;
-    Err(ApiError::NotFound)
-}
-
-/// A parameter write: no component is known, as on a RabbitMQ without the
-/// federation and shovel plugins.
-async fn unknown_component(
-    State(state): State<AppState>,
-    Path((component, _vhost, _name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, WriteError> {
-    caller(&state, &headers, Access::Management)?;
-    Err(WriteError::BadRequest(format!(
-        "Validation failed\n\ncomponent {component} not found\n"
-    )))
-}
-
-/// The global parameters RabbitMQ always has: the cluster name.
-fn globals(state: &AppState) -> Vec<Value> {
-    vec![json!({"name": "cluster_name", "value": state.config.cluster_name})]
-}
-
-async fn global_parameters(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<Vec<Value>>, ApiError> {
-    caller(&state, &headers, Access::Administrator)?;
-    Ok(Json(globals(&state)))
-}
-
-async fn global_parameter_one(
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    caller(&state, &headers, Access::Administrator)?;
-    globals(&state)
-        .into_iter()
-        .find(|p| p["name"] == name.as_str())
-        .map(Json)
-        .ok_or(ApiError::NotFound)
 }
 
 impl From<PolicyError> for WriteError {

@@ -488,6 +488,12 @@ impl Master {
                 }
                 Ok(Some(true))
             }
+            Event::ParameterSet { vhost, .. } | Event::ParameterCleared { vhost, .. } => {
+                if self.broker.vhost(vhost).is_none() {
+                    return Err(vhost_missing(vhost));
+                }
+                Ok(Some(true))
+            }
             // Users and anything else the importer built: always applies.
             _ => Ok(Some(true)),
         }

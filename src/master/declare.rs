@@ -587,6 +587,9 @@ impl Master {
                 }
             } else {
                 validate_queue_spec(vhost, &name, &spec)?;
+                if let Some(e) = self.queue_limit_refusal(vhost, &name) {
+                    return Err(e);
+                }
                 // A new queue with a dead-letter exchange: read on the queue,
                 // write on the exchange, as RabbitMQ checks.
                 if let Some(dlx) = spec

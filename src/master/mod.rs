@@ -18,6 +18,7 @@ mod counters;
 mod dead_letter;
 mod declare;
 mod deliver;
+mod limits;
 mod mgmt;
 mod publish;
 mod reply_to;
@@ -356,6 +357,10 @@ impl Master {
                 format!("access to vhost '{vhost}' refused for user '{user}'"),
             )
             .on(10, 40);
+            self.send(conn, ToConn::CloseConnection(e));
+            return;
+        }
+        if let Some(e) = self.connection_limit_refusal(conn, &user, &vhost) {
             self.send(conn, ToConn::CloseConnection(e));
             return;
         }
