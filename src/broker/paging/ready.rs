@@ -89,8 +89,13 @@ impl Ready {
             let level = key.inverse_priority;
             let to_run = match self.runs.get(&level) {
                 Some(run) => run.last_id().is_some_and(|last| key.id > last),
+                // Only a new message starts a run, never a requeued one: a
+                // run's first id must be above every message of its level that
+                // is out for delivery, or one of those could come back with an
+                // id inside the run, where neither RAM nor the run can hold it.
                 None => {
-                    !pager.has_room(ram_cost(&m))
+                    !m.redelivered
+                        && !pager.has_room(ram_cost(&m))
                         && self.ram.first_key_value().is_some_and(|(k, _)| *k < key)
                         && self
                             .ram

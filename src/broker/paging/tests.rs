@@ -231,12 +231,13 @@ proptest! {
         let mut plain = Queue::with_pager("q".into(), spec(max), None);
         let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
         let (mut id_a, mut id_b) = (0, 0);
-        for op in &ops {
+        for (n, op) in ops.iter().enumerate() {
             let a = step(&mut paged, &mut out_a, op, &mut id_a);
             let b = step(&mut plain, &mut out_b, op, &mut id_b);
             prop_assert_eq!(a.as_ref().map(view), b.as_ref().map(view));
             prop_assert_eq!(paged.head().map(view), plain.head().map(view));
             prop_assert_eq!(paged.ready.len(), plain.ready.len());
+            prop_assert_eq!(paged.ready_ids(), plain.ready_ids(), "after op {} {:?}", n, op);
             prop_assert_eq!(paged.ready_bytes, plain.ready_bytes);
             prop_assert_eq!(paged.any_ready_persistent(), plain.any_ready_persistent());
         }
