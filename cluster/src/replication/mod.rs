@@ -109,7 +109,7 @@ impl Config {
             fetch_entries_max: 4096,
             // Half a pipeline window: a follower a little behind catches up
             // from the log, one further behind from a snapshot.
-            store_retention: Some(4096),
+            store_retention: Some(65536),
         }
     }
 
