@@ -157,8 +157,12 @@ async fn exporter_reads_queue_exchange_node_and_connection_fields() {
     )
     .await
     .expect("queue.bind");
-    for _ in 0..7 {
-        publish(&ch, &exchange, "k", b"hello").await;
+    // The first two (the ones the consumer below will hold) transient, the
+    // other five persistent.
+    for i in 0..7 {
+        let mode = if i < 2 { 1 } else { 2 };
+        let props = lapin::BasicProperties::default().with_delivery_mode(mode);
+        publish_props(&ch, &exchange, "k", b"hello", props).await;
     }
     let ch2 = channel(&conn).await;
     within("basic.qos", ch2.basic_qos(2, BasicQosOptions::default()))
@@ -187,6 +191,7 @@ async fn exporter_reads_queue_exchange_node_and_connection_fields() {
     });
     let node = label(&overview, "node", "overview").to_string();
     label(&overview, "rabbitmq_version", "overview");
+    label(&overview, "erlang_version", "overview");
     label(&overview, "cluster_name", "overview");
     let o = flatten(&overview);
     for key in [
@@ -244,7 +249,8 @@ async fn exporter_reads_queue_exchange_node_and_connection_fields() {
         assert_eq!(num(&f, key, "queue"), value, "queue {key}");
     }
     // Held in memory: RabbitMQ pages durable queues' messages out, StableMQ
-    // keeps every message in memory (the `_ram` counts equal the totals).
+    // pages only past its RAM budget, far above these 7 messages (the `_ram`
+    // counts equal the totals).
     for (key, value) in [
         ("messages_ram", 7.0),
         ("messages_ready_ram", 5.0),
@@ -266,6 +272,19 @@ async fn exporter_reads_queue_exchange_node_and_connection_fields() {
         "message_stats.ack",
     ] {
         num(&f, key, "queue");
+    }
+    // Persistence, memory and consumer capacity: 5 ready messages are
+    // persistent, and the consumer holds 2 (transient) with more waiting.
+    for (key, value) in [
+        ("messages_persistent", 5.0),
+        ("message_bytes_persistent", 25.0),
+    ] {
+        assert_eq!(num(&f, key, "queue"), value, "queue {key}");
+    }
+    assert!(num(&f, "memory", "queue") > 0.0, "queue memory");
+    for key in ["consumer_utilisation", "consumer_capacity"] {
+        let u = num(&f, key, "queue");
+        assert!((0.0..=1.0).contains(&u), "queue {key} {u}");
     }
     if let Some(idle) = q.get("idle_since").and_then(Value::as_str) {
         // The exporter parses "2006-01-02 15:04:05" or "2006-01-02T15:04:05.999-07:00".

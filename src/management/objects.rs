@@ -69,14 +69,30 @@ pub struct QueueJson {
     message_bytes: u64,
     message_bytes_ready: u64,
     message_bytes_unacknowledged: u64,
-    /// Every message is held in memory: the `_ram` counts equal the totals
-    /// and nothing is paged out.
+    /// Ready messages past the RAM budget are paged out (docs/architecture.md);
+    /// unacked ones are always in RAM.
     messages_ram: usize,
     messages_ready_ram: usize,
     messages_unacknowledged_ram: usize,
     message_bytes_ram: u64,
     messages_paged_out: usize,
     message_bytes_paged_out: u64,
+    /// delivery_mode 2, ready and unacked: counted from the ready index
+    /// (no disk reads), so a listing costs time in the queue's length.
+    messages_persistent: usize,
+    message_bytes_persistent: u64,
+    /// What the queue's messages cost in RAM (bodies, names, a fixed overhead
+    /// each, 16 bytes per paged-out message); there is no queue process.
+    memory: u64,
+    /// 1 while consumers take every message at once (none waits), else 0;
+    /// RabbitMQ averages this over time, StableMQ reports the moment.
+    consumer_utilisation: f64,
+    /// The same, under RabbitMQ 3.10's newer name.
+    consumer_capacity: f64,
+    /// When the queue last saw traffic, once an API reading finds none since
+    /// the previous one (RabbitMQ: since its process went idle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idle_since: Option<String>,
     /// The `timestamp` property of the first ready message, if it has one.
     head_message_timestamp: Option<u64>,
     consumers: usize,
@@ -107,6 +123,26 @@ impl QueueJson {
     fn of(vhost: &str, q: &Queue, qc: Option<&QueueConsumers>, node: &str) -> QueueJson {
         let first_tag = || qc.and_then(|c| c.list.first()).map(|k| k.tag.to_string());
         let unacked_bytes: u64 = q.unacked.values().map(|m| m.msg.body.len() as u64).sum();
+        let (mut persistent, mut persistent_bytes) = (0usize, 0u64);
+        for m in q.unacked.values().filter(|m| m.msg.is_persistent()) {
+            persistent += 1;
+            persistent_bytes += m.msg.body.len() as u64;
+        }
+        q.ready.visit(|_, len, p| {
+            if p {
+                persistent += 1;
+                persistent_bytes += len;
+            }
+            true
+        });
+        let paged = q.ready.len() - q.ready.ram_len();
+        let paged_bytes = q.ready.paged_bytes();
+        let consumers = qc.map_or(0, |c| c.list.len());
+        let utilisation = if consumers > 0 && q.ready.is_empty() {
+            1.0
+        } else {
+            0.0
+        };
         let quorum = q.args.quorum;
         QueueJson {
             name: q.name.clone(),
@@ -124,14 +160,20 @@ impl QueueJson {
             message_bytes: q.ready_bytes + unacked_bytes,
             message_bytes_ready: q.ready_bytes,
             message_bytes_unacknowledged: unacked_bytes,
-            messages_ram: q.len(),
-            messages_ready_ram: q.ready.len(),
+            messages_ram: q.len() - paged,
+            messages_ready_ram: q.ready.ram_len(),
             messages_unacknowledged_ram: q.unacked.len(),
-            message_bytes_ram: q.ready_bytes + unacked_bytes,
-            messages_paged_out: 0,
-            message_bytes_paged_out: 0,
+            message_bytes_ram: q.ready_bytes - paged_bytes + unacked_bytes,
+            messages_paged_out: paged,
+            message_bytes_paged_out: paged_bytes,
+            messages_persistent: persistent,
+            message_bytes_persistent: persistent_bytes,
+            memory: q.ready.memory_bytes() + unacked_bytes,
+            consumer_utilisation: utilisation,
+            consumer_capacity: utilisation,
+            idle_since: None,
             head_message_timestamp: q.head().and_then(|m| *m.msg.properties.timestamp()),
-            consumers: qc.map_or(0, |c| c.list.len()),
+            consumers,
             exclusive_consumer_tag: qc.filter(|c| c.exclusive).and_then(|_| first_tag()),
             single_active_consumer_tag: if q.args.single_active_consumer {
                 first_tag()
@@ -176,6 +218,7 @@ fn list_queues(view: CoreView<'_>, vhost: Option<&str>, node: &str) -> Option<Ve
             let qc = by_queue.get(&(vname.as_str(), name.as_str())).copied();
             let mut json = QueueJson::of(vname, q, qc, node);
             json.message_stats = super::stats::queue(view.master, vname, name);
+            json.idle_since = super::stats::queue_idle_since(view.master, vname, name);
             out.push(json);
         }
     }
@@ -225,6 +268,7 @@ async fn queue_one(
             .copied();
         let mut json = QueueJson::of(&vhost, q, qc, &node);
         json.message_stats = super::stats::queue(view.master, &vhost, &name);
+        json.idle_since = super::stats::queue_idle_since(view.master, &vhost, &name);
         let mut details = consumers(&view, &who, Some(&vhost), &node);
         details.retain(|c| c.is_on(&vhost, &name));
         json.consumer_details = Some(details);

@@ -174,6 +174,10 @@ async fn overview(
         "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
         "product_name": "StableMQ",
         "product_version": env!("CARGO_PKG_VERSION"),
+        // Tools take these as labels (kbudde/rabbitmq_exporter's
+        // rabbitmq_version_info); there is no Erlang runtime to name.
+        "erlang_version": "none",
+        "erlang_full_version": "none (StableMQ runs no Erlang VM)",
         "rates_mode": "none",
         "disable_stats": false,
         "enable_queue_totals": true,

@@ -15,6 +15,7 @@
 #![allow(dead_code)]
 
 mod raw;
+#[allow(unused_imports)] // only the tests that speak raw AMQP use it
 pub use raw::*;
 
 use std::future::Future;

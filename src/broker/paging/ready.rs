@@ -59,6 +59,18 @@ impl Ready {
         self.ram.len()
     }
 
+    /// Body bytes of the paged-out messages.
+    pub fn paged_bytes(&self) -> u64 {
+        self.runs.values().map(Run::bytes).sum()
+    }
+
+    /// What the messages in RAM cost (bodies, names and a fixed overhead each),
+    /// plus 16 bytes of index per paged-out message: the queue's memory as the
+    /// management API reports it.
+    pub fn memory_bytes(&self) -> u64 {
+        self.ram_cost + 16 * self.paged as u64
+    }
+
     /// The first message (always in RAM).
     pub fn first(&self) -> Option<&QueuedMessage> {
         self.ram.first_key_value().map(|(_, m)| m)

@@ -123,6 +123,11 @@ impl Run {
         self.live
     }
 
+    /// Body bytes of the messages held.
+    pub fn bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
     /// Id of the first message, which is never a removed one.
     pub fn first_id(&self) -> Option<u64> {
         self.chunks
