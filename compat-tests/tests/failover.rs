@@ -674,3 +674,91 @@ async fn a_node_behind_the_compacted_log_catches_up_by_snapshot_and_takes_over()
         record.confirmed.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_node_behind_the_compacted_log_catches_up_by_snapshot() {
+    // As above, but node b is SIGSTOPped rather than killed: it comes back
+    // with its memory (its broker's applied state, its store's log and
+    // promise), far below every peer's log base, and with timers that
+    // expired while it slept.
+    let mut cluster = blocking(|| Cluster::start_example_tuned(None, "store_retention = 50"));
+    let first = blocking(|| cluster.wait_master(WAIT));
+    let p = start_publisher(&cluster, "failover.paused", first);
+    wait_confirms(&p.record, 1000).await;
+    let b = (first + 1) % 3;
+    let before = blocking(|| cluster.status(b, Duration::from_secs(2)))
+        .expect("b's status before the pause")
+        .stable_index;
+    blocking(|| cluster.sigstop(b));
+    // Far more than a pipeline window (8192 entries) and the retention (50)
+    // behind: the master drops the log from memory and the other stores
+    // compact theirs past everything b holds.
+    wait_confirms(&p.record, 10_000).await;
+    blocking(|| cluster.sigcont(b));
+    // Whoever serves now (b may campaign as it wakes), b catches up to it.
+    let serving = blocking(|| cluster.wait_master(WAIT));
+    blocking(|| wait_caught_up(&cluster, b, serving));
+    // Both halves of b caught up by snapshot: the log they lacked is gone
+    // from every peer. The store may finish just after the broker.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let metrics = blocking(|| cluster.metrics(b));
+        let restored = counter(
+            &metrics,
+            "stablemq_snapshots_installed_total{role=\"broker\"}",
+        );
+        let installed = cluster.log(b).contains("store caught up by snapshot");
+        if restored >= 1.0 && installed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} did not catch up by snapshot (broker restores {restored}, store \
+             installed {installed}); metrics:\n{metrics}\nlog:\n{}",
+            b + 1,
+            cluster.log(b)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Publishing goes on, and exactly one node claims to be master: the
+    // woken node neither kept nor grabbed a second mastership.
+    wait_confirms(&p.record, 2000).await;
+    let deadline = Instant::now() + WAIT;
+    let masters = loop {
+        let masters: Vec<usize> = (0..3)
+            .filter(|i| {
+                blocking(|| cluster.status(*i, Duration::from_secs(2)))
+                    .is_some_and(|s| s.role == "master")
+            })
+            .collect();
+        if masters.len() == 1 {
+            break masters;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not exactly one master after node {} woke: {masters:?}",
+            b + 1
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let after = blocking(|| cluster.status(b, Duration::from_secs(2)))
+        .expect("b's status after the pause")
+        .stable_index;
+    assert!(
+        after > before + 10_000,
+        "b applied {before} before the pause and only {after} after"
+    );
+    let record = p.finish().await;
+    // Read everything back through b: its rebuilt state serves (as a
+    // proxying slave or as master) and nothing confirmed is missing.
+    let ids = consume_all(&[cluster.uri(b)], "failover.paused").await;
+    let dups = assert_no_loss(&record.confirmed, &ids, "paused node caught up by snapshot");
+    assert_eq!(record.nacks, 0, "no publish was nacked");
+    eprintln!(
+        "paused node {}: applied {before} before, {after} after; master node {}; \
+         {} confirmed, {dups} duplicates, lost 0",
+        b + 1,
+        masters[0] + 1,
+        record.confirmed.len()
+    );
+}
