@@ -1,277 +1,11 @@
-//! The Prometheus endpoint (RabbitMQ's port 15692): `/metrics` and
-//! `/metrics/per-object`.
-//!
-//! As in rabbitmq_prometheus, `/metrics` aggregates: queue depths are summed
-//! over every queue and carry no queue label, so a scrape stays small however
-//! many queues there are. `/metrics/per-object` gives one series per queue
-//! (labels `vhost`, `queue`) and per channel. Both carry the same counters,
-//! node facts and `rabbitmq_identity_info`, whose `rabbitmq_endpoint` label
-//! says which one answered (as RabbitMQ 4 does; 3.10 dashboards ignore it).
-//!
-//! State gauges are computed at scrape time from the master task (a query
-//! closure, like the management API's), so they are never stale and a
-//! deleted queue's series disappears. A slave has no sessions and does not
-//! own the queues, so it reports zero connections and no queues, and a
-//! dashboard summing over nodes counts each queue once.
+//! The scrape-time families in rabbitmq_prometheus's names and labels.
 
-use super::text::{Exposition, Kind};
-use crate::server::MasterMsg;
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use metrics_exporter_prometheus::PrometheusHandle;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
-
-/// How long a scrape waits for the master task before answering 503: a
-/// scrape that hangs past Prometheus's own timeout helps nobody.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What the endpoint needs to answer.
-#[derive(Clone)]
-pub struct EndpointState {
-    /// The recorder holding the counters.
-    pub recorder: PrometheusHandle,
-    /// The master task's input, for the state query.
-    pub master: mpsc::Sender<MasterMsg>,
-    /// `rabbitmq_node`.
-    pub node: String,
-    /// `rabbitmq_cluster`.
-    pub cluster_name: String,
-    /// Where the data lives (for free disk space).
-    pub data_dir: PathBuf,
-    /// The free disk alarm threshold.
-    pub disk_free_limit: u64,
-}
-
-/// Bind `addr` and serve until the task is aborted.
-pub async fn serve(
-    addr: SocketAddr,
-    state: EndpointState,
-) -> std::io::Result<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!("prometheus metrics on http://{addr}/metrics");
-    let app = Router::new()
-        .route("/metrics", get(aggregated))
-        .route("/metrics/per-object", get(per_object))
-        .with_state(Arc::new(state));
-    Ok(tokio::spawn(async move {
-        if let Err(err) = axum::serve(listener, app).await {
-            tracing::error!("prometheus endpoint stopped: {err}");
-        }
-    }))
-}
-
-async fn aggregated(State(state): State<Arc<EndpointState>>) -> Response {
-    scrape(&state, false).await
-}
-
-async fn per_object(State(state): State<Arc<EndpointState>>) -> Response {
-    scrape(&state, true).await
-}
-
-async fn scrape(state: &EndpointState, per_object: bool) -> Response {
-    let snapshot = match take_snapshot(&state.master).await {
-        Ok(s) => s,
-        Err(()) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the broker did not answer in time\n",
-            )
-                .into_response();
-        }
-    };
-    let node = NodeFacts::read(state);
-    let mut e = Exposition::default();
-    render(&mut e, &snapshot, &node, per_object);
-    e.raw(&state.recorder.render());
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        e.finish(),
-    )
-        .into_response()
-}
-
-/// The broker state a scrape reports, copied out of the master task.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Snapshot {
-    /// Queues, while this node is the master.
-    pub queues: Vec<QueueSample>,
-    /// Open client connections (never the management API's internal
-    /// sessions).
-    pub connections: Vec<ConnectionSample>,
-    /// Open channels with their consumer counts.
-    pub channels: Vec<ChannelSample>,
-    /// Channels that have published and are still open.
-    pub publishers: usize,
-}
-
-/// One queue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueSample {
-    /// Its vhost.
-    pub vhost: String,
-    /// Its name.
-    pub name: String,
-    /// Ready messages.
-    pub ready: usize,
-    /// Delivered, not yet acked.
-    pub unacked: usize,
-    /// Consumers.
-    pub consumers: usize,
-}
-
-/// One client connection.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConnectionSample {
-    /// `<connection id.0>`: unique on this node, and in the same form as the
-    /// channels' ids (RabbitMQ 3.10 labels connection series `channel` too,
-    /// with the connection process's pid).
-    pub id: String,
-    /// Channels open on it.
-    pub channels: usize,
-    /// Its socket traffic.
-    pub traffic: super::conn_stats::Traffic,
-}
-
-/// One channel.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChannelSample {
-    /// `<connection id.channel number>`, unique on this node.
-    pub id: String,
-    /// Consumers on it.
-    pub consumers: usize,
-}
-
-impl Snapshot {
-    /// Copy what a scrape needs from the master task's state.
-    pub fn of(view: &crate::management::CoreView<'_>) -> Snapshot {
-        let Some(master) = view.master else {
-            return Snapshot::default();
-        };
-        let mut queues = Vec::new();
-        for (vname, v) in &view.broker.vhosts {
-            for (qname, q) in &v.queues {
-                queues.push(QueueSample {
-                    vhost: vname.clone(),
-                    name: qname.clone(),
-                    ready: q.ready.len(),
-                    unacked: q.unacked.len(),
-                    consumers: master.consumer_count(vname, qname),
-                });
-            }
-        }
-        let mut channels = Vec::new();
-        let mut connections = Vec::new();
-        let mut publishers = 0;
-        // The management API's own sessions are no client's connections.
-        let clients = master
-            .sessions()
-            .filter(|(conn, _)| !crate::management::internal::is_internal(*conn));
-        for (conn, session) in clients {
-            connections.push(ConnectionSample {
-                id: format!("<{conn}.0>"),
-                channels: session.channels.len(),
-                traffic: super::conn_stats::traffic(conn),
-            });
-            for (ch, chan) in &session.channels {
-                publishers += usize::from(chan.publishing);
-                channels.push(ChannelSample {
-                    id: format!("<{conn}.{ch}>"),
-                    consumers: chan.consumers.len(),
-                });
-            }
-        }
-        Snapshot {
-            queues,
-            connections,
-            channels,
-            publishers,
-        }
-    }
-}
-
-/// Ask the master task for a snapshot. A closed queue (a store-only node,
-/// or one stopping) has no broker state: an empty snapshot. A master too
-/// busy to answer in time is an error.
-async fn take_snapshot(master: &mpsc::Sender<MasterMsg>) -> Result<Snapshot, ()> {
-    let (tx, rx) = oneshot::channel();
-    let q: crate::management::Query = Box::new(move |view| {
-        let _ = tx.send(Snapshot::of(&view));
-    });
-    match tokio::time::timeout(QUERY_TIMEOUT, master.send(MasterMsg::Query(q))).await {
-        Ok(Ok(())) => {}
-        Ok(Err(_)) => return Ok(Snapshot::default()),
-        Err(_) => return Err(()),
-    }
-    match tokio::time::timeout(QUERY_TIMEOUT, rx).await {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(_)) => Ok(Snapshot::default()),
-        Err(_) => Err(()),
-    }
-}
-
-/// Node facts, read at scrape time.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeFacts {
-    /// `rabbitmq_node`.
-    pub node: String,
-    /// `rabbitmq_cluster`.
-    pub cluster: String,
-    /// Resident memory.
-    pub rss: u64,
-    /// Memory alarm threshold.
-    pub memory_limit: u64,
-    /// Free disk space, if known.
-    pub disk_free: Option<u64>,
-    /// Disk alarm threshold.
-    pub disk_free_limit: u64,
-    /// Open fds and sockets, if known.
-    pub fds: Option<(u64, u64)>,
-    /// Fd limit, if any.
-    pub max_fds: Option<u64>,
-    /// Seconds since start.
-    pub uptime: f64,
-    /// The alarms in effect: memory, disk.
-    pub alarms: (bool, bool),
-    /// Message size bucket counts (the last +Inf) and the sum.
-    pub sizes: Vec<u64>,
-}
-
-impl NodeFacts {
-    fn read(state: &EndpointState) -> NodeFacts {
-        let flags = super::ALARM_FLAGS.load(Ordering::Relaxed);
-        NodeFacts {
-            node: state.node.clone(),
-            cluster: state.cluster_name.clone(),
-            rss: super::resident_memory_bytes(),
-            memory_limit: super::MEMORY_LIMIT_BYTES.load(Ordering::Relaxed),
-            disk_free: super::disk_free_bytes(&state.data_dir),
-            disk_free_limit: state.disk_free_limit,
-            fds: super::open_fds(),
-            max_fds: super::max_fds(),
-            uptime: super::uptime_seconds(),
-            alarms: (flags & 1 != 0, flags & 2 != 0),
-            sizes: super::SIZES
-                .iter()
-                .map(|a| a.load(Ordering::Relaxed))
-                .collect(),
-        }
-    }
-}
+use super::snapshot::{ConnectionSample, NodeFacts, QueueSample, Snapshot};
+use crate::metrics::text::{Exposition, Kind};
 
 /// Write every scrape-time family.
 pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool) {
-    use super::*;
+    use crate::metrics::*;
     let endpoint = if per_object {
         "per-object"
     } else {
@@ -536,6 +270,7 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::endpoint::ChannelSample;
 
     fn facts() -> NodeFacts {
         let mut sizes = vec![0u64; 10];
@@ -571,7 +306,7 @@ mod tests {
                 ConnectionSample {
                     id: "<1.0>".into(),
                     channels: 1,
-                    traffic: super::super::conn_stats::Traffic {
+                    traffic: crate::metrics::conn_stats::Traffic {
                         recv_oct: 300,
                         recv_cnt: 3,
                         send_oct: 500,
@@ -583,7 +318,7 @@ mod tests {
                 ConnectionSample {
                     id: "<2.0>".into(),
                     channels: 1,
-                    traffic: super::super::conn_stats::Traffic {
+                    traffic: crate::metrics::conn_stats::Traffic {
                         recv_oct: 20,
                         recv_cnt: 1,
                         send_oct: 30,

@@ -1,0 +1,173 @@
+//! What a scrape reports, read at scrape time: the broker state copied out
+//! of the master task, and the node's own facts (memory, disk, fds, alarms).
+
+use super::{EndpointState, QUERY_TIMEOUT};
+use crate::metrics as m;
+use crate::server::MasterMsg;
+use std::sync::atomic::Ordering;
+use tokio::sync::{mpsc, oneshot};
+
+/// The broker state a scrape reports, copied out of the master task.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Queues, while this node is the master.
+    pub queues: Vec<QueueSample>,
+    /// Open client connections (never the management API's internal
+    /// sessions).
+    pub connections: Vec<ConnectionSample>,
+    /// Open channels with their consumer counts.
+    pub channels: Vec<ChannelSample>,
+    /// Channels that have published and are still open.
+    pub publishers: usize,
+}
+
+/// One queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSample {
+    /// Its vhost.
+    pub vhost: String,
+    /// Its name.
+    pub name: String,
+    /// Ready messages.
+    pub ready: usize,
+    /// Delivered, not yet acked.
+    pub unacked: usize,
+    /// Consumers.
+    pub consumers: usize,
+}
+
+/// One client connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectionSample {
+    /// `<connection id.0>`: unique on this node, and in the same form as the
+    /// channels' ids (RabbitMQ 3.10 labels connection series `channel` too,
+    /// with the connection process's pid).
+    pub id: String,
+    /// Channels open on it.
+    pub channels: usize,
+    /// Its socket traffic.
+    pub traffic: m::conn_stats::Traffic,
+}
+
+/// One channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelSample {
+    /// `<connection id.channel number>`, unique on this node.
+    pub id: String,
+    /// Consumers on it.
+    pub consumers: usize,
+}
+
+impl Snapshot {
+    /// Copy what a scrape needs from the master task's state.
+    pub fn of(view: &crate::management::CoreView<'_>) -> Snapshot {
+        let Some(master) = view.master else {
+            return Snapshot::default();
+        };
+        let mut queues = Vec::new();
+        for (vname, v) in &view.broker.vhosts {
+            for (qname, q) in &v.queues {
+                queues.push(QueueSample {
+                    vhost: vname.clone(),
+                    name: qname.clone(),
+                    ready: q.ready.len(),
+                    unacked: q.unacked.len(),
+                    consumers: master.consumer_count(vname, qname),
+                });
+            }
+        }
+        let mut channels = Vec::new();
+        let mut connections = Vec::new();
+        let mut publishers = 0;
+        // The management API's own sessions are no client's connections.
+        let clients = master
+            .sessions()
+            .filter(|(conn, _)| !crate::management::internal::is_internal(*conn));
+        for (conn, session) in clients {
+            connections.push(ConnectionSample {
+                id: format!("<{conn}.0>"),
+                channels: session.channels.len(),
+                traffic: m::conn_stats::traffic(conn),
+            });
+            for (ch, chan) in &session.channels {
+                publishers += usize::from(chan.publishing);
+                channels.push(ChannelSample {
+                    id: format!("<{conn}.{ch}>"),
+                    consumers: chan.consumers.len(),
+                });
+            }
+        }
+        Snapshot {
+            queues,
+            connections,
+            channels,
+            publishers,
+        }
+    }
+}
+
+/// Ask the master task for a snapshot. A closed queue (a store-only node,
+/// or one stopping) has no broker state: an empty snapshot. A master too
+/// busy to answer in time is an error.
+pub(super) async fn take_snapshot(master: &mpsc::Sender<MasterMsg>) -> Result<Snapshot, ()> {
+    let (tx, rx) = oneshot::channel();
+    let q: crate::management::Query = Box::new(move |view| {
+        let _ = tx.send(Snapshot::of(&view));
+    });
+    match tokio::time::timeout(QUERY_TIMEOUT, master.send(MasterMsg::Query(q))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return Ok(Snapshot::default()),
+        Err(_) => return Err(()),
+    }
+    match tokio::time::timeout(QUERY_TIMEOUT, rx).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(_)) => Ok(Snapshot::default()),
+        Err(_) => Err(()),
+    }
+}
+
+/// Node facts, read at scrape time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFacts {
+    /// `rabbitmq_node`.
+    pub node: String,
+    /// `rabbitmq_cluster`.
+    pub cluster: String,
+    /// Resident memory.
+    pub rss: u64,
+    /// Memory alarm threshold.
+    pub memory_limit: u64,
+    /// Free disk space, if known.
+    pub disk_free: Option<u64>,
+    /// Disk alarm threshold.
+    pub disk_free_limit: u64,
+    /// Open fds and sockets, if known.
+    pub fds: Option<(u64, u64)>,
+    /// Fd limit, if any.
+    pub max_fds: Option<u64>,
+    /// Seconds since start.
+    pub uptime: f64,
+    /// The alarms in effect: memory, disk.
+    pub alarms: (bool, bool),
+    /// Message size bucket counts (the last +Inf) and the sum.
+    pub sizes: Vec<u64>,
+}
+
+impl NodeFacts {
+    pub(super) fn read(state: &EndpointState) -> NodeFacts {
+        let flags = m::ALARM_FLAGS.load(Ordering::Relaxed);
+        NodeFacts {
+            node: state.node.clone(),
+            cluster: state.cluster_name.clone(),
+            rss: m::resident_memory_bytes(),
+            memory_limit: m::MEMORY_LIMIT_BYTES.load(Ordering::Relaxed),
+            disk_free: m::disk_free_bytes(&state.data_dir),
+            disk_free_limit: state.disk_free_limit,
+            fds: m::open_fds(),
+            max_fds: m::max_fds(),
+            uptime: m::uptime_seconds(),
+            alarms: (flags & 1 != 0, flags & 2 != 0),
+            sizes: m::SIZES.iter().map(|a| a.load(Ordering::Relaxed)).collect(),
+        }
+    }
+}
