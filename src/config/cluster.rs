@@ -69,7 +69,7 @@ pub struct ClusterConfig {
     pub election_jitter_ms: Option<u64>,
     /// Stable log entries each store keeps behind its stable index before
     /// compacting them into its state (a node further behind catches up by
-    /// snapshot).
+    /// snapshot). 0 turns compaction off: the stores keep their whole log.
     #[serde(default)]
     pub store_retention: Option<u64>,
 }
@@ -106,8 +106,11 @@ impl ClusterConfig {
         if let Some(v) = self.election_jitter_ms {
             c.election_jitter_ms = v;
         }
-        if let Some(v) = self.store_retention {
-            c.store_retention = Some(v);
+        match self.store_retention {
+            // 0 turns compaction off: every store keeps its whole log.
+            Some(0) => c.store_retention = None,
+            Some(v) => c.store_retention = Some(v),
+            None => {}
         }
         c
     }
@@ -185,6 +188,22 @@ cluster_addr = "127.0.0.1:25674"
         let peers = cl.peers();
         assert_eq!(peers.len(), 2);
         assert!(!peers.contains_key(&2));
+    }
+
+    #[test]
+    fn store_retention_is_on_by_default_set_or_turned_off_by_zero() {
+        let r = |extra: &str| {
+            let toml = THREE.replace("heartbeat_ms = 40", &format!("heartbeat_ms = 40\n{extra}"));
+            Config::from_toml(&toml, "x")
+                .unwrap()
+                .cluster
+                .unwrap()
+                .replication()
+                .store_retention
+        };
+        assert_eq!(r(""), Some(65536));
+        assert_eq!(r("store_retention = 100"), Some(100));
+        assert_eq!(r("store_retention = 0"), None);
     }
 
     #[test]

@@ -156,6 +156,8 @@ pub async fn run_store_node_with(
         tracing::info!(node = node_id, "no reducer: this store keeps its whole log");
         config.store_retention = None;
     }
+    // Compaction off: no state to follow (the reducer would only cost CPU).
+    let reducer = reducer.filter(|_| config.store_retention.is_some());
     let (disk_tx, mut disk_rx) = mpsc::unbounded_channel();
     // Opening and recovery read the disk: not on a runtime thread.
     let (runner, recovered) = tokio::task::spawn_blocking(move || {

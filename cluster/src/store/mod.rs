@@ -9,6 +9,7 @@
 //! the simulator rejects exactly what the disk store rejects.
 
 mod fjall;
+mod follow;
 mod memory;
 mod runner;
 mod state;

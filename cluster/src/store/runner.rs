@@ -29,7 +29,8 @@ use std::thread::JoinHandle;
 
 use crate::replication::{DiskOp, EpochRuns, ReadRequest, SnapshotRead, StoreInput};
 
-use super::{EventStore, Materializer, Reducer, StateSnapshot, StoreError};
+use super::follow::{IDLE, StateFollower};
+use super::{EventStore, Materializer, Reducer, StateBatch, StateSnapshot, StoreError};
 
 /// Most bytes of state pairs in one snapshot chunk (well under the wire's
 /// frame limit).
@@ -87,13 +88,17 @@ impl DiskRunner {
         on_done: impl Fn(StoreInput) + Send + 'static,
     ) -> Result<(DiskRunner, RecoveredStore), StoreError> {
         let recovered = recover(store.as_mut())?;
-        let materializer = reducer
-            .map(|r| Materializer::open(r, 0, store.as_ref()))
+        // The reducer's own compaction is never used: the node decides it.
+        let follower = reducer
+            .map(|r| {
+                let m = Materializer::open(r, u64::MAX, store.as_ref())?;
+                StateFollower::start(m, store.as_ref())
+            })
             .transpose()?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("stablemq-store-node".into())
-            .spawn(move || run(store, materializer, rx, on_done))?;
+            .spawn(move || run(store, follower, rx, on_done))?;
         Ok((DiskRunner { tx, thread }, recovered))
     }
 
@@ -160,16 +165,41 @@ fn recover(store: &mut dyn EventStore) -> Result<RecoveredStore, StoreError> {
 
 fn run(
     mut store: Box<dyn EventStore>,
-    mut materializer: Option<Materializer>,
+    mut follower: Option<StateFollower>,
     rx: mpsc::Receiver<Job>,
     on_done: impl Fn(StoreInput),
 ) {
     let mut pinned: Vec<Box<dyn StateSnapshot>> = Vec::new();
-    while let Ok(job) = rx.recv() {
-        let result = match job {
-            Job::Persist(ops) => {
-                persist(store.as_mut(), materializer.as_mut(), &ops).map(|()| StoreInput::Persisted)
+    loop {
+        let job = if follower.as_ref().is_some_and(StateFollower::busy) {
+            match rx.recv_timeout(IDLE) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // Idle with a partial window or a reduction under way:
+                    // catch the state up now rather than with the next commit.
+                    if let Some(f) = follower.as_mut()
+                        && let Err(err) = idle(store.as_mut(), f)
+                    {
+                        tracing::error!(error = %err, "event store failed; store node stops answering");
+                        on_done(StoreInput::DiskFailed);
+                        return;
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
+        } else {
+            match rx.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            }
+        };
+        let result = match job {
+            Job::Persist(ops) => match follower.as_mut() {
+                Some(f) => persist_following(store.as_mut(), f, &ops),
+                None => persist(store.as_mut(), &ops),
+            }
+            .map(|()| StoreInput::Persisted),
             Job::Read(req) => store
                 .read_range(req.from, req.to)
                 .map(|entries| StoreInput::ReadDone { req, entries }),
@@ -184,10 +214,23 @@ fn run(
             }
         }
     }
+    if let Some(f) = follower {
+        f.shutdown();
+    }
     // Closed: make the lazily recorded stable index durable on the way out.
     if let Err(err) = store.sync() {
         tracing::warn!(error = %err, "final sync of the event store failed");
     }
+}
+
+/// Nothing to commit for a while: hand over the partial window, write what
+/// the reducer sent back, and make it durable.
+fn idle(store: &mut dyn EventStore, f: &mut StateFollower) -> Result<(), StoreError> {
+    f.hand_over(store)?;
+    if f.write_queued(store)? {
+        store.sync()?;
+    }
+    Ok(())
 }
 
 /// One chunk of a snapshot: of the pinned one the requester continues, or
@@ -226,35 +269,18 @@ fn read_snapshot(
     })
 }
 
-/// One Persist: the ops in order, one fsync, then the stable index (lazily).
-pub(crate) fn persist(
-    store: &mut dyn EventStore,
-    mut materializer: Option<&mut Materializer>,
-    ops: &[DiskOp],
-) -> Result<(), StoreError> {
+/// One Persist on a store without a state: the ops in order, one fsync,
+/// then the stable index (lazily).
+pub(crate) fn persist(store: &mut dyn EventStore, ops: &[DiskOp]) -> Result<(), StoreError> {
     let mut stable = None;
     for op in ops {
         match op {
-            DiskOp::Compact(pos) => {
-                let Some(m) = materializer.as_deref_mut() else {
-                    return Err(StoreError::Misuse(
-                        "compaction needs a reducer (DiskRunner::start_with)".into(),
-                    ));
-                };
-                m.advance_to(store, pos.index, pos.index)?;
-                if store.log_base() != *pos {
-                    return Err(StoreError::Corrupt(format!(
-                        "compacted through {pos}, but the log base is {}",
-                        store.log_base()
-                    )));
-                }
+            DiskOp::Compact(_) => {
+                return Err(StoreError::Misuse(
+                    "compaction needs a reducer (DiskRunner::start_with)".into(),
+                ));
             }
-            DiskOp::InstallSnapshot { base, pairs } => {
-                store.install_state(*base, pairs)?;
-                if let Some(m) = materializer.as_deref_mut() {
-                    m.reopen(store)?;
-                }
-            }
+            DiskOp::InstallSnapshot { base, pairs } => store.install_state(*base, pairs)?,
             DiskOp::Promise(epoch) => store.set_promised_epoch(*epoch)?,
             DiskOp::TruncateAfter(index) => store.truncate_after(*index)?,
             DiskOp::Append {
@@ -271,6 +297,63 @@ pub(crate) fn persist(
         store.set_stable_index(index.min(store.last_position().index))?;
     }
     Ok(())
+}
+
+/// [`persist`] for a store whose state a [`StateFollower`] builds: reduced
+/// batches are written first (this fsync makes them durable), `Compact`
+/// moves the log base once the state is there (see `follow.rs`), and the
+/// entries the Persist made stable go to the follower after the fsync.
+fn persist_following(
+    store: &mut dyn EventStore,
+    follower: &mut StateFollower,
+    ops: &[DiskOp],
+) -> Result<(), StoreError> {
+    follower.write_queued(store)?;
+    let mut stable = None;
+    for op in ops {
+        match op {
+            DiskOp::Compact(pos) => {
+                follower.catch_up_to(store, pos.index)?;
+                if pos.index > store.log_base().index {
+                    let mut batch = StateBatch::new(store.state_index());
+                    batch.compact_through = pos.index;
+                    store.materialize(&batch)?;
+                }
+                if store.log_base() != *pos {
+                    return Err(StoreError::Corrupt(format!(
+                        "compacted through {pos}, but the log base is {}",
+                        store.log_base()
+                    )));
+                }
+            }
+            DiskOp::InstallSnapshot { base, pairs } => {
+                let mut m = follower.stop()?.ok_or_else(|| {
+                    StoreError::Misuse("the store reducer was stopped already".into())
+                })?;
+                store.install_state(*base, pairs)?;
+                m.reopen(store)?;
+                follower.restart(m, store)?;
+            }
+            DiskOp::Promise(epoch) => store.set_promised_epoch(*epoch)?,
+            DiskOp::TruncateAfter(index) => {
+                store.truncate_after(*index)?;
+                follower.truncated(*index);
+            }
+            DiskOp::Append {
+                writer_epoch,
+                entries,
+            } => {
+                store.append_as(*writer_epoch, entries)?;
+                follower.appended(entries);
+            }
+            DiskOp::Stable(index) => stable = stable.max(Some(*index)),
+        }
+    }
+    store.sync()?;
+    if let Some(index) = stable {
+        store.set_stable_index(index.min(store.last_position().index))?;
+    }
+    follower.follow(store)
 }
 
 #[cfg(test)]
@@ -291,7 +374,7 @@ mod tests {
             },
             DiskOp::Stable(2),
         ];
-        persist(&mut store, None, &ops).unwrap();
+        persist(&mut store, &ops).unwrap();
         assert_eq!(store.last_position(), LogPosition::new(3, 2));
         assert_eq!(store.stable_index(), 2);
         // The stable index rides on the next fsync; the entries are durable now.

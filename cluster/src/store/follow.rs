@@ -1,0 +1,334 @@
+//! A replicated store's state, followed off the store thread.
+//!
+//! The store thread ([`super::DiskRunner`]) group-commits whatever its node
+//! sends. It used to build the state only when the node asked it to compact
+//! (`DiskOp::Compact`): it read the compacted range back from the log, reduced
+//! it in chunks of 1024 entries and wrote the result, all between two fsyncs.
+//! Under a publish-and-consume load that was about two thirds of the store
+//! thread's time (profiled on S3): every chunk ended long before the acks of
+//! its publishes, so each message body was written into the state, then
+//! deleted again one chunk later, on top of being read back and decoded.
+//!
+//! Now, as in the single-node log ([`crate::LocalLog`]), the entries a store
+//! appends are kept in memory (shared `Bytes`) until they are stable, then go
+//! in windows of up to 8 MiB to a reducer thread of their own. Most publishes
+//! meet their ack inside a window and cancel out; the small batch that comes
+//! back is written by the store thread in front of its next commit, whose
+//! fsync makes it durable. `DiskOp::Compact` then only moves the log base:
+//! with the default retention (65536) the state is far ahead of it already;
+//! with a short one the store thread waits for the reducer to get there.
+//!
+//! An entry the follower does not hold in memory when it becomes stable
+//! (appended before a restart, or dropped to bound memory while it waited)
+//! is read back from the log, so the windows stay contiguous whatever
+//! happened.
+
+use std::collections::VecDeque;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{EventStore, Materializer, StateBatch, StoreError};
+use crate::position::Entry;
+
+/// Stable entries held back before they are reduced, in bytes (see
+/// `local.rs`'s window for the trade-off; the same size).
+const WINDOW_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Same bound in entries.
+const WINDOW_ENTRIES_MAX: usize = 16384;
+/// Appended entries kept in memory while they wait to become stable; beyond
+/// this the oldest are dropped and read back from the log later (a store
+/// whose master stopped advancing the stable index must not grow without
+/// bound).
+const PENDING_ENTRIES_MAX: usize = 2 * WINDOW_ENTRIES_MAX;
+/// Entries read back from the log per read.
+const READ_BACK_CHUNK: u64 = 4096;
+/// Merged ops in one reduced batch at most (one ack can remove a hundred
+/// messages).
+const REDUCED_OPS_MAX: usize = 32 * 1024;
+/// Reduced batches queued for the store thread at most.
+const REDUCED_QUEUED_MAX: usize = 2;
+/// How long an idle store thread waits before handing over a partial window.
+pub(super) const IDLE: Duration = Duration::from_millis(100);
+
+/// The reducer thread: reduces windows in order, in batches of at most
+/// [`REDUCED_OPS_MAX`] ops; hands its [`Materializer`] back when stopped.
+struct ReducerThread {
+    /// Bounded to one queued window: a reducer slower than the commits holds
+    /// the store thread back rather than let windows pile up in memory.
+    tx: mpsc::SyncSender<Vec<Entry>>,
+    /// Reduced batches, in order, each with "last of its window".
+    reduced: mpsc::Receiver<(Result<StateBatch, StoreError>, bool)>,
+    thread: JoinHandle<Materializer>,
+    /// Windows handed over whose last batch has not been taken yet.
+    outstanding: usize,
+}
+
+impl ReducerThread {
+    fn start(mut m: Materializer) -> Result<ReducerThread, StoreError> {
+        let (tx, rx) = mpsc::sync_channel::<Vec<Entry>>(1);
+        let (reduced_tx, reduced) = mpsc::sync_channel(REDUCED_QUEUED_MAX);
+        let thread = std::thread::Builder::new()
+            .name("stablemq-store-reduce".into())
+            .spawn(move || {
+                while let Ok(window) = rx.recv() {
+                    let mut rest = &window[..];
+                    while !rest.is_empty() {
+                        let (batch, taken) = match m.reduce_bounded(rest, REDUCED_OPS_MAX) {
+                            Ok((batch, taken)) => (Ok(batch), taken),
+                            Err(e) => (Err(e), rest.len()),
+                        };
+                        let failed = batch.is_err();
+                        rest = &rest[taken.min(rest.len())..];
+                        if reduced_tx.send((batch, rest.is_empty())).is_err() || failed {
+                            return m;
+                        }
+                    }
+                    // The payloads are freed here, off the commit thread.
+                    drop(window);
+                }
+                m
+            })?;
+        Ok(ReducerThread {
+            tx,
+            reduced,
+            thread,
+            outstanding: 0,
+        })
+    }
+
+    /// Stop, discarding what was not taken yet, and hand the materializer
+    /// back.
+    fn stop(self) -> Result<Materializer, StoreError> {
+        drop(self.tx);
+        // Unblocks a reducer waiting for room; ends when it exits.
+        while self.reduced.recv().is_ok() {}
+        self.thread
+            .join()
+            .map_err(|_| StoreError::Stopped("store reducer thread panicked".into()))
+    }
+}
+
+/// Follows the stable log into the state; see the module docs.
+pub(super) struct StateFollower {
+    reducer: Option<ReducerThread>,
+    /// Appended entries not yet handed on, in index order.
+    pending: VecDeque<Entry>,
+    /// Stable entries not handed to the reducer yet.
+    window: Vec<Entry>,
+    window_bytes: usize,
+    /// The index the next entry of the window must have.
+    next: u64,
+}
+
+impl StateFollower {
+    /// Follow `store` from its state index on. `m` must be open on it.
+    pub(super) fn start(
+        m: Materializer,
+        store: &dyn EventStore,
+    ) -> Result<StateFollower, StoreError> {
+        Ok(StateFollower {
+            reducer: Some(ReducerThread::start(m)?),
+            pending: VecDeque::new(),
+            window: Vec::new(),
+            window_bytes: 0,
+            next: store.state_index() + 1,
+        })
+    }
+
+    /// Entries were appended (in order, after the log's end).
+    pub(super) fn appended(&mut self, entries: &[Entry]) {
+        self.pending.extend(entries.iter().cloned());
+        while self.pending.len() > PENDING_ENTRIES_MAX {
+            self.pending.pop_front();
+        }
+    }
+
+    /// The log lost every entry above `index`.
+    pub(super) fn truncated(&mut self, index: u64) {
+        while self.pending.back().is_some_and(|e| e.pos.index > index) {
+            self.pending.pop_back();
+        }
+    }
+
+    /// Write the reduced batches queued now (they ride on the next fsync);
+    /// whether there were any.
+    pub(super) fn write_queued(&mut self, store: &mut dyn EventStore) -> Result<bool, StoreError> {
+        let Some(r) = self.reducer.as_mut() else {
+            return Ok(false);
+        };
+        let mut wrote = false;
+        while let Ok((batch, last)) = r.reduced.try_recv() {
+            write(store, r, batch, last)?;
+            wrote = true;
+        }
+        Ok(wrote)
+    }
+
+    /// Whether a partial window or a reduction is waiting.
+    pub(super) fn busy(&self) -> bool {
+        !self.window.is_empty() || self.reducer.as_ref().is_some_and(|r| r.outstanding > 0)
+    }
+
+    /// Move what became stable into the window, handing full windows over.
+    /// Called after each commit (the store's stable index is then set).
+    pub(super) fn follow(&mut self, store: &mut dyn EventStore) -> Result<(), StoreError> {
+        let stable = store.stable_index();
+        while self.next <= stable {
+            while self
+                .pending
+                .front()
+                .is_some_and(|e| e.pos.index < self.next)
+            {
+                self.pending.pop_front();
+            }
+            match self.pending.front() {
+                Some(e) if e.pos.index == self.next => {
+                    if let Some(e) = self.pending.pop_front() {
+                        self.push(e);
+                    }
+                }
+                front => {
+                    // Not in memory: read it back (up to what memory holds).
+                    let gap_end = front.map_or(stable, |e| e.pos.index - 1).min(stable);
+                    let to = gap_end.min(self.next + READ_BACK_CHUNK - 1);
+                    let read = store.read_range(self.next, to)?;
+                    if read.is_empty() {
+                        return Err(StoreError::Corrupt(format!(
+                            "stable entry {} missing from the log",
+                            self.next
+                        )));
+                    }
+                    for e in read {
+                        self.push(e);
+                    }
+                }
+            }
+            if self.window.len() >= WINDOW_ENTRIES_MAX || self.window_bytes >= WINDOW_BYTES_MAX {
+                self.hand_over(store)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, e: Entry) {
+        self.next = e.pos.index + 1;
+        self.window_bytes += e.payload.len();
+        self.window.push(e);
+    }
+
+    /// Hand the window to the reducer. While it has one queued already,
+    /// write the batches it sends back until the window fits.
+    pub(super) fn hand_over(&mut self, store: &mut dyn EventStore) -> Result<(), StoreError> {
+        let Some(r) = self.reducer.as_mut() else {
+            return Ok(());
+        };
+        if self.window.is_empty() {
+            return Ok(());
+        }
+        self.window_bytes = 0;
+        let mut full = std::mem::take(&mut self.window);
+        loop {
+            match r.tx.try_send(full) {
+                Ok(()) => break,
+                Err(mpsc::TrySendError::Full(back)) => {
+                    full = back;
+                    match r.reduced.recv_timeout(Duration::from_millis(5)) {
+                        Ok((batch, last)) => write(store, r, batch, last)?,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return Err(stopped()),
+                    }
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => return Err(stopped()),
+            }
+        }
+        r.outstanding += 1;
+        Ok(())
+    }
+
+    /// Bring the state up to at least `index` (stable, and already passed to
+    /// [`StateFollower::follow`]), waiting for the reducer if it is behind:
+    /// the log may lose only what the state holds. Only entries up to
+    /// `index` are handed over early; with the default retention the state
+    /// is far ahead already and this returns at once.
+    pub(super) fn catch_up_to(
+        &mut self,
+        store: &mut dyn EventStore,
+        index: u64,
+    ) -> Result<(), StoreError> {
+        if store.state_index() >= index {
+            return Ok(());
+        }
+        let k = self.window.partition_point(|e| e.pos.index <= index);
+        if k > 0 {
+            let rest = self.window.split_off(k);
+            self.hand_over(store)?;
+            self.window_bytes = rest.iter().map(|e| e.payload.len()).sum();
+            self.window = rest;
+        }
+        let r = self.reducer.as_mut().ok_or_else(stopped)?;
+        while store.state_index() < index {
+            if r.outstanding == 0 {
+                return Err(StoreError::Misuse(format!(
+                    "compacting through {index}, but the state stops at {}",
+                    store.state_index()
+                )));
+            }
+            match r.reduced.recv() {
+                Ok((batch, last)) => write(store, r, batch, last)?,
+                Err(_) => return Err(stopped()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The state is about to be replaced (a snapshot from a peer): stop the
+    /// reducer and drop every window, so nothing reduced before lands on
+    /// the new state. Returns the materializer, to reopen on the new state
+    /// and pass to [`StateFollower::restart`].
+    pub(super) fn stop(&mut self) -> Result<Option<Materializer>, StoreError> {
+        self.window.clear();
+        self.window_bytes = 0;
+        self.reducer.take().map(ReducerThread::stop).transpose()
+    }
+
+    /// Follow the store again after [`StateFollower::stop`] and the install:
+    /// from its (new) state index, keeping only appended entries the log
+    /// still holds.
+    pub(super) fn restart(
+        &mut self,
+        m: Materializer,
+        store: &dyn EventStore,
+    ) -> Result<(), StoreError> {
+        self.next = store.state_index() + 1;
+        self.truncated(store.last_position().index);
+        self.reducer = Some(ReducerThread::start(m)?);
+        Ok(())
+    }
+
+    /// Stop for good (the store is closing).
+    pub(super) fn shutdown(mut self) {
+        if let Err(err) = self.stop() {
+            tracing::warn!(error = %err, "stopping the store reducer failed");
+        }
+    }
+}
+
+fn write(
+    store: &mut dyn EventStore,
+    r: &mut ReducerThread,
+    batch: Result<StateBatch, StoreError>,
+    last_of_window: bool,
+) -> Result<(), StoreError> {
+    let mut batch = batch?;
+    if last_of_window {
+        r.outstanding = r.outstanding.saturating_sub(1);
+    }
+    // The node decides compaction (`DiskOp::Compact`), not the reducer.
+    batch.compact_through = 0;
+    store.materialize(&batch)
+}
+
+fn stopped() -> StoreError {
+    StoreError::Stopped("the store reducer thread stopped".into())
+}
