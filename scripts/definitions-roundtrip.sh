@@ -7,9 +7,13 @@
 #      AMQPLAIN) with its original password, and a wrong password is refused;
 #      `stablemq serve --definitions FIXTURE` loads the same state at boot;
 #   3. export StableMQ's definitions, import them into a fresh RabbitMQ 3.10
-#      (scripts/rabbitmq-node.sh), export again, and compare with the
+#      (scripts/rabbitmq-node.sh, with the federation and shovel plugins the
+#      fixture's runtime parameters need), export again, and compare with the
 #      fixture: users (hashes included), vhosts, permissions, topic
-#      permissions, policies, queues, exchanges and bindings must be equal.
+#      permissions, policies, queues, exchanges, bindings, runtime parameters
+#      (vhost limits among them, the emptied one as `[]`) and global
+#      parameters (cluster_name, internal_cluster_id: RabbitMQ's import takes
+#      the file's) must be equal.
 # Exits 0 when nothing was lost or changed. Takes about 30 s.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,6 +56,14 @@ case $status in
         [[ -z $extra ]] || fail "StableMQ did not import: $extra" ;;
     *) fail "import into StableMQ: $status $(cat "$TMP/import.json")" ;;
 esac
+
+# The imported cluster name is the cluster's name, as in RabbitMQ.
+name=$(curl -fsS -u guest:guest "http://127.0.0.1:$HTTP/api/cluster-name" | jq -r .name)
+want=$(jq -r '.global_parameters[] | select(.name == "cluster_name") | .value' "$FIXTURE")
+[[ $name == "$want" ]] || fail "cluster name after import: '$name', want '$want'"
+# Empty limits are kept (RabbitMQ's `[]`), but the one-vhost list hides them.
+[[ $(curl -fsS -u guest:guest "http://127.0.0.1:$HTTP/api/vhost-limits/fx-empty") == "[]" ]] \
+    || fail "/api/vhost-limits/fx-empty should be []"
 
 # --- 2. RabbitMQ's users log in to StableMQ with their passwords ------------
 python3 - "$AMQP" <<'PY' || fail "AMQP login with RabbitMQ passwords"
@@ -113,11 +125,14 @@ curl -fsS -u guest:guest "http://127.0.0.1:$HTTP/api/definitions" >"$TMP/boot.js
     || fail "serve --definitions: export"
 python3 -c 'import json,sys
 a,b=(json.load(open(p)) for p in sys.argv[1:])
-for k in ("users","permissions","topic_permissions","policies","queues","exchanges","bindings"):
+for k in ("users","permissions","topic_permissions","policies","queues","exchanges","bindings",
+          "parameters","global_parameters"):
     assert sorted(map(json.dumps,a[k]))==sorted(map(json.dumps,b[k])), k' \
     "$TMP/stablemq.json" "$TMP/boot.json" || fail "serve --definitions loaded something else"
 
 # --- 3. RabbitMQ imports StableMQ's export ------------------------------------
+# The fixture's federation and shovel parameters need their plugins.
+export RABBITMQ_EXTRA_PLUGINS=rabbitmq_shovel,rabbitmq_federation
 eval "$("$ROOT/scripts/rabbitmq-node.sh" start --dir "$TMP/rmq")"
 status=$(curl -sS -o "$TMP/rimport.json" -w '%{http_code}' -u guest:guest -X POST \
     -H 'content-type: application/json' --data-binary "@$TMP/stablemq.json" \
@@ -130,7 +145,7 @@ curl -fsS -u guest:guest "$RABBITMQ_MANAGEMENT_URL/api/definitions" >"$TMP/rabbi
 python3 - "$FIXTURE" "$TMP/stablemq.json" "$TMP/rabbitmq.json" <<'PY' || fail "definitions differ"
 import json, sys
 KEYS = ["users", "vhosts", "permissions", "topic_permissions", "policies",
-        "queues", "exchanges", "bindings"]
+        "queues", "exchanges", "bindings", "parameters", "global_parameters"]
 def norm(doc):
     out = {}
     for k in KEYS:

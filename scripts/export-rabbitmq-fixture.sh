@@ -3,9 +3,13 @@
 # RabbitMQ 3.10 (Debian's rabbitmq-server, started privately by
 # scripts/rabbitmq-node.sh): users with passwords and tags, vhosts with
 # metadata, permissions, topic permissions, policies, queues with arguments,
-# exchanges of every type and bindings of every kind are made through its
-# HTTP API, then its definitions export is written, pretty-printed with
-# sorted keys. The fixture is generated, never edited by hand.
+# exchanges of every type, bindings of every kind, runtime parameters
+# (federation upstreams and an upstream set, a dynamic shovel: the node runs
+# with the federation and shovel plugins), vhost limits (set, and emptied as
+# RabbitMQ keeps them) and global parameters (cluster_name, a free-form one,
+# and RabbitMQ's own internal_cluster_id) are made through its HTTP API, then
+# its definitions export is written, pretty-printed with sorted keys. The
+# fixture is generated, never edited by hand.
 #
 #   scripts/export-rabbitmq-fixture.sh [OUTPUT]
 #
@@ -20,6 +24,8 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
+# The components of the runtime parameters below exist only with these plugins.
+export RABBITMQ_EXTRA_PLUGINS=rabbitmq_shovel,rabbitmq_federation
 eval "$("$ROOT/scripts/rabbitmq-node.sh" start --dir "$TMP/rmq")"
 API=$RABBITMQ_MANAGEMENT_URL
 
@@ -93,6 +99,26 @@ b fx-ae q fx-dead '{"routing_key":""}'
 b fx-autodel q fx-classic '{"routing_key":"auto"}'
 b fx-internal q fx-lazy '{"routing_key":"#"}'
 call POST /api/bindings/%2F/e/amq.direct/q/fx-root-q '{"routing_key":"root"}'
+
+# Runtime parameters of the federation and shovel plugins. The URIs point at
+# a closed port: the shovel and upstreams stay idle, so they declare nothing.
+call PUT /api/parameters/federation-upstream/fx-vhost/fx-up '{"value":{"uri":"amqp://127.0.0.1:1","expires":3600000,"max-hops":2,"ack-mode":"on-confirm"}}'
+call PUT /api/parameters/federation-upstream/fx-vhost/fx-up2 '{"value":{"uri":["amqp://127.0.0.1:1","amqp://127.0.0.1:2"],"exchange":"fx-topic","trust-user-id":false}}'
+call PUT /api/parameters/federation-upstream-set/fx-vhost/fx-set '{"value":[{"upstream":"fx-up"},{"upstream":"fx-up2","exchange":"fx-direct"}]}'
+call PUT /api/parameters/shovel/fx-vhost/fx-shovel '{"value":{"src-protocol":"amqp091","src-uri":"amqp://127.0.0.1:1","src-queue":"fx-shovel-src","dest-protocol":"amqp091","dest-uri":"amqp://127.0.0.1:1","dest-queue":"fx-shovel-dst","ack-mode":"on-confirm","src-delete-after":"never","reconnect-delay":5}}'
+
+# Vhost limits: both kinds on fx-vhost, one on /; on fx-empty a limit set and
+# deleted again, which leaves RabbitMQ's empty limits parameter behind.
+call PUT /api/vhost-limits/fx-vhost/max-connections '{"value":100}'
+call PUT /api/vhost-limits/fx-vhost/max-queues '{"value":50}'
+call PUT /api/vhost-limits/%2F/max-queues '{"value":-1}'
+call PUT /api/vhost-limits/fx-empty/max-connections '{"value":1}'
+call DELETE /api/vhost-limits/fx-empty/max-connections
+
+# Global parameters: the cluster name (as `PUT /api/cluster-name` stores it)
+# and a free-form one; internal_cluster_id is the node's own.
+call PUT /api/cluster-name '{"name":"fx-cluster"}'
+call PUT /api/global-parameters/fx-global '{"value":{"owner":"fixture","list":[1,"two",true]}}'
 
 call GET /api/definitions
 mkdir -p "$(dirname "$OUT")"

@@ -241,3 +241,65 @@ async fn definitions_carry_parameters_global_parameters_and_limits() {
         json!([{"vhost": vhost, "value": {"max-connections": 5}}])
     );
 }
+
+/// The cluster's identity as RabbitMQ keeps it among the global
+/// parameters: an `internal_cluster_id` made at first boot (kept across a
+/// restart) and replaced by a definitions import, and `cluster_name`
+/// listed only once set, by `PUT /api/cluster-name`, which renames the
+/// cluster in `/api/cluster-name` and `/api/overview`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_id_and_name_are_global_parameters_as_in_rabbitmq() {
+    let mut broker = Broker::start();
+    let api = Api::new(&broker);
+    let id_path = "/api/global-parameters/internal_cluster_id";
+    let id = api.get(id_path);
+    assert_eq!(id.status, 200, "{id:?}");
+    let id = id.body["value"].as_str().expect("a string").to_string();
+    assert!(id.starts_with("rabbitmq-cluster-id-"), "{id}");
+    let listed = api.get("/api/global-parameters").body;
+    assert!(
+        listed
+            .as_array()
+            .expect("list")
+            .contains(&json!({"name": "internal_cluster_id", "value": id})),
+        "{listed:?}"
+    );
+    if !broker.is_external() {
+        // Nobody named this cluster yet: RabbitMQ lists no cluster_name.
+        assert_eq!(api.get("/api/global-parameters/cluster_name").status, 404);
+    }
+
+    // Renaming the cluster.
+    let name = unique("renamed");
+    let a = api.put("/api/cluster-name", &json!({"name": name}));
+    assert_eq!(a.status, 204, "{a:?}");
+    assert_eq!(api.get_ok("/api/cluster-name")["name"], name.as_str());
+    assert_eq!(api.get_ok("/api/overview")["cluster_name"], name.as_str());
+    assert_eq!(
+        api.get("/api/global-parameters/cluster_name").body,
+        json!({"name": "cluster_name", "value": name})
+    );
+    // Deleting the parameter gives the cluster its default name back.
+    assert_eq!(
+        api.delete("/api/global-parameters/cluster_name").status,
+        204
+    );
+    assert_ne!(api.get_ok("/api/cluster-name")["name"], name.as_str());
+
+    // An import takes the file's cluster id, as RabbitMQ 3.10's does.
+    let imported = unique("rabbitmq-cluster-id-imported");
+    let doc = json!({"global_parameters": [{"name": "internal_cluster_id", "value": imported}]});
+    let a = api.post("/api/definitions", &doc);
+    assert_eq!(a.status, 204, "{a:?}");
+    assert_eq!(api.get(id_path).body["value"], imported.as_str());
+    if broker.is_external() {
+        // Give the shared RabbitMQ its own id back.
+        let doc = json!({"global_parameters": [{"name": "internal_cluster_id", "value": id}]});
+        assert_eq!(api.post("/api/definitions", &doc).status, 204);
+        return;
+    }
+    // The id is replicated state: it survives a restart.
+    broker.restart();
+    let api = Api::new(&broker);
+    assert_eq!(api.get(id_path).body["value"], imported.as_str());
+}

@@ -248,3 +248,70 @@ async fn limits_are_validated_and_admin_only() {
         204
     );
 }
+
+/// RabbitMQ keeps a vhost's limits parameter once its last limit is
+/// deleted (and even when a limit that was never set is deleted), as the
+/// empty list `[]`; `{}` set directly is stored the same way. The list of
+/// all vhosts shows it, the one-vhost list and the enforcement ignore it,
+/// and definitions carry it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_limits_are_kept_as_rabbitmq_keeps_them() {
+    let broker = Broker::start();
+    let api = Api::new(&broker);
+    let vh = TestVhost::new(&api, "limit-empty");
+    let lim = |name: &str| format!("/api/vhost-limits/{}/{name}", vh.path());
+    let param = format!("/api/parameters/vhost-limits/{}/limits", vh.path());
+    let in_all = |api: &Api| -> Vec<serde_json::Value> {
+        let all = api.get("/api/vhost-limits");
+        assert_eq!(all.status, 200, "{all:?}");
+        all.body
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter(|l| l["vhost"] == vh.name.as_str())
+            .cloned()
+            .collect()
+    };
+
+    // Deleting a limit that was never set leaves an empty parameter.
+    assert_eq!(api.get(&param).status, 404);
+    assert_eq!(api.delete(&lim("max-queues")).status, 204);
+    assert_eq!(api.get(&param).body["value"], json!([]));
+    assert_eq!(in_all(&api), vec![json!({"vhost": vh.name, "value": []})]);
+
+    // Set, then the last one deleted: empty again, not gone.
+    assert_eq!(
+        api.put(&lim("max-queues"), &json!({"value": 0})).status,
+        204
+    );
+    assert_eq!(
+        api.get(&format!("/api/vhost-limits/{}", vh.path())).body,
+        json!([{"vhost": vh.name, "value": {"max-queues": 0}}])
+    );
+    assert_eq!(api.delete(&lim("max-queues")).status, 204);
+    assert_eq!(
+        api.get(&format!("/api/vhost-limits/{}", vh.path())).body,
+        json!([])
+    );
+    assert_eq!(in_all(&api), vec![json!({"vhost": vh.name, "value": []})]);
+    let doc = api.get("/api/definitions").body;
+    let want =
+        json!({"vhost": vh.name, "component": "vhost-limits", "name": "limits", "value": []});
+    assert!(
+        doc["parameters"].as_array().expect("list").contains(&want),
+        "{:?}",
+        doc["parameters"]
+    );
+
+    // `{}` through the parameters API is stored as `[]` too.
+    let a = api.put(&param, &json!({"value": {}}));
+    assert!(a.status == 201 || a.status == 204, "{a:?}");
+    assert_eq!(api.get(&param).body["value"], json!([]));
+
+    // Empty limits limit nothing: the queue that max-queues 0 refused is
+    // declared now.
+    let conn = connect_to(&broker, &vh.name).await.expect("connect");
+    let ch = channel(&conn).await;
+    declare_queue(&ch, "no-limit-left").await;
+    conn.close(200, "bye".into()).await.expect("close");
+}

@@ -60,13 +60,23 @@ pub fn validate(component: &str, name: &str, value: &Value) -> Result<(), Parame
                     "name {name} is not valid for component {VHOST_LIMITS} (only {LIMITS_NAME})"
                 )));
             }
-            let Value::Object(m) = value else {
-                return Err(ParameterError::Invalid(format!(
+            match value {
+                Value::Object(m) => validate_limits(m),
+                // RabbitMQ's empty limits (an empty Erlang list), as it
+                // exports a vhost whose last limit was deleted.
+                Value::Array(a) if a.is_empty() => Ok(()),
+                _ => Err(ParameterError::Invalid(format!(
                     "{name} must be an object, actually was {value}"
-                )));
-            };
-            validate_limits(m)
+                ))),
+            }
         }
+        // An upstream set is a list of upstreams, each an object.
+        "federation-upstream-set" => match value {
+            Value::Array(a) if a.iter().all(Value::is_object) => Ok(()),
+            _ => Err(ParameterError::Invalid(format!(
+                "{name} must be a list of objects, actually was {value}"
+            ))),
+        },
         c if STORED_ONLY.contains(&c) => match value {
             Value::Object(_) => Ok(()),
             _ => Err(ParameterError::Invalid(format!(
@@ -102,6 +112,25 @@ pub fn validate_limits(m: &Map<String, Value>) -> Result<(), ParameterError> {
     Ok(())
 }
 
+/// A vhost-limits value as RabbitMQ stores it: no limits at all is the
+/// empty list `[]` (its empty proplist), which is what it shows and exports
+/// after `{}` was set or the last limit deleted; anything else unchanged.
+pub fn stored_limits(value: Value) -> Value {
+    match value {
+        Value::Object(m) if m.is_empty() => Value::Array(Vec::new()),
+        other => other,
+    }
+}
+
+/// Whether a vhost-limits value sets no limit (`[]` or `{}`).
+pub fn limits_empty(value: &Value) -> bool {
+    match value {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
 /// A limit a vhost-limits value sets; a negative number means no limit, as
 /// in RabbitMQ.
 pub fn limit(value: &Value, key: &str) -> Option<u64> {
@@ -130,6 +159,16 @@ mod tests {
         assert!(validate("vhost-limits", "other", &json!({"max-queues": 1})).is_err());
         assert!(validate("shovel", "s", &json!({"src-uri": "amqp://"})).is_ok());
         assert!(validate("federation-upstream", "u", &json!(3)).is_err());
+        assert!(validate("vhost-limits", "limits", &json!([])).is_ok());
+        assert!(validate("vhost-limits", "limits", &json!([1])).is_err());
+        assert!(validate("federation-upstream-set", "s", &json!([{"upstream": "u"}])).is_ok());
+        assert!(validate("federation-upstream-set", "s", &json!({"upstream": "u"})).is_err());
+        assert_eq!(stored_limits(json!({})), json!([]));
+        assert_eq!(
+            stored_limits(json!({"max-queues": 1})),
+            json!({"max-queues": 1})
+        );
+        assert!(limits_empty(&json!([])) && limits_empty(&json!({})));
         let e = validate("nope", "n", &json!({})).unwrap_err();
         assert_eq!(
             e.to_string(),

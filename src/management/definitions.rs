@@ -447,15 +447,13 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
             });
         }
         for g in list("global_parameters")? {
-            let name = s(g, "name")?;
-            // internal_cluster_id names one RabbitMQ cluster: nothing to carry over.
-            if name != "internal_cluster_id" {
-                let value = g.get("value").cloned().unwrap_or(Value::Null);
-                events.push(Event::GlobalParameterSet {
-                    name,
-                    value: value.to_string(),
-                });
-            }
+            // Every one, internal_cluster_id and cluster_name included:
+            // RabbitMQ 3.10's import replaces its own with the file's.
+            let value = g.get("value").cloned().unwrap_or(Value::Null);
+            events.push(Event::GlobalParameterSet {
+                name: s(g, "name")?,
+                value: value.to_string(),
+            });
         }
     }
     for p in list("parameters")? {

@@ -15,7 +15,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/overview", get(overview))
         .route("/api/whoami", get(whoami))
-        .route("/api/cluster-name", get(cluster_name))
+        .route("/api/cluster-name", get(cluster_name).put(put_cluster_name))
         .route("/api/aliveness-test/{vhost}", get(aliveness))
         .route("/api/health/checks/alarms", get(alarms))
         .route("/api/health/checks/local-alarms", get(alarms))
@@ -121,6 +121,7 @@ async fn overview(
         (Totals::count(view, user.as_deref()), stats)
     })
     .await?;
+    let cluster_name = super::parameters::cluster_name(&state).await?;
     // The management listener, as RabbitMQ lists its web contexts.
     let contexts: Vec<Value> = state
         .listeners
@@ -181,7 +182,7 @@ async fn overview(
         "rates_mode": "none",
         "disable_stats": false,
         "enable_queue_totals": true,
-        "cluster_name": state.config.cluster_name,
+        "cluster_name": cluster_name,
         "node": state.node(),
         "exchange_types": exchange_types,
         "message_stats": message_stats,
@@ -218,7 +219,28 @@ async fn cluster_name(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     caller(&state, &headers, Access::Management)?;
-    Ok(Json(json!({"name": state.config.cluster_name})))
+    Ok(Json(
+        json!({"name": super::parameters::cluster_name(&state).await?}),
+    ))
+}
+
+/// `PUT /api/cluster-name` `{"name": ..}`: administrators rename the
+/// cluster, as in RabbitMQ (a replicated global parameter). The AMQP
+/// handshake and the Prometheus identity keep the configured name.
+async fn put_cluster_name(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, super::writes::WriteError> {
+    caller(&state, &headers, Access::Administrator)?;
+    let body = super::writes::body_json(&body)?;
+    let name = body
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    super::parameters::set_cluster_name(&state, name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `{"status":"failed", ...}` with 503, as RabbitMQ's health checks fail.

@@ -137,6 +137,11 @@ pub fn parameter_event(
     value: &Value,
 ) -> Result<Event, ParameterError> {
     parameters::validate(component, name, value)?;
+    let value = if component == VHOST_LIMITS {
+        parameters::stored_limits(value.clone())
+    } else {
+        value.clone()
+    };
     Ok(Event::ParameterSet {
         vhost: vhost.to_string(),
         component: component.to_string(),
@@ -290,21 +295,47 @@ async fn delete_parameter(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// The global parameters: the stored ones, and the configured cluster name
-/// unless a stored `cluster_name` replaces it.
+/// The global parameters: the stored ones only, as RabbitMQ lists them.
+/// `internal_cluster_id` is among them (the first master stores one); the
+/// configured cluster name is not, until one is set (`cluster_name`).
 async fn globals(state: &AppState) -> Result<Vec<Value>, ApiError> {
-    let stored = global_rows(state).await?;
-    let mut out: Vec<Value> = Vec::with_capacity(stored.len() + 1);
-    if !stored.iter().any(|(n, _)| n == "cluster_name") {
-        out.push(json!({"name": "cluster_name", "value": state.config.cluster_name}));
-    }
-    out.extend(
-        stored
-            .into_iter()
-            .map(|(name, value)| json!({"name": name, "value": value})),
-    );
-    Ok(out)
+    Ok(global_rows(state)
+        .await?
+        .into_iter()
+        .map(|(name, value)| json!({"name": name, "value": value}))
+        .collect())
 }
+
+/// The cluster's name: a stored `cluster_name` global parameter (set by
+/// `PUT /api/cluster-name`, the global-parameters API or an import), else
+/// the configured one, as RabbitMQ falls back to a name of its own.
+pub async fn cluster_name(state: &AppState) -> Result<String, ApiError> {
+    Ok(global_rows(state)
+        .await?
+        .into_iter()
+        .find(|(n, _)| n == CLUSTER_NAME)
+        .and_then(|(_, v)| v.as_str().map(String::from))
+        .unwrap_or_else(|| state.config.cluster_name.clone()))
+}
+
+/// `PUT /api/cluster-name` (`{"name": ..}`, administrators): stored as the
+/// `cluster_name` global parameter, as RabbitMQ stores it.
+pub async fn set_cluster_name(state: &AppState, name: String) -> Result<(), WriteError> {
+    if name.is_empty() {
+        return Err(WriteError::BadRequest("name_missing".into()));
+    }
+    submit(
+        state,
+        Event::GlobalParameterSet {
+            name: CLUSTER_NAME.into(),
+            value: Value::String(name).to_string(),
+        },
+    )
+    .await
+}
+
+/// The global parameter that names the cluster.
+const CLUSTER_NAME: &str = "cluster_name";
 
 async fn global_parameters(
     State(state): State<AppState>,
@@ -406,8 +437,11 @@ async fn vhost_limits(
     let rows = limit_rows(&state, Some(vhost))
         .await?
         .ok_or(ApiError::NotFound)?;
+    // RabbitMQ leaves empty limits out of the one-vhost list (the list of
+    // all vhosts shows them).
     Ok(Json(
         rows.into_iter()
+            .filter(|(_, value)| !parameters::limits_empty(value))
             .map(|(vhost, value)| json!({"vhost": vhost, "value": value}))
             .collect(),
     ))
@@ -429,21 +463,14 @@ async fn current_limits(
         }))
 }
 
-/// The event that gives a vhost `limits`: set, or cleared when empty.
+/// The event that gives a vhost `limits`. Empty limits stay a parameter
+/// (`[]`), as RabbitMQ keeps one after the last limit is deleted.
 fn limits_event(vhost: String, limits: Map<String, Value>) -> Event {
-    if limits.is_empty() {
-        Event::ParameterCleared {
-            vhost,
-            component: VHOST_LIMITS.into(),
-            name: LIMITS_NAME.into(),
-        }
-    } else {
-        Event::ParameterSet {
-            vhost,
-            component: VHOST_LIMITS.into(),
-            name: LIMITS_NAME.into(),
-            value: Value::Object(limits).to_string(),
-        }
+    Event::ParameterSet {
+        vhost,
+        component: VHOST_LIMITS.into(),
+        name: LIMITS_NAME.into(),
+        value: parameters::stored_limits(Value::Object(limits)).to_string(),
     }
 }
 
@@ -473,9 +500,10 @@ async fn delete_limit(
     let mut limits = current_limits(&state, &vhost)
         .await?
         .ok_or(WriteError::Api(ApiError::NotFound))?;
-    if limits.remove(&name).is_some() {
-        submit(&state, limits_event(vhost, limits)).await?;
-    }
+    // Written even when the limit was not set: RabbitMQ then stores the
+    // (possibly empty) limits all the same.
+    limits.remove(&name);
+    submit(&state, limits_event(vhost, limits)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

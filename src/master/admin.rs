@@ -173,6 +173,15 @@ impl Master {
             for ev in crate::users::seed_events(config) {
                 self.emit(ev, true);
             }
+            // As RabbitMQ names a new cluster at first boot; a definitions
+            // import may replace it, as RabbitMQ's does.
+            self.emit(
+                Event::GlobalParameterSet {
+                    name: "internal_cluster_id".into(),
+                    value: serde_json::Value::String(crate::users::new_cluster_id()).to_string(),
+                },
+                true,
+            );
             return;
         }
         for u in &config.users {

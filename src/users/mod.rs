@@ -389,6 +389,19 @@ pub fn seed_events(config: &crate::config::Config) -> Vec<crate::broker::event::
     out
 }
 
+/// A new cluster's `internal_cluster_id`, in RabbitMQ's shape:
+/// `rabbitmq-cluster-id-` and 16 random bytes, URL-safe base64 without
+/// padding. Tools read it as an opaque identity; it is made once, at the
+/// first master's first boot, and replicated like any global parameter.
+pub fn new_cluster_id() -> String {
+    use base64::Engine;
+    let bytes: [u8; 16] = rand::random();
+    format!(
+        "rabbitmq-cluster-id-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
 /// The table a fresh node starts with, for code that runs without a master
 /// (the connection machine's own tests, tools).
 pub fn table_from_config(config: &crate::config::Config) -> AccessTable {
