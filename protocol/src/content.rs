@@ -64,7 +64,7 @@ pub(crate) fn decode_header(channel: u16, payload: &[u8]) -> Result<Frame, Frame
             channel,
             class_id,
             body_size,
-            properties,
+            properties: Box::new(properties),
         }),
         Err(_) => Err(FrameError::BadContentHeader {
             channel,

@@ -43,7 +43,10 @@ pub enum Frame {
         channel: u16,
         class_id: u16,
         body_size: u64,
-        properties: BasicProperties,
+        /// Boxed: inline, the properties (~280 bytes) made every `Frame`, and
+        /// every move of one on the publish path, that much larger; the box
+        /// travels on into the queued message.
+        properties: Box<BasicProperties>,
     },
     Body {
         channel: u16,

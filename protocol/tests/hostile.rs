@@ -347,10 +347,12 @@ fn nesting_limit_is_exact_for_every_method_with_a_table_and_for_headers() {
         channel: 1,
         class_id: 60,
         body_size: 0,
-        properties: BasicProperties::default()
-            .with_content_type("text/plain".into())
-            .with_content_encoding("gzip".into())
-            .with_headers(headers),
+        properties: Box::new(
+            BasicProperties::default()
+                .with_content_type("text/plain".into())
+                .with_content_encoding("gzip".into())
+                .with_headers(headers),
+        ),
     };
     let ok = header(deepest);
     assert_eq!(decode_frame(&mut encode(&ok), 0), Ok(Some(ok.clone())));
@@ -413,7 +415,7 @@ fn deep_arrays_helper_matches_amq_protocol_encoding() {
         channel: 1,
         class_id: 60,
         body_size: 0,
-        properties: BasicProperties::default().with_headers(table),
+        properties: Box::new(BasicProperties::default().with_headers(table)),
     };
     let wire = encode(&frame);
     // header payload: 12 octets of ids/size, 2 of flags, 4 of table length, then "k"
@@ -437,7 +439,7 @@ fn the_deepest_accepted_frames_fit_half_a_tokio_worker_stack() {
                 channel: 1,
                 class_id: 60,
                 body_size: 0,
-                properties: props,
+                properties: Box::new(props),
             }));
             let frames = decode_all(&mut wire, 0).unwrap();
             for frame in &frames {

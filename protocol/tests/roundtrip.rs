@@ -27,7 +27,7 @@ fn reference_encoding(frame: &Frame) -> Vec<u8> {
             AMQPContentHeader {
                 class_id,
                 body_size,
-                properties,
+                properties: *properties,
             },
         ),
         Frame::Body { channel, payload } => AMQPFrame::Body(channel, payload.to_vec()),
@@ -74,7 +74,7 @@ proptest! {
         prop_assert!(out.is_empty());
 
         prop_assert_eq!(&frames[0], &Frame::Method { channel, method: method.clone() });
-        let header = Frame::Header { channel, class_id: 60, body_size: body.len() as u64, properties };
+        let header = Frame::Header { channel, class_id: 60, body_size: body.len() as u64, properties: Box::new(properties) };
         prop_assert_eq!(&frames[1], &header);
         let mut reassembled = Vec::new();
         for frame in &frames[2..] {
@@ -160,7 +160,7 @@ fn headers_with_nested_tables_survive_encoding_inside_a_frame() {
         channel: 9,
         class_id: 60,
         body_size: 1,
-        properties,
+        properties: Box::new(properties),
     };
     let mut buf = encode(&frame);
     assert_eq!(decode_frame(&mut buf, 0).unwrap(), Some(frame));
@@ -179,7 +179,7 @@ fn amq_protocol_quirks() {
         channel: 1,
         class_id: 60,
         body_size: 0,
-        properties,
+        properties: Box::new(properties),
     });
     assert!(matches!(
         decode_frame(&mut buf, 0),

@@ -241,8 +241,8 @@ pub enum Event {
         /// The master's clock at publish (ms since the Unix epoch): TTLs count from
         /// here, so replicas agree on expiry without reading their own clocks (I4).
         timestamp_ms: u64,
-        /// Content properties.
-        properties: BasicProperties,
+        /// Content properties (boxed as decoded; serde encodes a box as its content).
+        properties: Box<BasicProperties>,
         /// Body, shared by every queue copy.
         body: Bytes,
         /// Queues it was routed to, in routing order.
@@ -389,7 +389,7 @@ mod tests {
                 routing_key: "k".into(),
                 msg_id: 42,
                 timestamp_ms: 1_700_000_000_000,
-                properties: props,
+                properties: Box::new(props),
                 body: Bytes::from_static(b"hello"),
                 queues: vec!["q".into()],
             },

@@ -16,8 +16,9 @@ pub struct Message {
     pub exchange: String,
     /// Routing key it was published with.
     pub routing_key: String,
-    /// Content properties as the publisher sent them.
-    pub properties: BasicProperties,
+    /// Content properties as the publisher sent them. Boxed: the box the
+    /// frame decoder made moves here, so a publish never copies them.
+    pub properties: Box<BasicProperties>,
     /// Body.
     pub body: Bytes,
     /// Master's clock when it was published (ms since the Unix epoch); TTLs count from here.

@@ -272,7 +272,7 @@ fn restore_messages(broker: &mut Broker, page: Vec<(Bytes, Bytes)>) -> Result<()
                 id,
                 exchange: stored.exchange,
                 routing_key: stored.routing_key,
-                properties: stored.properties,
+                properties: Box::new(stored.properties),
                 body: stored.body,
                 timestamp_ms: stored.timestamp_ms,
             }),

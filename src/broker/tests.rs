@@ -49,7 +49,7 @@ fn publish(id: u64, queues: &[&str]) -> Event {
         routing_key: "".into(),
         msg_id: id,
         timestamp_ms: 0,
-        properties: BasicProperties::default(),
+        properties: Box::new(BasicProperties::default()),
         body: Bytes::from(format!("m{id}")),
         queues: queues.iter().map(|s| s.to_string()).collect(),
     }

@@ -218,7 +218,7 @@ impl Session {
                 message_count,
                 exchange: msg.exchange.clone(),
                 routing_key: msg.routing_key.clone(),
-                properties: msg.properties.clone(),
+                properties: (*msg.properties).clone(),
                 body: msg.body.clone(),
             })),
             _ => Ok(None),
@@ -251,7 +251,7 @@ impl Session {
                 mandatory: true,
                 immediate: false,
             },
-            properties,
+            properties: Box::new(properties),
             body,
         })
         .await?;

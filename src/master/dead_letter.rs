@@ -216,7 +216,7 @@ impl Master {
                 vhost,
                 dlx.clone(),
                 routing_key,
-                properties,
+                Box::new(properties),
                 msg.body.clone(),
                 targets,
                 msg.is_persistent(),

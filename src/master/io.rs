@@ -63,8 +63,8 @@ pub enum Input {
         ch: u16,
         /// The publish method.
         publish: basic::Publish,
-        /// Content header properties.
-        properties: BasicProperties,
+        /// Content header properties (boxed as they were decoded, into the message).
+        properties: Box<BasicProperties>,
         /// Assembled body.
         body: Bytes,
     },

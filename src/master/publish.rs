@@ -20,7 +20,7 @@ impl Master {
         conn: ConnId,
         ch: u16,
         p: mb::Publish,
-        properties: BasicProperties,
+        properties: Box<BasicProperties>,
         body: Bytes,
     ) -> AmqpResult<()> {
         let vhost = self.vhost_of(conn)?;
@@ -106,7 +106,7 @@ impl Master {
         ch: u16,
         vhost: &str,
         p: mb::Publish,
-        properties: BasicProperties,
+        properties: Box<BasicProperties>,
         body: Bytes,
     ) -> bool {
         let mandatory = p.mandatory;
@@ -114,7 +114,7 @@ impl Master {
         let routing_key = String::from(p.routing_key);
         if exchange.is_empty()
             && routing_key.starts_with(super::reply_to::REPLY_TO_PREFIX)
-            && self.deliver_reply(&routing_key, properties.clone(), body.clone())
+            && self.deliver_reply(&routing_key, (*properties).clone(), body.clone())
         {
             self.counters.routed.increment(1);
             return true;
@@ -166,7 +166,7 @@ impl Master {
                         reply_text: "NO_ROUTE".into(),
                         exchange,
                         routing_key,
-                        properties: Box::new(properties),
+                        properties,
                         body,
                     },
                 );
@@ -198,8 +198,8 @@ impl Master {
         vhost: &str,
         exchange: &str,
         routing_key: &str,
-        properties: BasicProperties,
-    ) -> (Vec<String>, BasicProperties) {
+        properties: Box<BasicProperties>,
+    ) -> (Vec<String>, Box<BasicProperties>) {
         let headers = properties.headers().as_ref();
         let mut queues = self.broker.route(vhost, exchange, routing_key, headers);
         let Some(h) = headers else {
@@ -224,7 +224,7 @@ impl Master {
         if h.inner().contains_key("BCC") {
             let mut map = h.inner().clone();
             map.remove("BCC");
-            let properties = properties.with_headers(FieldTable::from(map));
+            let properties = Box::new((*properties).with_headers(FieldTable::from(map)));
             return (queues, properties);
         }
         (queues, properties)
@@ -238,7 +238,7 @@ impl Master {
         vhost: &str,
         exchange: String,
         routing_key: String,
-        properties: BasicProperties,
+        properties: Box<BasicProperties>,
         body: Bytes,
         queues: Vec<String>,
         persistent: bool,

@@ -61,8 +61,8 @@ impl Master {
         &mut self,
         conn: ConnId,
         ch: u16,
-        properties: BasicProperties,
-    ) -> AmqpResult<BasicProperties> {
+        properties: Box<BasicProperties>,
+    ) -> AmqpResult<Box<BasicProperties>> {
         if properties
             .reply_to()
             .as_ref()
@@ -75,7 +75,9 @@ impl Master {
             return Err(AmqpError::precondition("fast reply consumer does not exist").on(60, 40));
         }
         let name = format!("{REPLY_TO_PREFIX}{conn}.{ch}.{uid}");
-        Ok(properties.with_reply_to(ShortString::from(name)))
+        Ok(Box::new(
+            (*properties).with_reply_to(ShortString::from(name)),
+        ))
     }
 
     /// Deliver a reply published to the default exchange with a reply-to name.
@@ -106,7 +108,7 @@ impl Master {
             id: 0,
             exchange: String::new(),
             routing_key: routing_key.to_string(),
-            properties,
+            properties: Box::new(properties),
             body,
             timestamp_ms: self.now_ms,
         });

@@ -62,7 +62,7 @@ pub struct HeldPublish {
     /// The method.
     pub publish: basic::Publish,
     /// Properties.
-    pub properties: BasicProperties,
+    pub properties: Box<BasicProperties>,
     /// Body.
     pub body: Bytes,
 }

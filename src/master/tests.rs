@@ -65,7 +65,7 @@ fn publish(
             routing_key: queue.into(),
             ..Default::default()
         },
-        properties: props,
+        properties: Box::new(props),
         body: Bytes::from(body.to_string()),
     });
     m.take_outputs()

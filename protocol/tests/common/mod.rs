@@ -553,7 +553,7 @@ pub fn frame() -> BoxedStrategy<Frame> {
                 channel,
                 class_id,
                 body_size,
-                properties
+                properties: Box::new(properties)
             }
         ),
         (any::<u16>(), body_bytes(300))

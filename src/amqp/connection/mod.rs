@@ -71,7 +71,7 @@ enum SlotState {
 struct PendingContent {
     publish: basic::Publish,
     /// (properties, body size) once the header frame arrived.
-    header: Option<(BasicProperties, u64)>,
+    header: Option<(Box<BasicProperties>, u64)>,
     parts: Vec<Bytes>,
     received: u64,
 }

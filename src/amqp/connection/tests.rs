@@ -182,7 +182,7 @@ fn content_is_assembled_from_header_and_bodies() {
             channel: 1,
             class_id: 60,
             body_size: 6,
-            properties: BasicProperties::default(),
+            properties: Box::new(BasicProperties::default()),
         },
         now(),
         &mut out,

@@ -35,7 +35,7 @@ fn msg(id: u64, priority: u8, body_len: usize) -> QueuedMessage {
             id,
             exchange: "x".into(),
             routing_key: format!("k{id}"),
-            properties,
+            properties: Box::new(properties),
             body: Bytes::from(body),
             timestamp_ms: 1000 + id,
         }),
