@@ -1,0 +1,365 @@
+//! queue.declare, purge and delete: the arguments RabbitMQ compares and
+//! validates, exclusivity, and auto-delete.
+
+use super::{inequivalent, reserved, value_text};
+use crate::broker::event::{Binding, Destination, Event, QueueSpec};
+use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::master::Master;
+use crate::master::io::ConnId;
+use crate::users::Perm;
+use stablemq_protocol::methods::queue as mq;
+use stablemq_protocol::{AMQPClass, FieldTable};
+
+/// Queue arguments RabbitMQ compares on redeclare.
+const EQUIVALENCE_ARGS: [&str; 12] = [
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+];
+
+fn queue_type(args: &FieldTable) -> Option<String> {
+    args.inner()
+        .get("x-queue-type")
+        .map(|v| value_text(Some(v)))
+}
+
+impl Master {
+    pub(in crate::master) fn queue_method(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        m: mq::AMQPMethod,
+    ) -> AmqpResult<()> {
+        let vhost = self.vhost_of(conn)?;
+        match m {
+            mq::AMQPMethod::Declare(d) => self.queue_declare(conn, ch, &vhost, d),
+            mq::AMQPMethod::Bind(b) => {
+                let binding = Binding {
+                    source: b.exchange.to_string(),
+                    destination: Destination::Queue(b.queue.to_string()),
+                    routing_key: b.routing_key.to_string(),
+                    arguments: b.arguments,
+                };
+                let ok = AMQPClass::Queue(mq::AMQPMethod::BindOk(mq::BindOk {}));
+                self.bind_and_reply(conn, ch, &vhost, binding, true, b.nowait, ok)
+            }
+            mq::AMQPMethod::Unbind(b) => {
+                let binding = Binding {
+                    source: b.exchange.to_string(),
+                    destination: Destination::Queue(b.queue.to_string()),
+                    routing_key: b.routing_key.to_string(),
+                    arguments: b.arguments,
+                };
+                // queue.unbind has no nowait flag.
+                let ok = AMQPClass::Queue(mq::AMQPMethod::UnbindOk(mq::UnbindOk {}));
+                self.bind_and_reply(conn, ch, &vhost, binding, false, false, ok)
+            }
+            mq::AMQPMethod::Purge(p) => {
+                let name = p.queue.to_string();
+                self.authorize(conn, Perm::Read, "queue", &name)?;
+                self.existing_queue(conn, &vhost, &name)?;
+                let count = self.purge(&vhost, &name);
+                if !p.nowait {
+                    self.reply(
+                        conn,
+                        ch,
+                        AMQPClass::Queue(mq::AMQPMethod::PurgeOk(mq::PurgeOk {
+                            message_count: count,
+                        })),
+                    );
+                }
+                Ok(())
+            }
+            mq::AMQPMethod::Delete(d) => {
+                let name = d.queue.to_string();
+                self.authorize(conn, Perm::Configure, "queue", &name)?;
+                let mut count = 0;
+                if let Some(q) = self.broker.queue(&vhost, &name) {
+                    self.exclusive_check(conn, &vhost, &name)?;
+                    if d.if_unused && self.consumer_count(&vhost, &name) > 0 {
+                        return Err(AmqpError::precondition(format!(
+                            "queue '{name}' in vhost '{vhost}' in use"
+                        )));
+                    }
+                    // RabbitMQ counts ready messages only: unacked ones do not make a queue non-empty.
+                    if d.if_empty && !q.ready.is_empty() {
+                        return Err(AmqpError::precondition(format!(
+                            "queue '{name}' in vhost '{vhost}' is not empty"
+                        )));
+                    }
+                    count = q.ready.len() as u32;
+                    self.delete_queue(&vhost, &name);
+                }
+                if !d.nowait {
+                    self.reply(
+                        conn,
+                        ch,
+                        AMQPClass::Queue(mq::AMQPMethod::DeleteOk(mq::DeleteOk {
+                            message_count: count,
+                        })),
+                    );
+                }
+                Ok(())
+            }
+            other => Err(AmqpError::command_invalid(format!(
+                "unexpected queue method {}",
+                AMQPClass::Queue(other).get_amqp_method_id()
+            ))),
+        }
+    }
+
+    /// Remove every ready message; returns how many.
+    pub(in crate::master) fn purge(&mut self, vhost: &str, name: &str) -> u32 {
+        let Some(q) = self.broker.queue(vhost, name) else {
+            return 0;
+        };
+        let ids = q.ready_ids();
+        let logged = q.is_logged() && q.any_ready_persistent();
+        let count = ids.len() as u32;
+        if count > 0 {
+            self.emit(
+                Event::Removed {
+                    vhost: vhost.to_string(),
+                    queue: name.to_string(),
+                    msg_ids: ids,
+                },
+                logged,
+            );
+        }
+        count
+    }
+
+    /// Delete a queue (its consumers are cancelled by `after_apply`).
+    pub(in crate::master) fn delete_queue(&mut self, vhost: &str, name: &str) {
+        metrics::counter!(crate::metrics::QUEUES_DELETED).increment(1);
+        let logged = self
+            .broker
+            .queue(vhost, name)
+            .is_some_and(|q| q.is_logged());
+        self.emit(
+            Event::QueueDeleted {
+                vhost: vhost.to_string(),
+                name: name.to_string(),
+            },
+            logged,
+        );
+        for s in self.sessions.values_mut() {
+            if s.vhost == vhost {
+                s.exclusive_queues.retain(|q| q != name);
+            }
+        }
+    }
+
+    pub(super) fn queue_declare(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        vhost: &str,
+        d: mq::Declare,
+    ) -> AmqpResult<()> {
+        let mut name = d.queue.as_str().to_string();
+        if d.passive {
+            if name.is_empty() {
+                return Err(AmqpError::no_queue(vhost, &name));
+            }
+            if name.starts_with(crate::master::reply_to::REPLY_TO_PREFIX)
+                && self.reply_to_exists(&name)
+            {
+                self.reply(
+                    conn,
+                    ch,
+                    AMQPClass::Queue(mq::AMQPMethod::DeclareOk(mq::DeclareOk {
+                        queue: name.into(),
+                        message_count: 0,
+                        consumer_count: 1,
+                    })),
+                );
+                return Ok(());
+            }
+            self.existing_queue(conn, vhost, &name)?;
+        } else {
+            if name.is_empty() {
+                name = self.server_name("amq.gen-");
+            } else if reserved(&name) {
+                return Err(AmqpError::access_refused(format!(
+                    "queue name '{name}' contains reserved prefix 'amq.*'"
+                )));
+            }
+            // Server-named queues are checked under the name chosen for them.
+            self.authorize(conn, Perm::Configure, "queue", &name)?;
+            let spec = QueueSpec {
+                durable: d.durable,
+                auto_delete: d.auto_delete,
+                exclusive_owner: d.exclusive.then_some(conn),
+                arguments: d.arguments,
+            };
+            // RabbitMQ counts every non-passive declare that passes the name
+            // checks, whether it then creates, matches or fails equivalence.
+            metrics::counter!(crate::metrics::QUEUES_DECLARED).increment(1);
+            if let Some(q) = self.broker.queue(vhost, &name) {
+                self.exclusive_check(conn, vhost, &name)?;
+                let cur = &q.spec;
+                let bad = |arg: &str, got: bool, was: bool| {
+                    inequivalent(
+                        "queue",
+                        arg,
+                        "queue",
+                        &name,
+                        vhost,
+                        got.to_string(),
+                        was.to_string(),
+                    )
+                };
+                if cur.durable != spec.durable {
+                    return Err(bad("durable", spec.durable, cur.durable));
+                }
+                if cur.auto_delete != spec.auto_delete {
+                    return Err(bad("auto_delete", spec.auto_delete, cur.auto_delete));
+                }
+                if cur.exclusive_owner.is_some() != spec.exclusive_owner.is_some() {
+                    // RabbitMQ answers an exclusive mismatch as a lock: 405.
+                    return Err(AmqpError::new(
+                        ReplyCode::ResourceLocked,
+                        format!(
+                            "cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
+                        ),
+                    ));
+                }
+                for arg in EQUIVALENCE_ARGS {
+                    let got = spec.arguments.inner().get(arg);
+                    let was = cur.arguments.inner().get(arg);
+                    // A redeclare without x-queue-type matches any type, as in RabbitMQ.
+                    if arg == "x-queue-type" && got.is_none() {
+                        continue;
+                    }
+                    if value_text(got) != value_text(was) {
+                        return Err(inequivalent(
+                            "queue",
+                            arg,
+                            "queue",
+                            &name,
+                            vhost,
+                            value_text(got),
+                            value_text(was),
+                        ));
+                    }
+                }
+            } else {
+                validate_queue_spec(vhost, &name, &spec)?;
+                if let Some(e) = self.queue_limit_refusal(vhost, &name) {
+                    return Err(e);
+                }
+                // A new queue with a dead-letter exchange: read on the queue,
+                // write on the exchange, as RabbitMQ checks.
+                if let Some(dlx) = spec
+                    .arguments
+                    .inner()
+                    .get("x-dead-letter-exchange")
+                    .and_then(crate::broker::queue_args::text)
+                {
+                    self.authorize(conn, Perm::Read, "queue", &name)?;
+                    self.authorize(conn, Perm::Write, "exchange", &dlx)?;
+                }
+                metrics::counter!(crate::metrics::QUEUES_CREATED).increment(1);
+                let logged = spec.durable && spec.exclusive_owner.is_none();
+                if spec.exclusive_owner.is_some()
+                    && let Some(s) = self.sessions.get_mut(&conn)
+                {
+                    s.exclusive_queues.push(name.clone());
+                }
+                self.emit(
+                    Event::QueueDeclared {
+                        vhost: vhost.to_string(),
+                        name: name.clone(),
+                        spec,
+                    },
+                    logged,
+                );
+            }
+        }
+        let (message_count, consumer_count) = match self.broker.queue(vhost, &name) {
+            Some(q) => (
+                q.ready.len() as u32,
+                self.consumer_count(vhost, &name) as u32,
+            ),
+            None => (0, 0),
+        };
+        if !d.nowait {
+            self.reply(
+                conn,
+                ch,
+                AMQPClass::Queue(mq::AMQPMethod::DeclareOk(mq::DeclareOk {
+                    queue: name.into(),
+                    message_count,
+                    consumer_count,
+                })),
+            );
+        }
+        Ok(())
+    }
+
+    /// Queue auto-delete after its last consumer went.
+    pub(in crate::master) fn maybe_auto_delete(&mut self, vhost: &str, queue: &str) {
+        let key = (vhost.to_string(), queue.to_string());
+        let unused = self
+            .consumers
+            .get(&key)
+            .is_some_and(|qc| qc.ever_had_consumer && qc.list.is_empty());
+        let auto = self
+            .broker
+            .queue(vhost, queue)
+            .is_some_and(|q| q.spec.auto_delete);
+        if unused && auto {
+            self.delete_queue(vhost, queue);
+        }
+        if self
+            .consumers
+            .get(&key)
+            .is_some_and(|qc| qc.list.is_empty())
+        {
+            self.consumers.remove(&key);
+        }
+    }
+}
+
+/// Check declared arguments we act on, as RabbitMQ does at declare time.
+fn validate_queue_spec(vhost: &str, name: &str, spec: &QueueSpec) -> AmqpResult<()> {
+    if let Err((arg, why)) = crate::broker::queue_args::QueueArgs::parse(&spec.arguments) {
+        return Err(AmqpError::precondition(format!(
+            "invalid arg '{arg}' for queue '{name}' in vhost '{vhost}': {why}"
+        )));
+    }
+    match queue_type(&spec.arguments).as_deref() {
+        None | Some("classic") => Ok(()),
+        Some("quorum") => {
+            if !spec.durable {
+                return Err(AmqpError::precondition(format!(
+                    "invalid property 'non-durable' for queue '{name}' in vhost '{vhost}'"
+                )));
+            }
+            if spec.exclusive_owner.is_some() {
+                return Err(AmqpError::precondition(format!(
+                    "invalid property 'exclusive-owner' for queue '{name}' in vhost '{vhost}'"
+                )));
+            }
+            if spec.auto_delete {
+                return Err(AmqpError::precondition(format!(
+                    "invalid property 'auto-delete' for queue '{name}' in vhost '{vhost}'"
+                )));
+            }
+            Ok(())
+        }
+        Some(other) => Err(AmqpError::precondition(format!(
+            "invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': unsupported queue type '{other}' (StableMQ supports classic and quorum)"
+        ))),
+    }
+}
