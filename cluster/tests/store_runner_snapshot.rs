@@ -134,3 +134,74 @@ fn compaction_and_snapshot_install_through_the_runner() {
     assert_eq!(base, LogPosition::new(1, 5));
     b.shutdown();
 }
+
+/// The first snapshot chunk `runner` serves now.
+fn snapshot(runner: &DiskRunner, rx: &mpsc::Receiver<StoreInput>) -> (LogPosition, Vec<String>) {
+    runner.read_snapshot(SnapshotRead {
+        reply_to: Endpoint::store(2),
+        base: LogPosition::ZERO,
+        after: None,
+    });
+    let StoreInput::SnapshotDone { base, pairs, .. } = next(rx) else {
+        panic!("expected a snapshot chunk");
+    };
+    let pairs = pairs
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                String::from_utf8_lossy(k),
+                String::from_utf8_lossy(v)
+            )
+        })
+        .collect();
+    (base, pairs)
+}
+
+#[test]
+fn entries_appended_before_a_restart_are_read_back_and_an_idle_store_catches_its_state_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, a_rx, _) = start(dir.path());
+    let entries: Vec<Entry> = (1..=6)
+        .map(|i| Entry::new(1, i, format!("k{i}={i}")))
+        .collect();
+    a.persist(vec![
+        DiskOp::Promise(1),
+        DiskOp::Append {
+            writer_epoch: 1,
+            entries,
+        },
+        DiskOp::Stable(3),
+    ]);
+    assert_eq!(next(&a_rx), StoreInput::Persisted);
+    // Stopped before anything was reduced: the state is empty on disk, and
+    // after the restart none of the entries is in the runner's memory.
+    a.shutdown();
+    let (a, a_rx, base) = start(dir.path());
+    assert_eq!(base, LogPosition::ZERO);
+    a.persist(vec![DiskOp::Stable(6)]);
+    assert_eq!(next(&a_rx), StoreInput::Persisted);
+    a.persist(vec![DiskOp::Compact(LogPosition::new(1, 5))]);
+    assert_eq!(next(&a_rx), StoreInput::Persisted);
+    let (base, pairs) = snapshot(&a, &a_rx);
+    assert_eq!(base, LogPosition::new(1, 5));
+    assert_eq!(pairs, ["k1=1", "k2=2", "k3=3", "k4=4", "k5=5"]);
+    // Entry 6 is stable but its window is not full: an idle store hands it
+    // over anyway (after about 100 ms).
+    let mut last = (base, pairs);
+    for _ in 0..200 {
+        if last.0 == LogPosition::new(1, 6) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        last = snapshot(&a, &a_rx);
+    }
+    assert_eq!(last.0, LogPosition::new(1, 6), "the state never caught up");
+    assert_eq!(last.1.last().map(String::as_str), Some("k6=6"));
+    a.shutdown();
+    // The log base stays where Compact put it; the state is ahead of it.
+    let (a, a_rx, base) = start(dir.path());
+    assert_eq!(base, LogPosition::new(1, 5));
+    assert_eq!(snapshot(&a, &a_rx).0, LogPosition::new(1, 6));
+    a.shutdown();
+}

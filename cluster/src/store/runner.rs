@@ -194,6 +194,8 @@ fn run(
                 Err(_) => break,
             }
         };
+        // A Persist writes the reduced batches itself, in front of its fsync.
+        let sync_state = !matches!(job, Job::Persist(_));
         let result = match job {
             Job::Persist(ops) => match follower.as_mut() {
                 Some(f) => persist_following(store.as_mut(), f, &ops),
@@ -204,6 +206,10 @@ fn run(
                 .read_range(req.from, req.to)
                 .map(|entries| StoreInput::ReadDone { req, entries }),
             Job::ReadSnapshot(req) => read_snapshot(store.as_ref(), &mut pinned, req),
+        };
+        let result = match (result, follower.as_mut()) {
+            (Ok(input), Some(f)) => f.tend(store.as_mut(), sync_state).map(|()| input),
+            (result, _) => result,
         };
         match result {
             Ok(input) => on_done(input),
