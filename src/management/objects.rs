@@ -538,13 +538,7 @@ async fn queue_bindings(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller_for_vhost(&state, &headers, &vhost)?;
-    query(&state, move |view| {
-        bindings_of(&view, &vhost, &name, End::Destination, "queue")
-    })
-    .await?
-    .map(Json)
-    .ok_or(ApiError::NotFound)
+    bindings_at(&state, &headers, vhost, name, End::Destination, "queue").await
 }
 
 async fn exchange_bindings_source(
@@ -552,14 +546,8 @@ async fn exchange_bindings_source(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller_for_vhost(&state, &headers, &vhost)?;
     let name = exchange_name(name);
-    query(&state, move |view| {
-        bindings_of(&view, &vhost, &name, End::Source, "exchange")
-    })
-    .await?
-    .map(Json)
-    .ok_or(ApiError::NotFound)
+    bindings_at(&state, &headers, vhost, name, End::Source, "exchange").await
 }
 
 async fn exchange_bindings_destination(
@@ -567,10 +555,23 @@ async fn exchange_bindings_destination(
     Path((vhost, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<BindingJson>>, ApiError> {
-    caller_for_vhost(&state, &headers, &vhost)?;
     let name = exchange_name(name);
-    query(&state, move |view| {
-        bindings_of(&view, &vhost, &name, End::Destination, "exchange")
+    bindings_at(&state, &headers, vhost, name, End::Destination, "exchange").await
+}
+
+/// The bindings at one end of a queue or exchange, for a caller allowed in
+/// the vhost; 404 when the object does not exist.
+async fn bindings_at(
+    state: &AppState,
+    headers: &HeaderMap,
+    vhost: String,
+    name: String,
+    end: End,
+    kind: &'static str,
+) -> Result<Json<Vec<BindingJson>>, ApiError> {
+    caller_for_vhost(state, headers, &vhost)?;
+    query(state, move |view| {
+        bindings_of(&view, &vhost, &name, end, kind)
     })
     .await?
     .map(Json)
