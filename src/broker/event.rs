@@ -337,9 +337,17 @@ const EVENT_FORMAT_VERSION: u8 = 3;
 impl Event {
     /// Encode for the log: one version byte, then postcard.
     pub fn encode(&self) -> Bytes {
-        let out = vec![EVENT_FORMAT_VERSION];
+        // Sized up front, and written through `io::Write` (slices copied whole):
+        // `to_extend` pushed a body through an iterator byte by byte, ~3k
+        // instructions per 1 KB publish. Same postcard serializer, same bytes.
+        let hint = match self {
+            Event::Published { body, .. } => body.len() + 256,
+            _ => 128,
+        };
+        let mut out = Vec::with_capacity(hint);
+        out.push(EVENT_FORMAT_VERSION);
         // postcard cannot fail writing to a Vec for these types; a failure here is a bug.
-        match postcard::to_extend(self, out) {
+        match postcard::to_io(self, out) {
             Ok(v) => Bytes::from(v),
             Err(e) => panic!("event encoding failed: {e}"),
         }
