@@ -90,6 +90,12 @@ fn invariants_hold_across_seeds() {
     let compacted = with(|o| o.stats.max_base > 0);
     let confirmed: u64 = outcomes.iter().map(|o| o.stats.confirmed).sum();
     let events: u64 = outcomes.iter().map(|o| o.stats.events).sum();
+    let refused = with(|o| o.stats.prevotes_refused >= 1);
+    let check_quorum = with(|o| o.stats.check_quorum_step_downs >= 1);
+    eprintln!(
+        "{refused} seeds with a pre-vote refused, {check_quorum} with a master stepping down \
+         on check-quorum"
+    );
     eprintln!(
         "{n} seeds in {elapsed:.2?}: {failover} with a failover, {crash} with a crash \
          ({master_crash} of the master), {partition} with a partition; \
@@ -119,6 +125,16 @@ fn invariants_hold_across_seeds() {
         with(|o| o.stats.confirmed > 0) >= most,
         "too few seeds confirmed anything"
     );
+    // Pre-vote refusals and check-quorum step-downs happen (isolating the
+    // master is one of the faults), under every checker.
+    assert!(
+        refused >= most,
+        "only {refused} of {n} seeds refused a pre-vote"
+    );
+    assert!(
+        check_quorum >= outcomes.len() / 10,
+        "only {check_quorum} of {n} seeds had a check-quorum step-down"
+    );
     // Snapshot catch-up is exercised, by brokers and by stores.
     assert!(compacted >= most, "only {compacted} of {n} seeds compacted");
     let some = outcomes.len() / 3;
@@ -143,4 +159,44 @@ fn a_seed_replays_exactly() {
         "the run did something: {:?}",
         a.stats
     );
+}
+
+/// Leader stickiness: the master's link to one slave is cut (one way) for
+/// the rest of the fault phase, with no other fault. The slave hears no
+/// master and pre-votes, but the stores still hear the master (all of them
+/// when the slave is broker-only, all but one when it hosts a store), so
+/// they refuse: the master keeps its epoch to the heal. Without pre-vote
+/// the slave fenced the stores and deposed it. Then the usual recovery and
+/// every checker run as in any seed.
+#[test]
+fn a_slave_cut_off_from_a_healthy_master_does_not_depose_it() {
+    let mut runs = 0;
+    for seed in 0..400 {
+        let mut params = sim::SimParams::from_seed(seed);
+        if params.cfg.stores.len() < 3 || params.cfg.brokers.len() < 2 {
+            continue;
+        }
+        params.fault_every_ms = (params.main_ms * 10, params.main_ms * 10);
+        params.heal_one_store_down = false;
+        params.cut_slave_at_ms = Some(600);
+        let outcome = sim::run(params);
+        if let Err(v) = outcome.result {
+            panic!("seed {seed} (slave cut off): {v}");
+        }
+        let Some((master, epoch)) = outcome.stats.cut_master else {
+            continue; // no master yet at 600 ms
+        };
+        assert!(
+            outcome.stats.cut_master_kept,
+            "seed {seed}: node {master}, master of epoch {epoch}, was deposed by a slave \
+             that could not hear it: {:?}",
+            outcome.stats
+        );
+        runs += 1;
+    }
+    assert!(
+        runs >= 50,
+        "only {runs} seeds had a master to cut a slave from"
+    );
+    eprintln!("{runs} seeds: the master kept its epoch while a slave could not hear it");
 }

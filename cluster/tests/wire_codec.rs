@@ -84,6 +84,14 @@ fn message() -> impl Strategy<Value = Message> {
             }
         }),
         (pos(), opt_key()).prop_map(|(base, after)| Message::SnapshotRequest { base, after }),
+        u().prop_map(|epoch| Message::PreVote { epoch }),
+        (u(), any::<bool>(), u()).prop_map(|(epoch, granted, promised)| {
+            Message::PreVoteReply {
+                epoch,
+                granted,
+                promised,
+            }
+        }),
     ]
 }
 

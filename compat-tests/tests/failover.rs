@@ -381,11 +381,15 @@ async fn two_stores_down_blocks_confirms_and_restart_keeps_everything() {
         )
         .await
         .expect("publish is accepted");
-    let early = timeout(Duration::from_secs(2), pending).await;
-    assert!(
-        early.is_err(),
-        "a publish was confirmed with only one store of three up: {early:?}"
-    );
+    // It stays pending, or the master steps down (check-quorum, after
+    // 1 s) and closes the connection: either way it is neither acked nor
+    // nacked.
+    match timeout(Duration::from_secs(2), pending).await {
+        Err(_) | Ok(Err(_)) => {}
+        Ok(Ok(confirm)) => {
+            panic!("a publish was confirmed with only one store of three up: {confirm:?}")
+        }
+    }
     for i in &others {
         blocking(|| cluster.start(*i));
     }
@@ -760,5 +764,61 @@ async fn a_paused_node_behind_the_compacted_log_catches_up_by_snapshot() {
         b + 1,
         masters[0] + 1,
         record.confirmed.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_cut_off_from_the_stores_steps_down_and_closes_clients_with_320() {
+    let mut cluster = blocking(Cluster::start_example);
+    let master = blocking(|| cluster.wait_master(WAIT));
+    let conn = Connection::connect(&cluster.uri(master), ConnectionProperties::default())
+        .await
+        .expect("connect to the master");
+    let ch = conn.create_channel().await.expect("channel");
+    declare(&ch, "failover.check_quorum")
+        .await
+        .expect("declare on the master");
+    let mut events = Box::pin(conn.events_listener());
+    // Both other nodes die: the master's own store alone is no quorum, so
+    // nothing can become stable there. Check-quorum (1 s by default) makes
+    // it step down rather than leave its clients hanging.
+    let others: Vec<usize> = (0..3).filter(|i| *i != master).collect();
+    let cut_at = Instant::now();
+    for i in &others {
+        blocking(|| cluster.kill9(*i));
+    }
+    let err = timeout(WAIT, async {
+        loop {
+            match events.next().await {
+                Some(lapin::Event::Error(e)) => return e,
+                Some(_) => {}
+                None => panic!("connection event stream ended without an error"),
+            }
+        }
+    })
+    .await
+    .expect("the master closes its clients once it has no quorum");
+    let closed_after = cut_at.elapsed();
+    let code = match err.kind() {
+        lapin::ErrorKind::ProtocolError(e) => e.get_id(),
+        other => panic!("expected connection.close 320, got {other:?}"),
+    };
+    assert_eq!(code, 320, "CONNECTION_FORCED: {err}");
+    let status = blocking(|| cluster.status(master, Duration::from_secs(2))).expect("status");
+    assert_ne!(status.role, "master", "it no longer claims mastership");
+    // With the other nodes back, a master serves again (any of the three).
+    for i in &others {
+        blocking(|| cluster.start(*i));
+    }
+    let now_master = blocking(|| cluster.wait_master(WAIT));
+    let (_c, ch, _) = connect_any(&cluster.uris(), 0).await;
+    declare(&ch, "failover.check_quorum")
+        .await
+        .expect("declare after the quorum is back");
+    eprintln!(
+        "check-quorum: node {} closed its clients {closed_after:?} after losing its quorum; \
+         node {} is master again",
+        master + 1,
+        now_master + 1
     );
 }

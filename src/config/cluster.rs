@@ -67,6 +67,10 @@ pub struct ClusterConfig {
     /// Random extra wait before campaigning, up to this much.
     #[serde(default)]
     pub election_jitter_ms: Option<u64>,
+    /// A master that hears from fewer than a quorum of stores this long
+    /// steps down and closes its clients (320).
+    #[serde(default)]
+    pub check_quorum_ms: Option<u64>,
     /// Stable log entries each store keeps behind its stable index before
     /// compacting them into its state (a node further behind catches up by
     /// snapshot). 0 turns compaction off: the stores keep their whole log.
@@ -105,6 +109,9 @@ impl ClusterConfig {
         }
         if let Some(v) = self.election_jitter_ms {
             c.election_jitter_ms = v;
+        }
+        if let Some(v) = self.check_quorum_ms {
+            c.check_quorum_ms = v;
         }
         match self.store_retention {
             // 0 turns compaction off: every store keeps its whole log.

@@ -15,6 +15,7 @@ use crate::position::{Entry, LogPosition};
 use super::election::Candidate;
 use super::log::{MemLog, entries_follow, mismatch_hint};
 use super::messages::{Endpoint, Message, RejectReason, Service};
+use super::prevote::PreVoteRound;
 use super::replicator::Replicator;
 use super::rng::SplitMix64;
 use super::snapshot::{ChunkOutcome, SnapshotRx};
@@ -78,9 +79,11 @@ pub enum BrokerCommand {
         /// The marker's index: the stable index the mastership starts from.
         stable: u64,
     },
-    /// This node was master and learned of a higher `epoch`: stop at once (close
-    /// client connections with 320), discard every effect past the last `Stable`
-    /// index, and carry on as a slave (I2).
+    /// This node was master and learned of a higher `epoch`, or (check-quorum,
+    /// `epoch` is then its own) heard no quorum of stores for
+    /// `check_quorum_ms`: stop at once (close client connections with 320),
+    /// discard every effect past the last `Stable` index, and carry on as a
+    /// slave (I2).
     SteppedDown {
         /// The higher epoch that deposed us.
         epoch: u64,
@@ -156,6 +159,9 @@ pub struct BrokerNode {
     pub(super) catch_up_turn: usize,
     /// A store's state being received (catch-up below a store's log base).
     pub(super) snapshot_rx: Option<SnapshotRx>,
+    /// A slave's pre-vote under way (see [`PreVoteRound`]); dropped whenever
+    /// the node becomes a slave of a master, a candidate or master.
+    pub(super) prevote: Option<PreVoteRound>,
     /// The role.
     pub(super) role: Role,
 }
@@ -175,6 +181,7 @@ impl BrokerNode {
             catch_up_sent_ms: None,
             catch_up_turn: 0,
             snapshot_rx: None,
+            prevote: None,
             role: Role::Slave {
                 master: None,
                 deadline_ms: 0,
@@ -298,11 +305,20 @@ impl BrokerNode {
                 self.floor_seen = self.floor_seen.max(floor.min(stable));
                 self.on_append(now, from, epoch, prev, entries, stable, out);
             }
-            Message::AppendAck { epoch, last } => self.on_ack(now, from, epoch, last, out),
+            Message::AppendAck { epoch, last } => {
+                if let Some(repl) = self.replicator_of(epoch) {
+                    repl.heard(from, now);
+                }
+                self.on_ack(now, from, epoch, last, out);
+            }
             Message::AppendReject { epoch, reason } => {
                 if let Some(repl) = self.replicator_of(epoch) {
+                    repl.heard(from, now);
                     repl.on_mismatch(from, &reason);
                 }
+            }
+            Message::PreVoteReply { epoch, granted, .. } => {
+                self.on_prevote_reply(now, from, epoch, granted, out);
             }
             Message::Promise { epoch, last, .. } => self.on_promise(now, from, epoch, last, out),
             Message::Entries { epoch, entries } => self.on_entries(now, from, epoch, entries, out),
@@ -323,6 +339,7 @@ impl BrokerNode {
             | Message::CatchUp { .. }
             | Message::SnapshotRequest { .. }
             | Message::SnapshotChunk { .. }
+            | Message::PreVote { .. }
             | Message::FenceRefused { .. } => {}
         }
     }
@@ -345,6 +362,7 @@ impl BrokerNode {
     }
 
     pub(super) fn become_slave(&mut self, now: u64, master: Option<NodeId>) {
+        self.prevote = None;
         let deadline_ms = self.election_deadline(now);
         self.role = Role::Slave {
             master,
@@ -644,10 +662,32 @@ impl BrokerNode {
 
     fn tick(&mut self, now: u64, out: &mut Vec<BrokerCommand>) {
         match &self.role {
-            Role::Slave { deadline_ms, .. } if now >= *deadline_ms => self.campaign(now, out),
-            Role::Candidate(c) if now >= c.deadline_ms => self.campaign(now, out),
+            Role::Slave { deadline_ms, .. } if now >= *deadline_ms => self.start_prevote(now, out),
+            Role::Slave { .. } => self.resend_prevote(now, out),
+            // A failed candidacy asks again before it raises its epoch once
+            // more: a candidate cut off from the stores must not come back
+            // with an epoch that deposes whoever won meanwhile.
+            Role::Candidate(c) if now >= c.deadline_ms => {
+                let master = None;
+                self.become_slave(now, master);
+                self.start_prevote(now, out);
+            }
             Role::Candidate(_) => self.resend_election(now, out),
-            Role::Slave { .. } | Role::Master(_) => {}
+            Role::Master(repl) => {
+                // Check-quorum: a master that no quorum of stores answers
+                // makes nothing stable; it steps down so that its clients
+                // (closed with 320) reconnect to a node that can serve.
+                if repl.stores_heard(now, self.cfg.check_quorum_ms) < self.cfg.quorum() {
+                    let epoch = self.epoch;
+                    tracing::warn!(
+                        node = self.id,
+                        epoch,
+                        "no quorum of stores answered for check_quorum_ms: stepping down"
+                    );
+                    out.push(BrokerCommand::SteppedDown { epoch });
+                    self.become_slave(now, None);
+                }
+            }
         }
     }
 

@@ -77,6 +77,7 @@ impl Candidate {
 impl BrokerNode {
     /// Start (or restart) an election with the highest epoch seen plus one.
     pub(super) fn campaign(&mut self, now: u64, out: &mut Vec<BrokerCommand>) {
+        self.prevote = None;
         self.epoch += 1;
         let epoch = self.epoch;
         let deadline_ms = self.election_deadline(now);

@@ -17,7 +17,7 @@ use crate::position::{Entry, LogPosition};
 use super::NodeId;
 
 /// Version of the node-to-node encoding, the first byte of every frame.
-pub const WIRE_VERSION: u8 = 3;
+pub const WIRE_VERSION: u8 = 4;
 
 /// Which service of a node a message is for, or from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -197,6 +197,26 @@ pub enum Message {
         /// The last key received.
         after: Option<Bytes>,
     },
+    /// Pre-vote (slave → store): would you promise `epoch` now? Asked before
+    /// a slave raises its epoch, so a slave that cannot hear a master the
+    /// stores still hear changes nothing (no epoch rises, no master is
+    /// deposed). Speaks for no epoch: `epoch()` is 0.
+    PreVote {
+        /// The epoch the slave would fence with (its highest seen plus one).
+        epoch: u64,
+    },
+    /// The answer to a [`Message::PreVote`]: `granted` if `epoch` is above
+    /// the store's promise and the store has not heard from a master for an
+    /// election timeout (leader stickiness). Promises nothing.
+    PreVoteReply {
+        /// The epoch asked about.
+        epoch: u64,
+        /// Whether the store would promise it.
+        granted: bool,
+        /// The store's promise, so a slave that restarted (epoch 0) learns
+        /// the epoch it must go above, as from a `FenceRefused`.
+        promised: u64,
+    },
     /// Store → candidate: the entries asked for (fewer if the log is shorter).
     Entries {
         /// The epoch of the Fetch being answered.
@@ -223,8 +243,12 @@ impl Message {
             Message::CatchUp { .. }
             | Message::StableEntries { .. }
             | Message::SnapshotChunk { .. }
-            | Message::SnapshotRequest { .. } => 0,
-            Message::FenceRefused { promised } => *promised,
+            | Message::SnapshotRequest { .. }
+            // A pre-vote raises nobody's epoch: that is its point.
+            | Message::PreVote { .. } => 0,
+            Message::FenceRefused { promised } | Message::PreVoteReply { promised, .. } => {
+                *promised
+            }
         }
     }
 }

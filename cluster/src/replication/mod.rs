@@ -27,6 +27,7 @@ mod broker;
 mod election;
 mod log;
 mod messages;
+mod prevote;
 mod replicator;
 mod rng;
 mod snapshot;
@@ -76,6 +77,14 @@ pub struct Config {
     pub election_timeout_ms: u64,
     /// See `election_timeout_ms`.
     pub election_jitter_ms: u64,
+    /// Check-quorum: a master that hears from fewer than a quorum of stores
+    /// for this long steps down (its clients are closed with 320 and
+    /// reconnect to a node that can serve). Longer than the election
+    /// timeout, because a store answers only between fsyncs: a slow fsync
+    /// or compaction step must not depose a healthy master, while a master
+    /// cut off from the stores makes nothing stable anyway (safety does not
+    /// depend on it).
+    pub check_quorum_ms: u64,
     /// Sent-but-unacknowledged entries are sent again after this long without
     /// progress (the message or its ack was lost). Also the resend period of
     /// Fence and Fetch during an election.
@@ -103,6 +112,7 @@ impl Config {
             heartbeat_ms: 50,
             election_timeout_ms: 400,
             election_jitter_ms: 200,
+            check_quorum_ms: 1000,
             retry_ms: 200,
             batch_entries_max: 512,
             window_entries_max: 8192,

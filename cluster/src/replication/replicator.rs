@@ -21,6 +21,9 @@ struct Peer {
     last_sent_ms: u64,
     /// When `matched` last moved (or we last went back to it), for the resend.
     last_progress_ms: u64,
+    /// When the peer last answered anything in this epoch (an ack or a
+    /// reject), for check-quorum.
+    heard_ms: u64,
 }
 
 /// Replication state of one epoch. Created fresh by every new candidate: acks
@@ -58,6 +61,7 @@ impl Replicator {
             matched: 0,
             last_sent_ms: 0,
             last_progress_ms: now,
+            heard_ms: now,
         };
         let stores = cfg.stores.iter().map(|&n| Endpoint::store(n));
         let slaves = cfg
@@ -76,6 +80,24 @@ impl Replicator {
 
     pub(crate) fn stable(&self) -> u64 {
         self.stable
+    }
+
+    /// `peer` answered (an ack or a reject of this epoch) at `now`.
+    pub(crate) fn heard(&mut self, peer: Endpoint, now: u64) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.heard_ms = p.heard_ms.max(now);
+        }
+    }
+
+    /// How many stores answered within the last `within_ms` (counting from
+    /// the replicator's start, so a new master gets a full period).
+    pub(crate) fn stores_heard(&self, now: u64, within_ms: u64) -> usize {
+        self.peers
+            .iter()
+            .filter(|(e, p)| {
+                e.service == Service::Store && now.saturating_sub(p.heard_ms) < within_ms
+            })
+            .count()
     }
 
     /// The highest index `peer` acked in this epoch (0 if none, or not a

@@ -196,6 +196,12 @@ pub struct StoreNode {
     /// Failed internal consistency checks; nonzero means a protocol bug (the
     /// simulator asserts it stays zero).
     anomalies: u64,
+    /// When an Append of an epoch at least our promise last arrived: a live
+    /// master (or a candidate confirming its marker). Pre-votes are refused
+    /// for `election_timeout_ms` after it (leader stickiness).
+    master_heard_ms: Option<u64>,
+    /// See `master_heard_ms`.
+    election_timeout_ms: u64,
 }
 
 impl StoreNode {
@@ -225,6 +231,8 @@ impl StoreNode {
             catch_up_turn: 0,
             snapshot_rx: None,
             installed_snapshots: 0,
+            master_heard_ms: None,
+            election_timeout_ms: 400,
         }
     }
 
@@ -242,6 +250,7 @@ impl StoreNode {
         self.retention = cfg.store_retention;
         self.retry_ms = cfg.retry_ms;
         self.fetch_entries_max = cfg.fetch_entries_max.max(1);
+        self.election_timeout_ms = cfg.election_timeout_ms;
         self
     }
 
@@ -375,6 +384,20 @@ impl StoreNode {
                 }
             }
             Message::Fence { epoch, nonce } => self.on_fence(from, epoch, nonce, out),
+            Message::PreVote { epoch } => {
+                // Leader stickiness: while a master is heard, a slave that
+                // cannot hear it must not depose it. Changes no state.
+                let granted = epoch > self.promised
+                    && self
+                        .master_heard_ms
+                        .is_none_or(|at| now.saturating_sub(at) >= self.election_timeout_ms);
+                let reply = Message::PreVoteReply {
+                    epoch,
+                    granted,
+                    promised: self.promised,
+                };
+                reply_now(from, reply, out);
+            }
             Message::Fetch {
                 epoch,
                 from: lo,
@@ -431,7 +454,8 @@ impl StoreNode {
             | Message::FenceRefused { .. }
             | Message::Entries { .. }
             | Message::StableEntries { .. }
-            | Message::SnapshotChunk { .. } => {}
+            | Message::SnapshotChunk { .. }
+            | Message::PreVoteReply { .. } => {}
         }
     }
 
@@ -487,6 +511,7 @@ impl StoreNode {
             reply_now(from, reject, out);
             return;
         }
+        self.master_heard_ms = Some(now);
         if epoch > self.promised {
             // A master of a higher epoch exists, so a quorum promised it; raise
             // ours durably before acting on its entries. No candidacy of this

@@ -164,6 +164,28 @@ fn a_slave_applies_only_what_the_append_proves_stable() {
     );
 }
 
+/// Tick a slave at `now` (past its deadline): it pre-votes for `epoch`;
+/// stores 1 and 2 grant, and it campaigns. Returns the commands of the
+/// second grant.
+fn prevote_then_campaign(b: &mut BrokerNode, now: u64, epoch: u64) -> Vec<BrokerCommand> {
+    let cmds = b.step(now, BrokerInput::Tick);
+    let asks: Vec<_> = [1, 2, 3]
+        .map(|s| send(Endpoint::store(s), Message::PreVote { epoch }))
+        .to_vec();
+    assert_eq!(cmds, asks, "a pre-vote, not a campaign");
+    assert_eq!(b.epoch(), epoch - 1, "a pre-vote raises no epoch");
+    let grant = Message::PreVoteReply {
+        epoch,
+        granted: true,
+        promised: epoch - 1,
+    };
+    assert!(
+        b.step(now, recv(Endpoint::store(1), grant.clone()))
+            .is_empty()
+    );
+    b.step(now, recv(Endpoint::store(2), grant))
+}
+
 /// Drive `slave()` through an election to master of epoch 2 with log
 /// 1:1 1:2 1:3 2:4(marker), checking each step.
 fn elect() -> BrokerNode {
@@ -172,7 +194,7 @@ fn elect() -> BrokerNode {
         b.step(100, BrokerInput::Tick).is_empty(),
         "deadline is 1 + 100"
     );
-    let cmds = b.step(101, BrokerInput::Tick);
+    let cmds = prevote_then_campaign(&mut b, 101, 2);
     assert_eq!(cmds[0], BrokerCommand::Campaign { epoch: 2 });
     let Some(BrokerCommand::Send {
         msg: Message::Fence { epoch: 2, nonce },
@@ -378,7 +400,7 @@ fn heartbeats_and_resends_need_no_new_entries() {
 #[test]
 fn a_competing_candidate_loses_to_the_master_of_its_epoch() {
     let mut b = slave();
-    let cmds = b.step(101, BrokerInput::Tick);
+    let cmds = prevote_then_campaign(&mut b, 101, 2);
     assert_eq!(cmds[0], BrokerCommand::Campaign { epoch: 2 });
     // OTHER won epoch 2 first: its append makes us its slave.
     let from = Endpoint::broker(OTHER);
@@ -501,4 +523,118 @@ fn a_slave_below_a_stores_base_restores_its_state_then_applies_the_suffix() {
         vec![BrokerCommand::Apply(vec![entry(2, 26), entry(2, 27)])]
     );
     assert_eq!(b.applied(), 27);
+}
+
+#[test]
+fn a_refused_pre_vote_raises_no_epoch_and_the_master_is_still_followed() {
+    let mut b = slave();
+    let cmds = b.step(101, BrokerInput::Tick);
+    assert_eq!(cmds.len(), 3, "a pre-vote to each store: {cmds:?}");
+    let refuse = Message::PreVoteReply {
+        epoch: 2,
+        granted: false,
+        promised: 1,
+    };
+    for s in [1, 2, 3] {
+        assert!(
+            b.step(102, recv(Endpoint::store(s), refuse.clone()))
+                .is_empty()
+        );
+    }
+    assert_eq!((b.epoch(), b.role()), (1, RoleKind::Slave));
+    // The stores refused because they hear the master: when its append
+    // gets through, it is followed, and the round is over.
+    let from = Endpoint::broker(OTHER);
+    let cmds = b.step(120, recv(from, append_msg(1, pos(1, 1), vec![], 1)));
+    assert_eq!(
+        cmds,
+        vec![send(
+            from,
+            Message::AppendAck {
+                epoch: 1,
+                last: pos(1, 1)
+            }
+        )]
+    );
+    let late = Message::PreVoteReply {
+        epoch: 2,
+        granted: true,
+        promised: 1,
+    };
+    for s in [1, 2] {
+        assert!(
+            b.step(121, recv(Endpoint::store(s), late.clone()))
+                .is_empty()
+        );
+    }
+    assert_eq!((b.epoch(), b.role()), (1, RoleKind::Slave));
+    // Refused stores are asked again every retry_ms while the round lasts.
+    let mut b = slave();
+    b.step(101, BrokerInput::Tick);
+    b.step(102, recv(Endpoint::store(1), late.clone()));
+    let cmds = b.step(151, BrokerInput::Tick);
+    assert_eq!(
+        cmds,
+        vec![
+            send(Endpoint::store(2), Message::PreVote { epoch: 2 }),
+            send(Endpoint::store(3), Message::PreVote { epoch: 2 }),
+        ]
+    );
+}
+
+#[test]
+fn a_master_no_quorum_of_stores_answers_steps_down() {
+    let mut b = elect();
+    let e = b.epoch();
+    let cq = cfg().check_quorum_ms;
+    // Store 1 keeps answering, the others fall silent: one of three is not
+    // a quorum.
+    let mut now = 110;
+    while now < 104 + cq {
+        let cmds = b.step(now, BrokerInput::Tick);
+        assert!(
+            !cmds.contains(&BrokerCommand::SteppedDown { epoch: e }),
+            "stepped down at {now}, before check_quorum_ms"
+        );
+        b.step(
+            now,
+            recv(
+                Endpoint::store(1),
+                Message::AppendAck {
+                    epoch: e,
+                    last: pos(2, 4),
+                },
+            ),
+        );
+        now += 10;
+    }
+    let cmds = b.step(200 + cq, BrokerInput::Tick);
+    assert_eq!(cmds, vec![BrokerCommand::SteppedDown { epoch: e }]);
+    assert_eq!((b.role(), b.epoch()), (RoleKind::Slave, e));
+    assert!(b.append(Bytes::from_static(b"x")).is_err());
+}
+
+#[test]
+fn a_restarted_slave_pre_votes_above_the_promise_it_learns() {
+    // Fresh from a restart: epoch 0, so its first round asks for epoch 1.
+    let mut b = BrokerNode::new(ME, cfg(), 7, 0);
+    let cmds = b.step(200, BrokerInput::Tick);
+    assert!(cmds.contains(&send(Endpoint::store(1), Message::PreVote { epoch: 1 })));
+    // Store 1 promised 5 long ago: ask again for 6 at once.
+    let cmds = b.step(
+        201,
+        recv(
+            Endpoint::store(1),
+            Message::PreVoteReply {
+                epoch: 1,
+                granted: false,
+                promised: 5,
+            },
+        ),
+    );
+    let asks: Vec<_> = [1, 2, 3]
+        .map(|s| send(Endpoint::store(s), Message::PreVote { epoch: 6 }))
+        .to_vec();
+    assert_eq!(cmds, asks);
+    assert_eq!(b.epoch(), 5);
 }

@@ -410,3 +410,38 @@ fn a_store_behind_the_floor_catches_up_from_a_peer_and_installs_its_state() {
         ])]
     );
 }
+
+#[test]
+fn a_pre_vote_is_refused_while_a_master_is_heard() {
+    let c = Endpoint::broker(5);
+    let pre_vote = |epoch| StoreInput::Receive {
+        from: c,
+        msg: Message::PreVote { epoch },
+    };
+    let reply = |epoch, granted, promised| {
+        vec![StoreCommand::Send {
+            to: c,
+            msg: Message::PreVoteReply {
+                epoch,
+                granted,
+                promised,
+            },
+        }]
+    };
+    // A store that has heard no master grants an epoch above its promise,
+    // and nothing at or below it.
+    let mut s = store_with(&[(1, 1)], 1, 1);
+    assert_eq!(s.step(0, pre_vote(2)), reply(2, true, 1));
+    assert_eq!(s.step(0, pre_vote(1)), reply(1, false, 1));
+    // Within an election timeout (400 ms by default) of the master's last
+    // append: refused, and the promise is untouched. After: granted.
+    s.step(1000, append(1, (1, 1), &[], 1));
+    assert_eq!(s.step(1001, pre_vote(2)), reply(2, false, 1));
+    assert_eq!(s.step(1399, pre_vote(2)), reply(2, false, 1));
+    assert_eq!(s.step(1400, pre_vote(2)), reply(2, true, 1));
+    assert_eq!(s.promised(), 1, "a pre-vote promises nothing");
+    // A deposed master's append (below the promise) is not a master heard.
+    let mut s = store_with(&[(1, 1)], 3, 1);
+    s.step(2000, append(2, (1, 1), &[], 1));
+    assert_eq!(s.step(2001, pre_vote(4)), reply(4, true, 3));
+}

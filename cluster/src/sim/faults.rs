@@ -84,6 +84,26 @@ impl World {
         self.next_fault();
     }
 
+    /// `SimParams::cut_slave_at_ms`: the master stops reaching one slave
+    /// (one way) until the heal.
+    pub(super) fn cut_slave(&mut self) {
+        let Some(m) = self.master() else {
+            return;
+        };
+        let slave = self
+            .nodes
+            .iter()
+            .find(|(id, n)| **id != m && n.up && n.broker.is_some())
+            .map(|(&id, _)| id);
+        let Some(s) = slave else {
+            return;
+        };
+        let epoch = self.nodes[&m].broker.as_ref().map_or(0, |b| b.epoch());
+        self.stats.cut_master = Some((m, epoch));
+        self.stats.partitions += 1;
+        self.net.block(&cut(&[m], &[s], false));
+    }
+
     fn next_fault(&mut self) {
         let (lo, hi) = self.params.fault_every_ms;
         let delay = self.rng.between(lo, hi);

@@ -67,6 +67,11 @@ pub struct SimParams {
     /// The liveness check (a master, and new stable entries, by the end)
     /// then covers a lagging store catching up under a new master.
     pub heal_one_store_down: bool,
+    /// At this time (if set), cut the link from the master to one slave,
+    /// one way, until the heal: the slave hears no master while the stores
+    /// (but for one co-located with that slave) still do. With pre-vote and
+    /// leader stickiness the master must stay master.
+    pub cut_slave_at_ms: Option<u64>,
 }
 
 impl SimParams {
@@ -102,6 +107,9 @@ impl SimParams {
         // floor, the case where it must still learn to catch up from its
         // peers.
         cfg.window_entries_max = [64, 64, 4096][rng.below(3) as usize];
+        // Check-quorum within the fault phase: a master cut off from the
+        // stores steps down after 1.5 to 4 election timeouts.
+        cfg.check_quorum_ms = rng.between(150, 400);
         SimParams {
             seed,
             cfg,
@@ -121,6 +129,7 @@ impl SimParams {
             max_events: 2_000_000,
             trace: false,
             heal_one_store_down,
+            cut_slave_at_ms: None,
         }
     }
 }

@@ -52,6 +52,17 @@ pub struct SimStats {
     pub store_snapshots: u64,
     /// Highest log base any store reached.
     pub max_base: u64,
+    /// Pre-votes a store refused (an epoch not above its promise, or a
+    /// master heard within the election timeout).
+    pub prevotes_refused: u64,
+    /// Masters that stepped down because no quorum of stores answered
+    /// (check-quorum), rather than on a higher epoch.
+    pub check_quorum_step_downs: u64,
+    /// With `cut_slave_at_ms`: the master and its epoch when the link was
+    /// cut, and whether that node was still master of that epoch at the heal.
+    pub cut_master: Option<(NodeId, u64)>,
+    /// See `cut_master`.
+    pub cut_master_kept: bool,
 }
 
 /// One scheduled event.
@@ -94,6 +105,7 @@ pub(super) enum Ev {
     },
     Check,
     Heal,
+    CutSlave,
 }
 
 struct Scheduled {
@@ -215,6 +227,9 @@ impl World {
         self.schedule(self.params.fault_every_ms.0, Ev::Fault);
         self.schedule(self.params.check_every_ms, Ev::Check);
         self.schedule(self.params.main_ms, Ev::Heal);
+        if let Some(at) = self.params.cut_slave_at_ms {
+            self.schedule(at, Ev::CutSlave);
+        }
         let end = self.params.main_ms + self.params.heal_ms;
         while let Some(Scheduled { at, ev, .. }) = self.queue.pop() {
             if at > end {
@@ -330,7 +345,15 @@ impl World {
                 self.check_stores()?;
                 self.schedule(self.params.check_every_ms, Ev::Check);
             }
-            Ev::Heal => self.heal(),
+            Ev::Heal => {
+                if let Some((m, epoch)) = self.stats.cut_master {
+                    self.stats.cut_master_kept = self.nodes[&m].broker.as_ref().is_some_and(|b| {
+                        b.role() == crate::replication::RoleKind::Master && b.epoch() == epoch
+                    });
+                }
+                self.heal();
+            }
+            Ev::CutSlave => self.cut_slave(),
         }
         Ok(())
     }
@@ -404,7 +427,10 @@ impl World {
                         self.stats.failovers += 1;
                     }
                 }
-                BrokerCommand::SteppedDown { .. } => {
+                BrokerCommand::SteppedDown { epoch } => {
+                    if self.masters.of(epoch) == Some(who) {
+                        self.stats.check_quorum_step_downs += 1;
+                    }
                     self.stats.step_downs += 1;
                     self.oracle.abandon(who);
                 }
@@ -428,7 +454,12 @@ impl World {
             };
             let inc = n.inc;
             match cmd {
-                StoreCommand::Send { to, msg } => self.send(Endpoint::store(node), to, msg),
+                StoreCommand::Send { to, msg } => {
+                    if matches!(msg, Message::PreVoteReply { granted: false, .. }) {
+                        self.stats.prevotes_refused += 1;
+                    }
+                    self.send(Endpoint::store(node), to, msg)
+                }
                 StoreCommand::Persist(ops) => {
                     let Some(disk) = n.disk.as_mut() else {
                         continue;

@@ -50,6 +50,8 @@ const TAG_CATCH_UP: u8 = 9;
 const TAG_STABLE_ENTRIES: u8 = 10;
 const TAG_SNAPSHOT_CHUNK: u8 = 11;
 const TAG_SNAPSHOT_REQUEST: u8 = 12;
+const TAG_PRE_VOTE: u8 = 13;
+const TAG_PRE_VOTE_REPLY: u8 = 14;
 /// Smallest encoding of one state pair: two empty byte strings.
 const PAIR_MIN_BYTES: usize = 4 + 4;
 
@@ -304,6 +306,20 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
             put_pos(out, *base);
             put_opt_bytes(out, after.as_ref())?;
         }
+        Message::PreVote { epoch } => {
+            out.put_u8(TAG_PRE_VOTE);
+            out.put_u64(*epoch);
+        }
+        Message::PreVoteReply {
+            epoch,
+            granted,
+            promised,
+        } => {
+            out.put_u8(TAG_PRE_VOTE_REPLY);
+            out.put_u64(*epoch);
+            out.put_u8(u8::from(*granted));
+            out.put_u64(*promised);
+        }
     }
     Ok(())
 }
@@ -498,6 +514,23 @@ impl Reader {
             TAG_SNAPSHOT_REQUEST => Message::SnapshotRequest {
                 base: self.pos("base")?,
                 after: self.opt_bytes("after")?,
+            },
+            TAG_PRE_VOTE => Message::PreVote {
+                epoch: self.u64("epoch")?,
+            },
+            TAG_PRE_VOTE_REPLY => Message::PreVoteReply {
+                epoch: self.u64("epoch")?,
+                granted: match self.u8("granted")? {
+                    0 => false,
+                    1 => true,
+                    tag => {
+                        return Err(WireError::UnknownTag {
+                            what: "granted",
+                            tag,
+                        });
+                    }
+                },
+                promised: self.u64("promised")?,
             },
             tag => {
                 return Err(WireError::UnknownTag {

@@ -41,6 +41,11 @@ impl Masters {
         }
     }
 
+    /// The incarnation that became master of `epoch`, if one did.
+    pub fn of(&self, epoch: u64) -> Option<Incarnation> {
+        self.by_epoch.get(&epoch).copied()
+    }
+
     /// How many masterships there were.
     pub fn count(&self) -> usize {
         self.by_epoch.len()
