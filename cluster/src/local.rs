@@ -28,7 +28,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::position::{Entry, LogPosition};
-use crate::store::{EventStore, Materializer, Reducer, StateBatch, StateRead, StoreError};
+use crate::store::reducer_thread::{ReducerThread, WINDOW_BYTES_MAX, WINDOW_ENTRIES_MAX};
+use crate::store::{EventStore, Materializer, Reducer, StateRead, StoreError};
 
 /// Upper bound of one group commit, so a backlog never turns into one unbounded
 /// batch (memory, and the latency of the first entry in it).
@@ -155,7 +156,15 @@ impl LocalLog {
 
         let (tx, rx) = mpsc::channel();
         let reducer = match materializer {
-            Some(m) => Some(ReducerThread::start(m, tx.clone())?),
+            Some(m) => {
+                let wake = tx.clone();
+                Some(ReducerThread::start(
+                    m,
+                    "stablemq-reduce",
+                    true,
+                    move || wake.send(Input::Reduced).is_ok(),
+                )?)
+            }
             None => None,
         };
         let thread = std::thread::Builder::new()
@@ -282,148 +291,10 @@ fn run(
     }
 }
 
-/// Stable entries held back from the state before they are reduced (unless
-/// the log goes idle first). The longer the window, the more publishes meet
-/// their ack inside it and cancel out, so their bodies are written once (to
-/// the log) instead of twice; the cost is this much payload held in memory
-/// (up to three windows: one being reduced, one queued, one filling), plus
-/// the reduced batch and fjall's copy of it while it is written, plus the
-/// memtables it lands in (a batch bigger than a memtable makes one of its
-/// own). 8 MiB is still about 130 ms of a 60k msg/s publish-and-consume load,
-/// several times a message's life when consumers keep up; 32 MiB cost about
-/// 200 MiB of peak RSS while a 5 GB backlog filled (S6).
-const STATE_WINDOW_BYTES_MAX: usize = 8 * 1024 * 1024;
-/// Same bound in entries.
-const STATE_WINDOW_ENTRIES_MAX: usize = 16384;
 /// A log with nothing to commit for this long hands its window over even
 /// though it is not full, so the state (and the log's compaction) catches up
 /// when traffic stops. Not a commit timer: commits never wait.
 const STATE_IDLE: Duration = Duration::from_millis(100);
-
-/// Merged ops in one reduced batch at most. A window is bounded in bytes,
-/// but one small ack entry can remove a hundred messages, so a window of
-/// acks made a million deletions in one batch: hundreds of MiB at once in
-/// the batch, fjall's copy of it and the memtable (S6's drain).
-const REDUCED_OPS_MAX: usize = 32 * 1024;
-/// Reduced batches queued for the store thread at most; the reducer waits
-/// beyond that.
-const REDUCED_QUEUED_MAX: usize = 2;
-
-/// One reduced batch, for the store thread to write.
-struct Reduced {
-    batch: Result<StateBatch, StoreError>,
-    /// The last batch of its window.
-    window_done: bool,
-}
-
-/// The reducer thread: reduces windows of stable entries in order, in
-/// batches of at most [`REDUCED_OPS_MAX`] ops, and queues each batch for the
-/// store thread (waking it with [`Input::Reduced`]).
-struct ReducerThread {
-    /// Bounded to one queued window: a reducer slower than the commits holds
-    /// the store thread back rather than let windows pile up in memory.
-    tx: mpsc::SyncSender<Vec<Entry>>,
-    /// Reduced batches, in order; bounded so a store slower than the
-    /// reducer holds the reducer back.
-    reduced: mpsc::Receiver<Reduced>,
-    thread: JoinHandle<()>,
-    /// Windows handed over whose last batch has not been written yet.
-    outstanding: usize,
-}
-
-impl ReducerThread {
-    fn start(mut m: Materializer, wake: mpsc::Sender<Input>) -> Result<ReducerThread, StoreError> {
-        let (tx, rx) = mpsc::sync_channel::<Vec<Entry>>(1);
-        let (reduced_tx, reduced) = mpsc::sync_channel::<Reduced>(REDUCED_QUEUED_MAX);
-        let thread = std::thread::Builder::new()
-            .name("stablemq-reduce".into())
-            .spawn(move || {
-                while let Ok(window) = rx.recv() {
-                    let mut rest = &window[..];
-                    while !rest.is_empty() {
-                        let (batch, taken) = match m.reduce_bounded(rest, REDUCED_OPS_MAX) {
-                            Ok((batch, taken)) => (Ok(batch), taken),
-                            Err(e) => (Err(e), rest.len()),
-                        };
-                        let failed = batch.is_err();
-                        rest = &rest[taken.min(rest.len())..];
-                        let out = Reduced {
-                            batch,
-                            window_done: rest.is_empty(),
-                        };
-                        if reduced_tx.send(out).is_err()
-                            || wake.send(Input::Reduced).is_err()
-                            || failed
-                        {
-                            return;
-                        }
-                    }
-                    // The payloads are freed here, off the commit thread.
-                    drop(window);
-                }
-            })?;
-        Ok(ReducerThread {
-            tx,
-            reduced,
-            thread,
-            outstanding: 0,
-        })
-    }
-
-    /// Hand a window over. While the reducer has one queued already, this
-    /// writes the batches it sends back (the reducer may be waiting for
-    /// room for them) until the window fits.
-    fn hand_over(
-        &mut self,
-        store: &mut dyn EventStore,
-        window: &mut Vec<Entry>,
-    ) -> Result<bool, StoreError> {
-        let mut full = std::mem::take(window);
-        let mut wrote = false;
-        loop {
-            match self.tx.try_send(full) {
-                Ok(()) => break,
-                Err(mpsc::TrySendError::Full(back)) => {
-                    full = back;
-                    match self.reduced.recv_timeout(Duration::from_millis(5)) {
-                        Ok(r) => {
-                            self.write(store, r)?;
-                            wrote = true;
-                        }
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        Err(mpsc::RecvTimeoutError::Disconnected) => {
-                            return Err(StoreError::Stopped("the reducer thread stopped".into()));
-                        }
-                    }
-                }
-                Err(mpsc::TrySendError::Disconnected(_)) => {
-                    return Err(StoreError::Stopped("the reducer thread stopped".into()));
-                }
-            }
-        }
-        self.outstanding += 1;
-        Ok(wrote)
-    }
-
-    /// Writes one reduced batch.
-    fn write(&mut self, store: &mut dyn EventStore, r: Reduced) -> Result<(), StoreError> {
-        let batch = r.batch?;
-        if r.window_done {
-            self.outstanding = self.outstanding.saturating_sub(1);
-        }
-        store.materialize(&batch)
-    }
-
-    /// Writes the batches queued now; whether there were any.
-    fn write_queued(&mut self, store: &mut dyn EventStore) -> Result<bool, StoreError> {
-        let mut wrote = false;
-        while let Ok(r) = self.reduced.try_recv() {
-            self.write(store, r)?;
-            wrote = true;
-        }
-        Ok(wrote)
-    }
-}
 
 /// The window of stable entries not yet handed to the reducer thread.
 #[derive(Default)]
@@ -434,7 +305,7 @@ struct Window {
 
 impl Window {
     fn is_full(&self) -> bool {
-        self.bytes >= STATE_WINDOW_BYTES_MAX || self.entries.len() >= STATE_WINDOW_ENTRIES_MAX
+        self.bytes >= WINDOW_BYTES_MAX || self.entries.len() >= WINDOW_ENTRIES_MAX
     }
 
     /// Hands the window over; whether reduced batches were written meanwhile.
@@ -447,7 +318,7 @@ impl Window {
             return Ok(false);
         }
         self.bytes = 0;
-        reducer.hand_over(store, &mut self.entries)
+        reducer.hand_over(store, std::mem::take(&mut self.entries))
     }
 }
 
@@ -550,18 +421,10 @@ fn commit_loop(
     if let Some(mut r) = reducer {
         window.hand_over(store, &mut r)?;
         // Nothing but reduced batches can come now: the log is closed.
-        while r.outstanding > 0 {
-            match r.reduced.recv() {
-                Ok(reduced) => r.write(store, reduced)?,
-                Err(_) => {
-                    return Err(StoreError::Stopped("the reducer thread stopped".into()));
-                }
-            }
+        while r.outstanding() > 0 {
+            r.write_next(store)?;
         }
-        drop(r.tx);
-        if r.thread.join().is_err() {
-            return Err(StoreError::Stopped("reducer thread panicked".into()));
-        }
+        r.stop()?;
     }
     // Closed: make the last stable index (and state) durable too, so a clean
     // shutdown leaves meta equal to the log.

@@ -24,18 +24,15 @@
 //! happened.
 
 use std::collections::VecDeque;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{EventStore, Materializer, StateBatch, StoreError};
+use super::reducer_thread::{ReducerThread, WINDOW_BYTES_MAX, WINDOW_ENTRIES_MAX};
+use super::{EventStore, Materializer, StoreError};
 use crate::position::Entry;
 
-/// Stable entries held back before they are reduced, in bytes (see
-/// `local.rs`'s window for the trade-off; the same size).
-const WINDOW_BYTES_MAX: usize = 8 * 1024 * 1024;
-/// Same bound in entries.
-const WINDOW_ENTRIES_MAX: usize = 16384;
+/// The reducer thread's name.
+const REDUCER_NAME: &str = "stablemq-store-reduce";
+
 /// Appended entries kept in memory while they wait to become stable; beyond
 /// this the oldest are dropped and read back from the log later (a store
 /// whose master stopped advancing the stable index must not grow without
@@ -43,11 +40,6 @@ const WINDOW_ENTRIES_MAX: usize = 16384;
 const PENDING_ENTRIES_MAX: usize = 2 * WINDOW_ENTRIES_MAX;
 /// Entries read back from the log per read.
 const READ_BACK_CHUNK: u64 = 4096;
-/// Merged ops in one reduced batch at most (one ack can remove a hundred
-/// messages).
-const REDUCED_OPS_MAX: usize = 32 * 1024;
-/// Reduced batches queued for the store thread at most.
-const REDUCED_QUEUED_MAX: usize = 2;
 /// How long an idle store thread waits before handing over a partial window.
 pub(super) const IDLE: Duration = Duration::from_millis(100);
 /// A window this old is handed over even if the store never goes idle
@@ -55,64 +47,6 @@ pub(super) const IDLE: Duration = Duration::from_millis(100);
 /// compaction, must not wait for a window to fill. Long enough that a busy
 /// store's windows fill first (16384 entries take 0.8 s at 20k msg/s).
 const WINDOW_AGE_MAX: Duration = Duration::from_secs(1);
-
-/// The reducer thread: reduces windows in order, in batches of at most
-/// [`REDUCED_OPS_MAX`] ops; hands its [`Materializer`] back when stopped.
-struct ReducerThread {
-    /// Bounded to one queued window: a reducer slower than the commits holds
-    /// the store thread back rather than let windows pile up in memory.
-    tx: mpsc::SyncSender<Vec<Entry>>,
-    /// Reduced batches, in order, each with "last of its window".
-    reduced: mpsc::Receiver<(Result<StateBatch, StoreError>, bool)>,
-    thread: JoinHandle<Materializer>,
-    /// Windows handed over whose last batch has not been taken yet.
-    outstanding: usize,
-}
-
-impl ReducerThread {
-    fn start(mut m: Materializer) -> Result<ReducerThread, StoreError> {
-        let (tx, rx) = mpsc::sync_channel::<Vec<Entry>>(1);
-        let (reduced_tx, reduced) = mpsc::sync_channel(REDUCED_QUEUED_MAX);
-        let thread = std::thread::Builder::new()
-            .name("stablemq-store-reduce".into())
-            .spawn(move || {
-                while let Ok(window) = rx.recv() {
-                    let mut rest = &window[..];
-                    while !rest.is_empty() {
-                        let (batch, taken) = match m.reduce_bounded(rest, REDUCED_OPS_MAX) {
-                            Ok((batch, taken)) => (Ok(batch), taken),
-                            Err(e) => (Err(e), rest.len()),
-                        };
-                        let failed = batch.is_err();
-                        rest = &rest[taken.min(rest.len())..];
-                        if reduced_tx.send((batch, rest.is_empty())).is_err() || failed {
-                            return m;
-                        }
-                    }
-                    // The payloads are freed here, off the commit thread.
-                    drop(window);
-                }
-                m
-            })?;
-        Ok(ReducerThread {
-            tx,
-            reduced,
-            thread,
-            outstanding: 0,
-        })
-    }
-
-    /// Stop, discarding what was not taken yet, and hand the materializer
-    /// back.
-    fn stop(self) -> Result<Materializer, StoreError> {
-        drop(self.tx);
-        // Unblocks a reducer waiting for room; ends when it exits.
-        while self.reduced.recv().is_ok() {}
-        self.thread
-            .join()
-            .map_err(|_| StoreError::Stopped("store reducer thread panicked".into()))
-    }
-}
 
 /// Follows the stable log into the state; see the module docs.
 pub(super) struct StateFollower {
@@ -135,7 +69,7 @@ impl StateFollower {
         store: &dyn EventStore,
     ) -> Result<StateFollower, StoreError> {
         Ok(StateFollower {
-            reducer: Some(ReducerThread::start(m)?),
+            reducer: Some(ReducerThread::start(m, REDUCER_NAME, false, || true)?),
             pending: VecDeque::new(),
             window: Vec::new(),
             window_bytes: 0,
@@ -165,12 +99,7 @@ impl StateFollower {
         let Some(r) = self.reducer.as_mut() else {
             return Ok(false);
         };
-        let mut wrote = false;
-        while let Ok((batch, last)) = r.reduced.try_recv() {
-            write(store, r, batch, last)?;
-            wrote = true;
-        }
-        Ok(wrote)
+        r.write_queued(store)
     }
 
     /// Hand the window over if it waited [`WINDOW_AGE_MAX`], and write
@@ -195,7 +124,7 @@ impl StateFollower {
 
     /// Whether a partial window or a reduction is waiting.
     pub(super) fn busy(&self) -> bool {
-        !self.window.is_empty() || self.reducer.as_ref().is_some_and(|r| r.outstanding > 0)
+        !self.window.is_empty() || self.reducer.as_ref().is_some_and(|r| r.outstanding() > 0)
     }
 
     /// Move what became stable into the window, handing full windows over.
@@ -257,22 +186,7 @@ impl StateFollower {
         }
         self.window_bytes = 0;
         self.window_since = None;
-        let mut full = std::mem::take(&mut self.window);
-        loop {
-            match r.tx.try_send(full) {
-                Ok(()) => break,
-                Err(mpsc::TrySendError::Full(back)) => {
-                    full = back;
-                    match r.reduced.recv_timeout(Duration::from_millis(5)) {
-                        Ok((batch, last)) => write(store, r, batch, last)?,
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        Err(mpsc::RecvTimeoutError::Disconnected) => return Err(stopped()),
-                    }
-                }
-                Err(mpsc::TrySendError::Disconnected(_)) => return Err(stopped()),
-            }
-        }
-        r.outstanding += 1;
+        r.hand_over(store, std::mem::take(&mut self.window))?;
         Ok(())
     }
 
@@ -301,16 +215,13 @@ impl StateFollower {
         }
         let r = self.reducer.as_mut().ok_or_else(stopped)?;
         while store.state_index() < index {
-            if r.outstanding == 0 {
+            if r.outstanding() == 0 {
                 return Err(StoreError::Misuse(format!(
                     "compacting through {index}, but the state stops at {}",
                     store.state_index()
                 )));
             }
-            match r.reduced.recv() {
-                Ok((batch, last)) => write(store, r, batch, last)?,
-                Err(_) => return Err(stopped()),
-            }
+            r.write_next(store)?;
         }
         Ok(())
     }
@@ -336,7 +247,7 @@ impl StateFollower {
     ) -> Result<(), StoreError> {
         self.next = store.state_index() + 1;
         self.truncated(store.last_position().index);
-        self.reducer = Some(ReducerThread::start(m)?);
+        self.reducer = Some(ReducerThread::start(m, REDUCER_NAME, false, || true)?);
         Ok(())
     }
 
@@ -346,21 +257,6 @@ impl StateFollower {
             tracing::warn!(error = %err, "stopping the store reducer failed");
         }
     }
-}
-
-fn write(
-    store: &mut dyn EventStore,
-    r: &mut ReducerThread,
-    batch: Result<StateBatch, StoreError>,
-    last_of_window: bool,
-) -> Result<(), StoreError> {
-    let mut batch = batch?;
-    if last_of_window {
-        r.outstanding = r.outstanding.saturating_sub(1);
-    }
-    // The node decides compaction (`DiskOp::Compact`), not the reducer.
-    batch.compact_through = 0;
-    store.materialize(&batch)
 }
 
 fn stopped() -> StoreError {

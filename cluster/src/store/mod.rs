@@ -11,6 +11,7 @@
 mod fjall;
 mod follow;
 mod memory;
+pub(crate) mod reducer_thread;
 mod runner;
 mod state;
 
