@@ -303,3 +303,61 @@ async fn cluster_id_and_name_are_global_parameters_as_in_rabbitmq() {
     let api = Api::new(&broker);
     assert_eq!(api.get(id_path).body["value"], imported.as_str());
 }
+
+/// The one cluster name, as RabbitMQ reports it everywhere: by default the
+/// first node's name (as `/api/nodes` lists it); once stored
+/// (`PUT /api/cluster-name`) `/api/cluster-name`, `/api/overview`, the AMQP
+/// handshake's `cluster_name` server property and the Prometheus
+/// `rabbitmq_cluster` label of `rabbitmq_identity_info` all report the
+/// stored one, and the default again once the parameter is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_cluster_name_is_reported_by_handshake_metrics_and_api() {
+    let broker = Broker::start();
+    if broker.is_external() {
+        return;
+    }
+    let api = Api::new(&broker);
+    let node = api.get_ok("/api/nodes")[0]["name"]
+        .as_str()
+        .expect("a node name")
+        .to_string();
+    assert_cluster_name(&broker, &api, &node).await;
+
+    let name = unique("renamed-cluster");
+    let a = api.put("/api/cluster-name", &json!({"name": name}));
+    assert_eq!(a.status, 204, "{a:?}");
+    assert_cluster_name(&broker, &api, &name).await;
+
+    assert_eq!(
+        api.delete("/api/global-parameters/cluster_name").status,
+        204
+    );
+    assert_cluster_name(&broker, &api, &node).await;
+}
+
+/// Every place that reports the cluster name reports `want`.
+async fn assert_cluster_name(broker: &Broker, api: &Api, want: &str) {
+    assert_eq!(api.get_ok("/api/cluster-name")["name"], want);
+    assert_eq!(api.get_ok("/api/overview")["cluster_name"], want);
+    let mut raw = RawConn::connect(broker.addr()).await;
+    let start = raw.read_start().await;
+    match start.server_properties.inner().get("cluster_name") {
+        Some(lapin::types::AMQPValue::LongString(s)) => assert_eq!(s.to_string(), want),
+        other => panic!("cluster_name server property: {other:?}"),
+    }
+    let url = format!("http://127.0.0.1:{}/metrics", broker.prometheus_port);
+    let text = ureq::get(&url)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .body_mut()
+        .read_to_string()
+        .expect("metrics text");
+    let identity = text
+        .lines()
+        .find(|l| l.starts_with("rabbitmq_identity_info{"))
+        .unwrap_or_else(|| panic!("no rabbitmq_identity_info in {text}"));
+    assert!(
+        identity.contains(&format!("rabbitmq_cluster=\"{want}\"")),
+        "{identity}"
+    );
+}

@@ -146,6 +146,19 @@ pub fn from_event(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
+/// The global parameter that names the cluster.
+pub const CLUSTER_NAME: &str = "cluster_name";
+
+/// The stored cluster name, if one was set: the management API, the AMQP
+/// handshake and the Prometheus `rabbitmq_cluster` label all report it, as
+/// RabbitMQ reports its one cluster name everywhere.
+pub fn stored_cluster_name(globals: &std::collections::BTreeMap<String, Value>) -> Option<String> {
+    globals
+        .get(CLUSTER_NAME)
+        .and_then(|v| v.as_str())
+        .map(String::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

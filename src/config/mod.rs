@@ -44,9 +44,11 @@ pub struct Config {
     /// Heartbeat interval in seconds the broker proposes (0 disables).
     #[serde(default = "default_heartbeat")]
     pub heartbeat_secs: u16,
-    /// Name reported as `cluster_name` in connection.start.
-    #[serde(default = "default_cluster_name")]
-    pub cluster_name: String,
+    /// The cluster's name until one is stored (`PUT /api/cluster-name`, the
+    /// `cluster_name` global parameter or an import); unset, the name of the
+    /// cluster's first node, as RabbitMQ names a cluster after its first node.
+    #[serde(default)]
+    pub cluster_name: Option<String>,
     /// How long a delivery may stay unacknowledged before its channel is closed
     /// with 406 (RabbitMQ's `consumer_timeout`, 30 minutes by default).
     #[serde(default = "default_consumer_timeout")]
@@ -113,8 +115,21 @@ fn default_message_ram_budget() -> u64 {
 fn default_consumer_timeout() -> u64 {
     1_800_000
 }
-fn default_cluster_name() -> String {
-    "stablemq@localhost".into()
+
+impl Config {
+    /// The cluster name in effect while none is stored: the configured one,
+    /// else the first node's name (the node with the lowest id in a cluster,
+    /// this node alone), the name `GET /api/nodes` lists for it.
+    pub fn default_cluster_name(&self) -> String {
+        if let Some(name) = &self.cluster_name {
+            return name.clone();
+        }
+        let first = self
+            .cluster
+            .as_ref()
+            .and_then(|c| c.nodes.iter().map(|n| n.id).min());
+        crate::metrics::node_name(first)
+    }
 }
 
 impl Default for Config {
@@ -126,7 +141,7 @@ impl Default for Config {
             channel_max: default_channel_max(),
             frame_max: default_frame_max(),
             heartbeat_secs: default_heartbeat(),
-            cluster_name: default_cluster_name(),
+            cluster_name: None,
             consumer_timeout_ms: default_consumer_timeout(),
             memory_high_watermark_bytes: None,
             disk_free_limit_bytes: default_disk_free_limit(),

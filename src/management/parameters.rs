@@ -310,12 +310,11 @@ async fn globals(state: &AppState) -> Result<Vec<Value>, ApiError> {
 /// `PUT /api/cluster-name`, the global-parameters API or an import), else
 /// the configured one, as RabbitMQ falls back to a name of its own.
 pub async fn cluster_name(state: &AppState) -> Result<String, ApiError> {
-    Ok(global_rows(state)
-        .await?
-        .into_iter()
-        .find(|(n, _)| n == CLUSTER_NAME)
-        .and_then(|(_, v)| v.as_str().map(String::from))
-        .unwrap_or_else(|| state.config.cluster_name.clone()))
+    let stored = query(state, |view| {
+        crate::broker::parameters::stored_cluster_name(&view.broker.global_parameters)
+    })
+    .await?;
+    Ok(stored.unwrap_or_else(|| state.config.default_cluster_name()))
 }
 
 /// `PUT /api/cluster-name` (`{"name": ..}`, administrators): stored as the
@@ -334,8 +333,7 @@ pub async fn set_cluster_name(state: &AppState, name: String) -> Result<(), Writ
     .await
 }
 
-/// The global parameter that names the cluster.
-const CLUSTER_NAME: &str = "cluster_name";
+use crate::broker::parameters::CLUSTER_NAME;
 
 async fn global_parameters(
     State(state): State<AppState>,

@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 /// Serve one connection until it closes.
+#[allow(clippy::too_many_arguments)] // the socket and each feed of the master task
 pub async fn run(
     id: ConnId,
     sock: TcpStream,
@@ -23,6 +24,7 @@ pub async fn run(
     master: mpsc::Sender<MasterMsg>,
     mut shutdown: watch::Receiver<bool>,
     users: crate::users::Snapshot,
+    cluster_name: watch::Receiver<String>,
 ) {
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<ToConn>();
     if master.send(MasterMsg::Register(id, out_tx)).await.is_err() {
@@ -35,6 +37,7 @@ pub async fn run(
     let mut conn = Connection::new(id, peer.ip(), config, Instant::now());
     conn.set_addresses(peer, local);
     conn.set_users(users);
+    conn.set_cluster_name(cluster_name);
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut wbuf = BytesMut::with_capacity(64 * 1024);
     let mut actions = Vec::with_capacity(64);

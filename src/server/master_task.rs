@@ -107,6 +107,7 @@ pub async fn run(
     config: Arc<Config>,
     data_dir: std::path::PathBuf,
     users: watch::Sender<Arc<crate::users::AccessTable>>,
+    cluster_name: watch::Sender<String>,
 ) {
     let users = Arc::new(users);
     let mut outboxes: ConnMap<mpsc::UnboundedSender<ToConn>> = ConnMap::default();
@@ -125,6 +126,7 @@ pub async fn run(
         .memory_high_watermark_bytes
         .unwrap_or_else(|| crate::metrics::total_memory_bytes().map_or(u64::MAX, |t| t / 10 * 4));
     let mut published = users.borrow().clone();
+    let default_name = config.default_cluster_name();
     loop {
         // Logins and the management API read users from this snapshot; a
         // new one goes out whenever an event changed the table.
@@ -132,6 +134,22 @@ pub async fn run(
             published = core.broker().access.clone();
             publish_users(&users, &published);
         }
+        // connection.start reports the stored cluster name, else the default
+        // (no allocation unless the name changed).
+        let name = core
+            .broker()
+            .global_parameters
+            .get(crate::broker::parameters::CLUSTER_NAME)
+            .and_then(|v| v.as_str())
+            .unwrap_or(&default_name);
+        cluster_name.send_if_modified(|cur| {
+            if cur == name {
+                false
+            } else {
+                *cur = name.to_string();
+                true
+            }
+        });
         tokio::select! {
             n = rx.recv_many(&mut batch, 512) => {
                 if n == 0 {

@@ -255,7 +255,7 @@ async fn start_metrics(
         recorder,
         master,
         node: crate::metrics::node_name(opts.config.cluster.as_ref().map(|c| c.node)),
-        cluster_name: opts.config.cluster_name.clone(),
+        cluster_name: opts.config.default_cluster_name(),
         data_dir: opts.data_dir.clone(),
         disk_free_limit: opts.config.disk_free_limit_bytes,
     };
@@ -364,6 +364,8 @@ struct ConnContext {
     router: Router,
     /// The master task's latest users and permissions, for logins.
     users: crate::users::Snapshot,
+    /// The master task's cluster name, for connection.start.
+    cluster_name: watch::Receiver<String>,
 }
 
 async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, peer: SocketAddr) {
@@ -373,6 +375,7 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
         shutdown,
         router,
         users,
+        cluster_name,
     } = ctx;
     let Router::Cluster {
         me,
@@ -381,7 +384,17 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
         amqp_addrs,
     } = router
     else {
-        return conn_task::run(id, sock, peer, config, master_tx, shutdown, users).await;
+        return conn_task::run(
+            id,
+            sock,
+            peer,
+            config,
+            master_tx,
+            shutdown,
+            users,
+            cluster_name,
+        )
+        .await;
     };
     // Decide once: here while master, else the master's node. A client that
     // arrives mid-election waits for the outcome.
@@ -401,7 +414,19 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
     })
     .await;
     match decided {
-        Ok(None) => conn_task::run(id, sock, peer, config, master_tx, shutdown, users).await,
+        Ok(None) => {
+            conn_task::run(
+                id,
+                sock,
+                peer,
+                config,
+                master_tx,
+                shutdown,
+                users,
+                cluster_name,
+            )
+            .await
+        }
         Ok(Some(master)) => match amqp_addrs.get(&master) {
             Some(&addr) => proxy::run(sock, addr, master, status, shutdown, config).await,
             None => tracing::warn!(master, "no AMQP address for the master; dropping client"),
@@ -519,6 +544,7 @@ async fn run_broker(
     };
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let cluster_name = watch::channel(opts.config.default_cluster_name());
     let master_handle = tokio::spawn(master_task::run(
         core,
         backend,
@@ -526,6 +552,7 @@ async fn run_broker(
         opts.config.clone(),
         opts.data_dir.clone(),
         users.clone(),
+        cluster_name.0,
     ));
     let ctx = ConnContext {
         config: opts.config.clone(),
@@ -533,6 +560,7 @@ async fn run_broker(
         shutdown: shutdown_rx,
         router,
         users: users.subscribe(),
+        cluster_name: cluster_name.1,
     };
 
     if let Some((events, not_imported)) = definitions {

@@ -34,7 +34,7 @@ impl Connection {
             "platform".into(),
             s(&format!("Rust / {}", std::env::consts::OS)),
         );
-        props.insert("cluster_name".into(), s(&self.config.cluster_name));
+        props.insert("cluster_name".into(), s(&self.cluster_name_now()));
         props.insert("copyright".into(), s("StableMQ contributors"));
         props.insert(
             "information".into(),

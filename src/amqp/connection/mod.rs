@@ -125,6 +125,9 @@ pub struct Connection {
     /// read at start-ok so a user created a moment ago can log in. Without
     /// one (the machine's own tests), the config's seed.
     users: Option<crate::users::Snapshot>,
+    /// The master task's cluster name (stored, else the default), for
+    /// connection.start; none: the config's default (the machine's tests).
+    cluster_name: Option<tokio::sync::watch::Receiver<String>>,
 }
 
 impl Connection {
@@ -153,12 +156,26 @@ impl Connection {
             has_published: false,
             blocked_sent: false,
             users: None,
+            cluster_name: None,
         }
     }
 
     /// Check logins against the master task's replicated users.
     pub fn set_users(&mut self, users: crate::users::Snapshot) {
         self.users = Some(users);
+    }
+
+    /// Report the master task's cluster name in connection.start.
+    pub fn set_cluster_name(&mut self, name: tokio::sync::watch::Receiver<String>) {
+        self.cluster_name = Some(name);
+    }
+
+    /// The cluster name connection.start reports, as of now.
+    pub(super) fn cluster_name_now(&self) -> String {
+        match &self.cluster_name {
+            Some(rx) => rx.borrow().clone(),
+            None => self.config.default_cluster_name(),
+        }
     }
 
     /// The access table to check a login against, as of now.

@@ -50,7 +50,7 @@ pub struct EndpointState {
     pub master: mpsc::Sender<MasterMsg>,
     /// `rabbitmq_node`.
     pub node: String,
-    /// `rabbitmq_cluster`.
+    /// `rabbitmq_cluster` while no cluster name is stored.
     pub cluster_name: String,
     /// Where the data lives (for free disk space).
     pub data_dir: PathBuf,
@@ -95,7 +95,7 @@ async fn scrape(state: &EndpointState, per_object: bool) -> Response {
                 .into_response();
         }
     };
-    let node = NodeFacts::read(state);
+    let node = NodeFacts::read(state, snapshot.cluster_name.clone());
     let mut e = Exposition::default();
     render(&mut e, &snapshot, &node, per_object);
     e.raw(&state.recorder.render());

@@ -301,6 +301,7 @@ mod tests {
             consumers,
         };
         Snapshot {
+            cluster_name: None,
             queues: vec![q("a", 3, 1, 1), q("b\"x", 5, 0, 0)],
             connections: vec![
                 ConnectionSample {

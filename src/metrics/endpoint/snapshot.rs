@@ -10,6 +10,8 @@ use tokio::sync::{mpsc, oneshot};
 /// The broker state a scrape reports, copied out of the master task.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Snapshot {
+    /// The stored cluster name (`rabbitmq_cluster`), if one was set.
+    pub cluster_name: Option<String>,
     /// Queues, while this node is the master.
     pub queues: Vec<QueueSample>,
     /// Open client connections (never the management API's internal
@@ -61,8 +63,13 @@ pub struct ChannelSample {
 impl Snapshot {
     /// Copy what a scrape needs from the master task's state.
     pub fn of(view: &crate::management::CoreView<'_>) -> Snapshot {
+        let cluster_name =
+            crate::broker::parameters::stored_cluster_name(&view.broker.global_parameters);
         let Some(master) = view.master else {
-            return Snapshot::default();
+            return Snapshot {
+                cluster_name,
+                ..Snapshot::default()
+            };
         };
         let mut queues = Vec::new();
         for (vname, v) in &view.broker.vhosts {
@@ -98,6 +105,7 @@ impl Snapshot {
             }
         }
         Snapshot {
+            cluster_name,
             queues,
             connections,
             channels,
@@ -154,11 +162,11 @@ pub struct NodeFacts {
 }
 
 impl NodeFacts {
-    pub(super) fn read(state: &EndpointState) -> NodeFacts {
+    pub(super) fn read(state: &EndpointState, stored_cluster_name: Option<String>) -> NodeFacts {
         let flags = m::ALARM_FLAGS.load(Ordering::Relaxed);
         NodeFacts {
             node: state.node.clone(),
-            cluster: state.cluster_name.clone(),
+            cluster: stored_cluster_name.unwrap_or_else(|| state.cluster_name.clone()),
             rss: m::resident_memory_bytes(),
             memory_limit: m::MEMORY_LIMIT_BYTES.load(Ordering::Relaxed),
             disk_free: m::disk_free_bytes(&state.data_dir),
