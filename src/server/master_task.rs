@@ -127,6 +127,7 @@ pub async fn run(
         .unwrap_or_else(|| crate::metrics::total_memory_bytes().map_or(u64::MAX, |t| t / 10 * 4));
     let mut published = users.borrow().clone();
     let default_name = config.default_cluster_name();
+    let mut published_name = cluster_name.borrow().clone();
     loop {
         // Logins and the management API read users from this snapshot; a
         // new one goes out whenever an event changed the table.
@@ -134,22 +135,18 @@ pub async fn run(
             published = core.broker().access.clone();
             publish_users(&users, &published);
         }
-        // connection.start reports the stored cluster name, else the default
-        // (no allocation unless the name changed).
+        // connection.start reports the stored cluster name, else the default;
+        // compared with the last one sent, so a pass takes no lock.
         let name = core
             .broker()
             .global_parameters
             .get(crate::broker::parameters::CLUSTER_NAME)
             .and_then(|v| v.as_str())
             .unwrap_or(&default_name);
-        cluster_name.send_if_modified(|cur| {
-            if cur == name {
-                false
-            } else {
-                *cur = name.to_string();
-                true
-            }
-        });
+        if name != published_name {
+            published_name = name.to_string();
+            cluster_name.send_replace(published_name.clone());
+        }
         tokio::select! {
             n = rx.recv_many(&mut batch, 512) => {
                 if n == 0 {

@@ -377,62 +377,58 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
         users,
         cluster_name,
     } = ctx;
-    let Router::Cluster {
+    if let Router::Cluster {
         me,
         mut serving,
         mut status,
         amqp_addrs,
     } = router
-    else {
-        return conn_task::run(
-            id,
-            sock,
-            peer,
-            config,
-            master_tx,
-            shutdown,
-            users,
-            cluster_name,
-        )
+    {
+        // Decide once: here while master, else the master's node. A client
+        // that arrives mid-election waits for the outcome.
+        let decided = tokio::time::timeout(ELECTION_WAIT, async {
+            loop {
+                if *serving.borrow_and_update() {
+                    return None;
+                }
+                if let Some(m) = status.borrow_and_update().master.filter(|m| *m != me) {
+                    return Some(m);
+                }
+                tokio::select! {
+                    r = serving.changed() => if r.is_err() { return Some(0) },
+                    r = status.changed() => if r.is_err() { return Some(0) },
+                }
+            }
+        })
         .await;
-    };
-    // Decide once: here while master, else the master's node. A client that
-    // arrives mid-election waits for the outcome.
-    let decided = tokio::time::timeout(ELECTION_WAIT, async {
-        loop {
-            if *serving.borrow_and_update() {
-                return None;
+        match decided {
+            Ok(None) => {}
+            Ok(Some(master)) => {
+                match amqp_addrs.get(&master) {
+                    Some(&addr) => proxy::run(sock, addr, master, status, shutdown, config).await,
+                    None => {
+                        tracing::warn!(master, "no AMQP address for the master; dropping client")
+                    }
+                }
+                return;
             }
-            if let Some(m) = status.borrow_and_update().master.filter(|m| *m != me) {
-                return Some(m);
-            }
-            tokio::select! {
-                r = serving.changed() => if r.is_err() { return Some(0) },
-                r = status.changed() => if r.is_err() { return Some(0) },
+            Err(_) => {
+                tracing::warn!(%peer, "no master elected in time; dropping client");
+                return;
             }
         }
-    })
-    .await;
-    match decided {
-        Ok(None) => {
-            conn_task::run(
-                id,
-                sock,
-                peer,
-                config,
-                master_tx,
-                shutdown,
-                users,
-                cluster_name,
-            )
-            .await
-        }
-        Ok(Some(master)) => match amqp_addrs.get(&master) {
-            Some(&addr) => proxy::run(sock, addr, master, status, shutdown, config).await,
-            None => tracing::warn!(master, "no AMQP address for the master; dropping client"),
-        },
-        Err(_) => tracing::warn!(%peer, "no master elected in time; dropping client"),
     }
+    conn_task::run(
+        id,
+        sock,
+        peer,
+        config,
+        master_tx,
+        shutdown,
+        users,
+        cluster_name,
+    )
+    .await;
 }
 
 /// Import the `--definitions` file through the master, as a management
