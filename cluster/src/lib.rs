@@ -84,6 +84,10 @@ pub mod metrics {
     /// or store catching up below a store's log base), by `role`.
     pub const SNAPSHOTS_INSTALLED: &str = "stablemq_snapshots_installed_total";
 
+    /// Counter: node-to-node connections refused by the cookie handshake
+    /// (either side: a wrong or missing cookie, or a misdialed address).
+    pub const NODE_AUTH_FAILURES: &str = "stablemq_cluster_auth_failures_total";
+
     /// Register units and help texts with the installed recorder.
     pub fn describe() {
         use ::metrics::{Unit, describe_counter, describe_histogram};
@@ -98,6 +102,11 @@ pub mod metrics {
             "Duration of one event-store fsync"
         );
         describe_counter!(FSYNCS_TOTAL, Unit::Count, "Event-store fsyncs issued");
+        describe_counter!(
+            NODE_AUTH_FAILURES,
+            Unit::Count,
+            "Node-to-node connections refused by the cluster cookie handshake"
+        );
         describe_counter!(
             SNAPSHOTS_INSTALLED,
             Unit::Count,

@@ -222,6 +222,12 @@ impl Cluster {
         }
     }
 
+    /// Node `i`'s config file; a test may rewrite it between `kill9` and
+    /// `start`.
+    pub fn config(&self, i: usize) -> &Path {
+        &self.nodes[i].config
+    }
+
     /// Node `i`'s output so far.
     pub fn log(&self, i: usize) -> String {
         std::fs::read_to_string(&self.nodes[i].log).unwrap_or_default()

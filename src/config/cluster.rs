@@ -7,6 +7,7 @@
 
 use serde::Deserialize;
 use stablemq_cluster::replication::{Config as ReplicationConfig, NodeId};
+use stablemq_cluster::transport::Cookie;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -76,6 +77,15 @@ pub struct ClusterConfig {
     /// snapshot). 0 turns compaction off: the stores keep their whole log.
     #[serde(default)]
     pub store_retention: Option<u64>,
+    /// The shared secret every node proves it holds before node-to-node
+    /// traffic flows (like RabbitMQ's Erlang cookie). Prefer `cookie_file`:
+    /// a config file is often readable by more people than a secret should be.
+    #[serde(default)]
+    pub cookie: Option<String>,
+    /// A file holding the cookie (surrounding whitespace ignored). Like the
+    /// Erlang cookie file, it must not be readable by group or others.
+    #[serde(default)]
+    pub cookie_file: Option<std::path::PathBuf>,
 }
 
 impl ClusterConfig {
@@ -122,6 +132,24 @@ impl ClusterConfig {
         c
     }
 
+    /// The cluster cookie, read from `cookie_file` or taken from `cookie`;
+    /// `None` when neither is set (node-to-node traffic is then not
+    /// authenticated). Read at start-up, so a bad file stops the node with a
+    /// clear error instead of failing every connection later.
+    pub fn cookie(&self) -> Result<Option<Cookie>, String> {
+        let secret = match (&self.cookie, &self.cookie_file) {
+            (Some(_), Some(_)) => {
+                return Err("[cluster] has both cookie and cookie_file; keep one".into());
+            }
+            (Some(inline), None) => inline.trim().as_bytes().to_vec(),
+            (None, Some(path)) => read_cookie_file(path)?,
+            (None, None) => return Ok(None),
+        };
+        Cookie::new(&secret)
+            .map(Some)
+            .map_err(|e| format!("[cluster] cookie: {e}"))
+    }
+
     /// Every other node's replication address.
     pub fn peers(&self) -> HashMap<NodeId, SocketAddr> {
         self.nodes
@@ -161,9 +189,31 @@ impl ClusterConfig {
     }
 }
 
+fn read_cookie_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let shown = path.display();
+    let bytes = std::fs::read(path).map_err(|e| format!("cluster cookie_file {shown}: {e}"))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| format!("cluster cookie_file {shown}: {e}"))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "cluster cookie_file {shown} is readable by group or others (mode {:o}); \
+                 chmod 600 it",
+                mode & 0o777
+            ));
+        }
+    }
+    Ok(bytes.trim_ascii().to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+    use stablemq_cluster::transport::Cookie;
 
     const THREE: &str = r#"
 [cluster]
@@ -221,5 +271,47 @@ cluster_addr = "127.0.0.1:25674"
         assert!(Config::from_toml(&twice, "x").is_err());
         let broker_without_amqp = THREE.replace("amqp_addr = \"127.0.0.1:5673\"", "");
         assert!(Config::from_toml(&broker_without_amqp, "x").is_err());
+    }
+
+    fn cookie_of(extra: &str) -> Result<Option<Cookie>, String> {
+        let toml = THREE.replace("heartbeat_ms = 40", &format!("heartbeat_ms = 40\n{extra}"));
+        Config::from_toml(&toml, "x")
+            .unwrap()
+            .cluster
+            .unwrap()
+            .cookie()
+    }
+
+    #[test]
+    fn a_cookie_comes_inline_or_from_a_private_file() {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(cookie_of("").unwrap(), None);
+        let inline = cookie_of("cookie = \"an-inline-cluster-cookie\"").unwrap();
+        assert_eq!(
+            inline,
+            Some(Cookie::new(b"an-inline-cluster-cookie").unwrap())
+        );
+        assert!(
+            cookie_of("cookie = \"short\"")
+                .unwrap_err()
+                .contains("at least 16")
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cookie");
+        std::fs::write(&path, "a-cookie-from-a-file\n").unwrap();
+        let line = format!("cookie_file = \"{}\"", path.display());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(cookie_of(&line).unwrap_err().contains("chmod 600"));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // The trailing newline an editor adds is not part of the secret.
+        assert_eq!(
+            cookie_of(&line).unwrap(),
+            Some(Cookie::new(b"a-cookie-from-a-file").unwrap())
+        );
+        let both = format!("{line}\ncookie = \"an-inline-cluster-cookie\"");
+        assert!(cookie_of(&both).unwrap_err().contains("both"));
+        let missing = format!("cookie_file = \"{}\"", dir.path().join("nope").display());
+        assert!(cookie_of(&missing).is_err());
     }
 }

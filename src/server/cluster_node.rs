@@ -56,8 +56,16 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
     );
     // A restarted peer must hear the master well within an election timeout,
     // or it campaigns needlessly: redial at least 5 times a second.
+    let cookie = cluster.cookie().map_err(ServeError::Other)?;
+    if cookie.is_none() {
+        tracing::warn!(
+            "no [cluster] cookie_file: node-to-node traffic is not authenticated, \
+             so anyone who can reach the cluster port can join the replication"
+        );
+    }
     let opts = TransportOptions {
         backoff_max: std::time::Duration::from_millis(200),
+        cookie,
         ..TransportOptions::default()
     };
     let net = NodeNet::start(me.id, listener, cluster.peers(), opts);

@@ -21,9 +21,13 @@
 //! - received frames go to one bounded inbound queue; a reader waits when it is
 //!   full, which pushes back on the sender through TCP.
 //!
-//! A malformed frame, a frame for another node, or a wire version mismatch closes
-//! that connection (the stream cannot be trusted to be in sync after it); the
-//! peer redials.
+//! A malformed frame, a frame for another node or from a node other than the
+//! one that authenticated, or a wire version mismatch closes that connection
+//! (the stream cannot be trusted to be in sync after it); the peer redials.
+//!
+//! Before any frame, both ends of a new connection prove they hold the
+//! cluster cookie ([`auth`]); a connection that fails it carries nothing, and
+//! the reason is logged on both nodes.
 //!
 //! Everything runs in tasks owned by the [`Transport`]: dropping it aborts them,
 //! closes every socket and frees the listening port.
@@ -40,6 +44,9 @@ use tokio::task::JoinSet;
 
 use crate::replication::NodeId;
 use crate::wire::{self, Envelope, MAX_FRAME_DEFAULT};
+
+pub mod auth;
+pub use auth::{AuthError, Cookie};
 
 /// Tuning of the transport. The defaults suit a LAN.
 #[derive(Debug, Clone)]
@@ -60,6 +67,8 @@ pub struct TransportOptions {
     /// A batch stops growing at this many bytes, so one write never holds a
     /// huge buffer (it is still one write of everything queued under load).
     pub write_batch_bytes: usize,
+    /// The cluster's shared secret; `None` runs unauthenticated (see [`auth`]).
+    pub cookie: Option<Cookie>,
 }
 
 impl Default for TransportOptions {
@@ -72,6 +81,7 @@ impl Default for TransportOptions {
             inbound_queue: 16 * 1024,
             max_frame: MAX_FRAME_DEFAULT,
             write_batch_bytes: 4 * 1024 * 1024,
+            cookie: None,
         }
     }
 }
@@ -103,7 +113,7 @@ impl Transport {
     ) -> (Transport, mpsc::Receiver<Envelope>) {
         let (inbound_tx, inbound_rx) = mpsc::channel(opts.inbound_queue.max(1));
         let mut tasks = JoinSet::new();
-        tasks.spawn(listen(me, listener, inbound_tx.clone(), opts.max_frame));
+        tasks.spawn(listen(me, listener, inbound_tx.clone(), opts.clone()));
         let transport = Transport {
             me,
             peers,
@@ -135,7 +145,7 @@ impl Transport {
                 };
                 let (tx, rx) = mpsc::channel(self.opts.peer_queue.max(1));
                 self.tasks
-                    .spawn(write_to_peer(to, addr, rx, self.opts.clone()));
+                    .spawn(write_to_peer(self.me, to, addr, rx, self.opts.clone()));
                 self.outbound.entry(to).or_insert(tx)
             }
         };
@@ -146,14 +156,19 @@ impl Transport {
 }
 
 /// Accept connections and read frames from each, until aborted.
-async fn listen(me: NodeId, listener: TcpListener, inbound: mpsc::Sender<Envelope>, max: usize) {
+async fn listen(
+    me: NodeId,
+    listener: TcpListener,
+    inbound: mpsc::Sender<Envelope>,
+    opts: TransportOptions,
+) {
     // Owned here so aborting the listener aborts every reader with it.
     let mut readers = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, addr)) => {
-                    readers.spawn(read_from_peer(me, stream, addr, inbound.clone(), max));
+                    readers.spawn(read_from_peer(me, stream, addr, inbound.clone(), opts.clone()));
                 }
                 Err(err) => {
                     // Usually out of file descriptors; do not spin on it.
@@ -172,19 +187,35 @@ async fn read_from_peer(
     mut stream: TcpStream,
     addr: SocketAddr,
     inbound: mpsc::Sender<Envelope>,
-    max: usize,
+    opts: TransportOptions,
 ) {
+    let handshake = auth::accept(&mut stream, me, opts.cookie.as_ref());
+    let peer = match tokio::time::timeout(opts.connect_timeout, handshake).await {
+        Ok(Ok(peer)) => peer,
+        Ok(Err(err)) => {
+            report_auth_failure(&err, "refused a connection", None, addr);
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%addr, "node handshake timed out; closing");
+            return;
+        }
+    };
+    let max = opts.max_frame;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
         loop {
             match wire::decode(&mut buf, max) {
-                Ok(Some(env)) if env.to.node == me => {
+                Ok(Some(env)) if env.to.node == me && env.from.node == peer => {
                     if inbound.send(env).await.is_err() {
                         return; // the node is gone
                     }
                 }
                 Ok(Some(env)) => {
-                    tracing::warn!(%addr, to = env.to.node, "frame for another node; closing");
+                    tracing::warn!(
+                        %addr, peer, from = env.from.node, to = env.to.node,
+                        "frame not from the authenticated peer or not for this node; closing"
+                    );
                     return;
                 }
                 Ok(None) => break,
@@ -211,6 +242,7 @@ async fn read_from_peer(
 /// Dial `addr` and write everything queued for `node`, redialing with backoff,
 /// until the transport is dropped.
 async fn write_to_peer(
+    me: NodeId,
     node: NodeId,
     addr: SocketAddr,
     mut rx: mpsc::Receiver<Envelope>,
@@ -220,7 +252,7 @@ async fn write_to_peer(
     let mut buf = BytesMut::new();
     loop {
         let connected = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(addr)).await;
-        let stream = match connected {
+        let mut stream = match connected {
             Ok(Ok(stream)) => stream,
             Ok(Err(err)) => {
                 tracing::debug!(node, %addr, error = %err, ?backoff, "connect failed");
@@ -240,6 +272,24 @@ async fn write_to_peer(
         if let Err(err) = stream.set_nodelay(true) {
             // We batch ourselves; Nagle would only add latency.
             tracing::debug!(node, error = %err, "set_nodelay failed");
+        }
+        let handshake = auth::dial(&mut stream, me, node, opts.cookie.as_ref());
+        match tokio::time::timeout(opts.connect_timeout, handshake).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                report_auth_failure(&err, "could not connect", Some(node), addr);
+                if !wait_and_discard(&mut rx, &mut backoff, &opts).await {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!(node, %addr, "node handshake timed out");
+                if !wait_and_discard(&mut rx, &mut backoff, &opts).await {
+                    return;
+                }
+                continue;
+            }
         }
         tracing::debug!(node, %addr, "connected");
         backoff = opts.backoff_min;
@@ -305,6 +355,38 @@ fn encode_into(node: NodeId, env: &Envelope, buf: &mut BytesMut, max: usize) {
         tracing::error!(node, error = %err, "message cannot be framed; dropped");
     }
 }
+
+/// Log a failed node handshake. A configuration mistake (a wrong or missing
+/// cookie, a wrong address) repeats at every redial, so it is a warning at
+/// most once per [`AUTH_WARN_EVERY`] per process and a debug line otherwise,
+/// and it is counted in [`crate::metrics::NODE_AUTH_FAILURES`].
+fn report_auth_failure(err: &AuthError, what: &str, node: Option<NodeId>, addr: SocketAddr) {
+    if !err.is_config() {
+        tracing::debug!(?node, %addr, error = %err, "node handshake failed");
+        return;
+    }
+    metrics::counter!(crate::metrics::NODE_AUTH_FAILURES).increment(1);
+    static LAST_WARN: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let now = std::time::Instant::now();
+    let loud = match LAST_WARN.lock() {
+        Ok(mut last) => {
+            let due = last.is_none_or(|t| now.duration_since(t) >= AUTH_WARN_EVERY);
+            if due {
+                *last = Some(now);
+            }
+            due
+        }
+        Err(_) => true,
+    };
+    if loud {
+        tracing::warn!(?node, %addr, error = %err, "node authentication failed: {what}");
+    } else {
+        tracing::debug!(?node, %addr, error = %err, "node authentication failed: {what}");
+    }
+}
+
+/// How often a repeating node authentication failure is logged as a warning.
+const AUTH_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Sleep for the backoff (doubling it), dropping what is queued meanwhile: the
 /// engine resends what matters, and stale messages would only delay it.
