@@ -9,7 +9,8 @@
 //!   return commands. [`sim`] drives it deterministically under drops, delays,
 //!   partitions and crashes, with one checker per invariant.
 //! - [`wire`] frames the engine's messages (length prefix, version byte);
-//!   [`transport`] moves them over TCP with reconnect and backoff; [`driver`]
+//!   [`transport`] moves them over TCP with reconnect and backoff, after both
+//!   ends prove they hold the cluster cookie; [`driver`]
 //!   runs a store node over fjall ([`driver::run_store_node`]) and a broker node
 //!   ([`driver::BrokerNodeDriver`]) on tokio.
 //! - [`LocalLog`] assigns log positions and group-commits appends on a dedicated
@@ -21,15 +22,17 @@
 //!   [`store::Reducer`] supplied by the broker turns stable entries into
 //!   key/value ops, and the log behind the state (minus a retention window) is
 //!   deleted, so disk use follows the live backlog. [`LocalLog::open_with_state`]
-//!   uses it; replicated stores do not compact yet.
+//!   and the replicated stores use it; a node behind a store's log base catches
+//!   up from a snapshot of that state.
 //!
 //! It is not:
 //!
 //! - aware of AMQP: payloads are opaque [`bytes::Bytes`], encoded and decoded by
 //!   the broker;
-//! - a compactor in clusters (yet): only [`LocalLog`] materializes the state
-//!   and deletes old log entries; replicated stores keep their whole log until
-//!   followers can catch up from a state snapshot (docs/replication.md);
+//! - a cluster manager: membership is the static node list of the config, and
+//!   nodes cannot be added or removed while the cluster runs;
+//! - encrypted: [`transport`] authenticates nodes with the cluster cookie but
+//!   sends frames in clear (docs/replication.md);
 //! - async at its core: the engine and the stores are synchronous (fjall blocks,
 //!   so a store runs on its own thread); only [`transport`] and [`driver`] need
 //!   a tokio runtime.
