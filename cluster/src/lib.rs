@@ -31,8 +31,9 @@
 //!   the broker;
 //! - a cluster manager: membership is the static node list of the config, and
 //!   nodes cannot be added or removed while the cluster runs;
-//! - encrypted: [`transport`] authenticates nodes with the cluster cookie but
-//!   sends frames in clear (docs/replication.md);
+//! - encrypted by default: [`transport`] authenticates nodes with the cluster
+//!   cookie and sends frames in clear unless TLS is configured
+//!   ([`transport::tls`]);
 //! - async at its core: the engine and the stores are synchronous (fjall blocks,
 //!   so a store runs on its own thread); only [`transport`] and [`driver`] need
 //!   a tokio runtime.

@@ -2,7 +2,8 @@
 //! `examples/cluster/` configs, which set a cookie): a node restarted with
 //! the wrong cookie is kept out of the replication on both sides and says
 //! why in its log, the other two keep a quorum and confirm publishes, and
-//! once its cookie is fixed it catches up and can carry a failover.
+//! once its cookie is fixed it catches up and can carry a failover. And the
+//! same cluster with mutual TLS between nodes replicates and fails over.
 
 mod common;
 
@@ -168,4 +169,56 @@ async fn a_node_with_the_wrong_cookie_is_kept_out_until_fixed() {
         count_messages(&cluster.uri(new_master), "auth.q").await,
         300
     );
+}
+
+/// A CA and one certificate for 127.0.0.1 that every node uses, as PEM files;
+/// returns the `[cluster]` lines that turn TLS on.
+fn tls_lines(dir: &std::path::Path) -> String {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).expect("CA certificate");
+    let key = KeyPair::generate().expect("node key");
+    let mut node = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+    node.subject_alt_names
+        .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    let cert = node
+        .signed_by(&key, &ca, &ca_key)
+        .expect("node certificate");
+    let write = |name: &str, pem: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path.display().to_string()
+    };
+    format!(
+        "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\ntls_ca_file = \"{}\"",
+        write("node.crt", cert.pem()),
+        write("node.key", key.serialize_pem()),
+        write("ca.crt", ca.pem()),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_with_mutual_tls_replicates_and_fails_over() {
+    let pki = tempfile::tempdir().expect("temp dir");
+    let lines = tls_lines(pki.path());
+    let mut cluster = blocking(|| Cluster::start_example_tuned(None, &lines));
+    let master = blocking(|| cluster.wait_master(CLUSTER_WAIT));
+    for i in 0..3 {
+        let log = cluster.log(i);
+        assert!(
+            log.contains("uses mutual TLS"),
+            "node {} log:\n{log}",
+            i + 1
+        );
+    }
+    publish_confirmed(&cluster.uri(master), "tls.q", 200).await;
+    blocking(|| cluster.kill9(master));
+    let new_master = blocking(|| cluster.wait_master_other_than(Some(master), CLUSTER_WAIT));
+    assert_eq!(count_messages(&cluster.uri(new_master), "tls.q").await, 200);
+    for i in (0..3).filter(|i| *i != master) {
+        let log = cluster.log(i);
+        assert!(!log.contains(FAILED), "node {} log:\n{log}", i + 1);
+    }
 }

@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 use stablemq_cluster::replication::{Config as ReplicationConfig, NodeId};
-use stablemq_cluster::transport::Cookie;
+use stablemq_cluster::transport::{Cookie, TlsConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -86,6 +86,16 @@ pub struct ClusterConfig {
     /// Erlang cookie file, it must not be readable by group or others.
     #[serde(default)]
     pub cookie_file: Option<std::path::PathBuf>,
+    /// This node's certificate chain (PEM) for TLS between nodes. TLS is on
+    /// when the three `tls_*` files are set, and then every node needs it.
+    #[serde(default)]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// This node's private key (PEM).
+    #[serde(default)]
+    pub tls_key_file: Option<std::path::PathBuf>,
+    /// The CA every node's certificate must chain to (PEM).
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl ClusterConfig {
@@ -148,6 +158,20 @@ impl ClusterConfig {
         Cookie::new(&secret)
             .map(Some)
             .map_err(|e| format!("[cluster] cookie: {e}"))
+    }
+
+    /// TLS between nodes, from the three `tls_*` files; `None` when none is
+    /// set. Loaded at start-up so a bad file stops the node with its reason.
+    pub fn tls(&self) -> Result<Option<TlsConfig>, String> {
+        match (&self.tls_cert_file, &self.tls_key_file, &self.tls_ca_file) {
+            (None, None, None) => Ok(None),
+            (Some(cert), Some(key), Some(ca)) => TlsConfig::from_pem_files(cert, key, ca)
+                .map(Some)
+                .map_err(|e| format!("[cluster] TLS: {e}")),
+            _ => {
+                Err("[cluster] TLS needs all of tls_cert_file, tls_key_file and tls_ca_file".into())
+            }
+        }
     }
 
     /// Every other node's replication address.
@@ -313,5 +337,27 @@ cluster_addr = "127.0.0.1:25674"
         assert!(cookie_of(&both).unwrap_err().contains("both"));
         let missing = format!("cookie_file = \"{}\"", dir.path().join("nope").display());
         assert!(cookie_of(&missing).is_err());
+    }
+
+    #[test]
+    fn tls_needs_all_three_files_and_says_which_one_is_bad() {
+        let tls_of = |extra: &str| {
+            let toml = THREE.replace("heartbeat_ms = 40", &format!("heartbeat_ms = 40\n{extra}"));
+            Config::from_toml(&toml, "x")
+                .unwrap()
+                .cluster
+                .unwrap()
+                .tls()
+        };
+        assert!(tls_of("").unwrap().is_none());
+        let partial = tls_of("tls_cert_file = \"/nonexistent/node.crt\"").unwrap_err();
+        assert!(partial.contains("needs all of"), "{partial}");
+        let missing = tls_of(
+            "tls_cert_file = \"/nonexistent/node.crt\"\n\
+             tls_key_file = \"/nonexistent/node.key\"\n\
+             tls_ca_file = \"/nonexistent/ca.crt\"",
+        )
+        .unwrap_err();
+        assert!(missing.contains("/nonexistent/node.crt"), "{missing}");
     }
 }

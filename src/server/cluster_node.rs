@@ -57,15 +57,21 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
     // A restarted peer must hear the master well within an election timeout,
     // or it campaigns needlessly: redial at least 5 times a second.
     let cookie = cluster.cookie().map_err(ServeError::Other)?;
-    if cookie.is_none() {
-        tracing::warn!(
-            "no [cluster] cookie_file: node-to-node traffic is not authenticated, \
-             so anyone who can reach the cluster port can join the replication"
-        );
+    let tls = cluster.tls().map_err(ServeError::Other)?;
+    match (&cookie, &tls) {
+        (None, None) => tracing::warn!(
+            "no [cluster] cookie_file and no TLS: node-to-node traffic is not \
+             authenticated, so anyone who can reach the cluster port can join the replication"
+        ),
+        (Some(_), None) => tracing::info!(
+            "node-to-node traffic is authenticated by the cluster cookie, not encrypted"
+        ),
+        (_, Some(_)) => tracing::info!("node-to-node traffic uses mutual TLS"),
     }
     let opts = TransportOptions {
         backoff_max: std::time::Duration::from_millis(200),
         cookie,
+        tls,
         ..TransportOptions::default()
     };
     let net = NodeNet::start(me.id, listener, cluster.peers(), opts);

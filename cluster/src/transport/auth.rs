@@ -106,6 +106,10 @@ pub enum AuthError {
     /// The socket failed or closed mid-exchange.
     #[error("connection failed during node authentication: {0}")]
     Io(#[from] std::io::Error),
+    /// The TLS handshake failed: a certificate the other side does not trust,
+    /// or TLS on one side only.
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
     /// The peer is not a StableMQ node of a compatible version.
     #[error("peer did not speak the node handshake (bad magic or version {0})")]
     Protocol(u8),
@@ -301,11 +305,13 @@ where
 {
     let na = nonce();
     stream.write_all(&hello(cookie, &na)).await?;
+    stream.flush().await?; // a TLS stream holds what is written until flushed
     let mut msg = [0u8; PROOF_LEN];
     stream.read_exact(&mut msg).await?;
     let checked = check_proof(&msg, cookie, me, &na);
     // Tell the dialer why, so its operator sees the reason in its own log.
     stream.write_all(&checked.verdict).await?;
+    stream.flush().await?;
     checked.outcome
 }
 
@@ -325,6 +331,7 @@ where
     let na = read_hello(&msg, cookie)?;
     let nd = nonce();
     stream.write_all(&proof(cookie, &na, &nd, me, peer)).await?;
+    stream.flush().await?;
     let mut verdict = [0u8; VERDICT_LEN];
     stream.read_exact(&mut verdict).await?;
     read_verdict(&verdict, cookie, &na, &nd, me, peer)

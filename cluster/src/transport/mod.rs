@@ -46,7 +46,14 @@ use crate::replication::NodeId;
 use crate::wire::{self, Envelope, MAX_FRAME_DEFAULT};
 
 pub mod auth;
+pub mod tls;
 pub use auth::{AuthError, Cookie};
+pub use tls::{TlsConfig, TlsError};
+
+/// A node-to-node connection once opened: plain TCP, or TLS over it.
+trait NodeStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> NodeStream for T {}
+type Stream = Box<dyn NodeStream>;
 
 /// Tuning of the transport. The defaults suit a LAN.
 #[derive(Debug, Clone)]
@@ -69,6 +76,8 @@ pub struct TransportOptions {
     pub write_batch_bytes: usize,
     /// The cluster's shared secret; `None` runs unauthenticated (see [`auth`]).
     pub cookie: Option<Cookie>,
+    /// TLS for every node-to-node connection (see [`tls`]); `None` is plain TCP.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for TransportOptions {
@@ -82,6 +91,7 @@ impl Default for TransportOptions {
             max_frame: MAX_FRAME_DEFAULT,
             write_batch_bytes: 4 * 1024 * 1024,
             cookie: None,
+            tls: None,
         }
     }
 }
@@ -184,14 +194,21 @@ async fn listen(
 /// Decode frames from one accepted connection into the inbound queue.
 async fn read_from_peer(
     me: NodeId,
-    mut stream: TcpStream,
+    stream: TcpStream,
     addr: SocketAddr,
     inbound: mpsc::Sender<Envelope>,
     opts: TransportOptions,
 ) {
-    let handshake = auth::accept(&mut stream, me, opts.cookie.as_ref());
-    let peer = match tokio::time::timeout(opts.connect_timeout, handshake).await {
-        Ok(Ok(peer)) => peer,
+    let handshake = async {
+        let mut stream: Stream = match &opts.tls {
+            Some(tls) => Box::new(tls.accept(stream).await.map_err(AuthError::Tls)?),
+            None => Box::new(stream),
+        };
+        let peer = auth::accept(&mut stream, me, opts.cookie.as_ref()).await?;
+        Ok::<_, AuthError>((stream, peer))
+    };
+    let (mut stream, peer) = match tokio::time::timeout(opts.connect_timeout, handshake).await {
+        Ok(Ok(opened)) => opened,
         Ok(Err(err)) => {
             report_auth_failure(&err, "refused a connection", None, addr);
             return;
@@ -252,7 +269,7 @@ async fn write_to_peer(
     let mut buf = BytesMut::new();
     loop {
         let connected = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(addr)).await;
-        let mut stream = match connected {
+        let stream = match connected {
             Ok(Ok(stream)) => stream,
             Ok(Err(err)) => {
                 tracing::debug!(node, %addr, error = %err, ?backoff, "connect failed");
@@ -273,9 +290,16 @@ async fn write_to_peer(
             // We batch ourselves; Nagle would only add latency.
             tracing::debug!(node, error = %err, "set_nodelay failed");
         }
-        let handshake = auth::dial(&mut stream, me, node, opts.cookie.as_ref());
-        match tokio::time::timeout(opts.connect_timeout, handshake).await {
-            Ok(Ok(())) => {}
+        let handshake = async {
+            let mut stream: Stream = match &opts.tls {
+                Some(tls) => Box::new(tls.connect(addr, stream).await.map_err(AuthError::Tls)?),
+                None => Box::new(stream),
+            };
+            auth::dial(&mut stream, me, node, opts.cookie.as_ref()).await?;
+            Ok::<_, AuthError>(stream)
+        };
+        let stream = match tokio::time::timeout(opts.connect_timeout, handshake).await {
+            Ok(Ok(stream)) => stream,
             Ok(Err(err)) => {
                 report_auth_failure(&err, "could not connect", Some(node), addr);
                 if !wait_and_discard(&mut rx, &mut backoff, &opts).await {
@@ -290,7 +314,7 @@ async fn write_to_peer(
                 }
                 continue;
             }
-        }
+        };
         tracing::debug!(node, %addr, "connected");
         backoff = opts.backoff_min;
         match write_batches(node, stream, &mut rx, &mut buf, &opts).await {
@@ -313,12 +337,12 @@ enum Closed {
 
 async fn write_batches(
     node: NodeId,
-    stream: TcpStream,
+    stream: Stream,
     rx: &mut mpsc::Receiver<Envelope>,
     buf: &mut BytesMut,
     opts: &TransportOptions,
 ) -> Closed {
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let mut probe = [0u8; 1];
     loop {
         let first = tokio::select! {
@@ -341,7 +365,13 @@ async fn write_batches(
                 Err(_) => break,
             }
         }
-        if let Err(err) = wr.write_all(buf).await {
+        // flush: a TLS stream holds written records until flushed.
+        if let Err(err) = async {
+            wr.write_all(buf).await?;
+            wr.flush().await
+        }
+        .await
+        {
             tracing::debug!(node, error = %err, "write failed; redialing");
             return Closed::Connection;
         }

@@ -242,3 +242,106 @@ async fn a_dialer_with_a_cookie_proves_it_and_refuses_an_unauthenticated_peer() 
     let right = Cookie::new(secret.as_bytes()).unwrap();
     assert_eq!(auth::accept(&mut conn, 2, Some(&right)).await.unwrap(), 1);
 }
+
+/// A CA and a node certificate for 127.0.0.1 signed by it, as PEM files in
+/// `dir` (`<name>.crt`, `<name>.key`, `<name>-ca.crt`); returns the config.
+fn tls_files(dir: &std::path::Path, name: &str) -> TlsConfig {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut node = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    node.subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = node.signed_by(&key, &ca, &ca_key).unwrap();
+    let path = |suffix: &str| dir.join(format!("{name}{suffix}"));
+    std::fs::write(path(".crt"), cert.pem()).unwrap();
+    std::fs::write(path(".key"), key.serialize_pem()).unwrap();
+    std::fs::write(path("-ca.crt"), ca.pem()).unwrap();
+    TlsConfig::from_pem_files(&path(".crt"), &path(".key"), &path("-ca.crt")).unwrap()
+}
+
+fn with_tls(tls: &TlsConfig) -> TransportOptions {
+    TransportOptions {
+        tls: Some(tls.clone()),
+        cookie: Some(Cookie::new(b"the-clusters-shared-cookie").unwrap()),
+        ..TransportOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn nodes_with_certificates_of_one_ca_talk_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = tls_files(dir.path(), "cluster");
+    let (l1, _) = bind().await;
+    let (l2, a2) = bind().await;
+    let (mut t1, _in1) = Transport::start(1, l1, HashMap::from([(2, a2)]), with_tls(&tls));
+    let (_t2, mut in2) = Transport::start(2, l2, HashMap::new(), with_tls(&tls));
+    for i in 1..=50 {
+        t1.send(append(i));
+    }
+    for i in 1..=50 {
+        assert_eq!(timeout(WAIT, in2.recv()).await.unwrap(), Some(append(i)));
+    }
+}
+
+#[tokio::test]
+async fn a_tls_node_refuses_plain_tcp_and_a_foreign_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = tls_files(dir.path(), "cluster");
+    let foreign = tls_files(dir.path(), "stranger");
+    let (l1, a1) = bind().await;
+    let (_t1, mut in1) = Transport::start(1, l1, HashMap::new(), with_tls(&tls));
+    let cookie = Cookie::new(b"the-clusters-shared-cookie").unwrap();
+
+    // Plain TCP: the node waits for a TLS handshake, never sends the plain
+    // hello, and closes at its handshake timeout.
+    let mut plain = TcpStream::connect(a1).await.unwrap();
+    let err = timeout(WAIT, auth::dial(&mut plain, 2, 1, Some(&cookie)))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, AuthError::Io(_)), "{err:?}");
+
+    // A certificate from another CA (even with the right cookie) fails the
+    // TLS handshake on one side or the other.
+    let tcp = TcpStream::connect(a1).await.unwrap();
+    let refused = async {
+        let mut s = foreign.connect(a1, tcp).await?;
+        auth::dial(&mut s, 2, 1, Some(&cookie))
+            .await
+            .map_err(std::io::Error::other)
+    };
+    assert!(timeout(WAIT, refused).await.unwrap().is_err());
+    // Trusting the node but presenting a certificate it does not trust: the
+    // node refuses the client certificate.
+    let p = |f: &str| dir.path().join(f);
+    let imposter =
+        TlsConfig::from_pem_files(&p("stranger.crt"), &p("stranger.key"), &p("cluster-ca.crt"))
+            .unwrap();
+    let tcp = TcpStream::connect(a1).await.unwrap();
+    let refused = async {
+        let mut s = imposter.connect(a1, tcp).await?;
+        auth::dial(&mut s, 2, 1, Some(&cookie))
+            .await
+            .map_err(std::io::Error::other)
+    };
+    assert!(timeout(WAIT, refused).await.unwrap().is_err());
+
+    // The cluster's own certificate gets through.
+    let tcp = TcpStream::connect(a1).await.unwrap();
+    let mut s = tls.connect(a1, tcp).await.unwrap();
+    auth::dial(&mut s, 3, 1, Some(&cookie)).await.unwrap();
+    let env = Envelope {
+        from: Endpoint::store(3),
+        to: Endpoint::broker(1),
+        msg: Message::FenceRefused { promised: 4 },
+    };
+    let mut buf = BytesMut::new();
+    wire::encode(&env, &mut buf, MAX_FRAME_DEFAULT).unwrap();
+    s.write_all(&buf).await.unwrap();
+    s.flush().await.unwrap();
+    assert_eq!(timeout(WAIT, in1.recv()).await.unwrap(), Some(env));
+}
