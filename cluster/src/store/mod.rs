@@ -9,6 +9,7 @@
 //! the simulator rejects exactly what the disk store rejects.
 
 mod fjall;
+mod fjall_log;
 mod follow;
 mod memory;
 pub(crate) mod reducer_thread;
