@@ -46,6 +46,15 @@ impl ProbeStore {
 }
 
 impl EventStore for ProbeStore {
+    fn joined(&self) -> bool {
+        self.inner.joined()
+    }
+    fn incarnation(&self) -> u64 {
+        self.inner.incarnation()
+    }
+    fn set_joined(&mut self) -> Result<(), StoreError> {
+        self.inner.set_joined()
+    }
     fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
         self.inner.append(entries)?;
         self.pending += entries.len();

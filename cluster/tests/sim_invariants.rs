@@ -92,9 +92,17 @@ fn invariants_hold_across_seeds() {
     let events: u64 = outcomes.iter().map(|o| o.stats.events).sum();
     let refused = with(|o| o.stats.prevotes_refused >= 1);
     let check_quorum = with(|o| o.stats.check_quorum_step_downs >= 1);
+    let lost = with(|o| o.stats.disk_losses >= 1);
+    let losses: u64 = outcomes.iter().map(|o| o.stats.disk_losses).sum();
+    let rejoined = with(|o| o.stats.rejoins >= 1);
+    let rejoins: u64 = outcomes.iter().map(|o| o.stats.rejoins).sum();
     eprintln!(
         "{refused} seeds with a pre-vote refused, {check_quorum} with a master stepping down \
          on check-quorum"
+    );
+    eprintln!(
+        "{lost} seeds lost a store's disk ({losses} in all), {rejoined} saw a new disk rejoin \
+         ({rejoins} in all)"
     );
     eprintln!(
         "{n} seeds in {elapsed:.2?}: {failover} with a failover, {crash} with a crash \
@@ -145,6 +153,15 @@ fn invariants_hold_across_seeds() {
     assert!(
         store_snap >= some,
         "only {store_snap} of {n} seeds installed a snapshot on a store"
+    );
+    // Stores lose their disks and rejoin, under every checker.
+    assert!(
+        lost >= outcomes.len() / 5,
+        "only {lost} of {n} seeds lost a store's disk"
+    );
+    assert!(
+        rejoined >= outcomes.len() / 5,
+        "only {rejoined} of {n} seeds saw a new disk rejoin"
     );
 }
 

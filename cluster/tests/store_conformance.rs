@@ -315,6 +315,36 @@ fn read_range_is_clamped_to_the_log(h: &mut dyn Harness) {
     assert!(s.read_range(u64::MAX, u64::MAX).unwrap().is_empty());
 }
 
+/// A new disk has not joined and has an incarnation (never 0, the value of
+/// a disk that predates incarnations); entries, a promise and the stable
+/// index do not make it joined; `set_joined` does, durably, and nothing
+/// changes its incarnation. A second new disk has a higher incarnation.
+fn a_new_store_joins_only_when_told_and_durably(h: &mut dyn Harness) {
+    let s = h.store();
+    assert!(!s.joined());
+    let incarnation = s.incarnation();
+    assert!(incarnation > 0);
+    s.set_promised_epoch(2).unwrap();
+    s.append(&entries(2, 1..=2)).unwrap();
+    s.sync().unwrap();
+    s.set_stable_index(2).unwrap();
+    s.sync().unwrap();
+    h.restart();
+    assert!(
+        !h.store().joined(),
+        "data alone does not make a new disk joined"
+    );
+    h.store().set_joined().unwrap();
+    h.restart();
+    let s = h.store();
+    assert!(s.joined());
+    assert_eq!(s.incarnation(), incarnation);
+    s.set_joined().unwrap();
+    assert!(s.joined());
+    assert!(MemoryStore::new().incarnation() > incarnation);
+    assert!(Fjall::new().store().incarnation() > incarnation);
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -341,6 +371,7 @@ conformance!(
     synced_entries_survive_restart,
     append_as_checks_the_writer_epoch_not_the_entries,
     read_range_is_clamped_to_the_log,
+    a_new_store_joins_only_when_told_and_durably,
 );
 
 /// fjall only: a clean drop (no explicit sync) keeps everything, because the

@@ -57,14 +57,30 @@ fn message() -> impl Strategy<Value = Message> {
         }),
         (u(), u(), u()).prop_map(|(epoch, from, to)| Message::CatchUp { epoch, from, to }),
         (u(), entries()).prop_map(|(epoch, entries)| Message::StableEntries { epoch, entries }),
-        (u(), pos()).prop_map(|(epoch, last)| Message::AppendAck { epoch, last }),
+        (u(), pos(), u()).prop_map(|(epoch, last, incarnation)| Message::AppendAck {
+            epoch,
+            last,
+            incarnation
+        }),
+        u().prop_map(|incarnation| Message::JoinProbe { incarnation }),
+        (u(), pos(), u()).prop_map(|(promised, last, stable)| Message::JoinInfo {
+            promised,
+            last,
+            stable
+        }),
         u().prop_map(|epoch| Message::AppendReject {
             epoch,
             reason: RejectReason::Fenced
         }),
-        (u(), pos(), u()).prop_map(|(epoch, prev, hint)| Message::AppendReject {
-            epoch,
-            reason: RejectReason::Mismatch { prev, hint }
+        (u(), pos(), u(), u()).prop_map(|(epoch, prev, hint, incarnation)| {
+            Message::AppendReject {
+                epoch,
+                reason: RejectReason::Mismatch {
+                    prev,
+                    hint,
+                    incarnation,
+                },
+            }
         }),
         (u(), u()).prop_map(|(epoch, nonce)| Message::Fence { epoch, nonce }),
         (u(), pos(), u()).prop_map(|(epoch, last, stable)| Message::Promise {

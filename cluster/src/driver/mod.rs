@@ -43,6 +43,9 @@ pub struct StoreStatus {
     pub last: LogPosition,
     /// The highest stable index it has learnt.
     pub stable: u64,
+    /// Whether it joined: false while a new or wiped disk catches up from
+    /// its peers before it votes (`replication/store_node/join.rs`).
+    pub joined: bool,
 }
 
 impl StoreStatus {
@@ -51,6 +54,7 @@ impl StoreStatus {
             promised: node.promised(),
             last: node.last(),
             stable: node.stable(),
+            joined: node.joined(),
         }
     }
 }
@@ -174,6 +178,8 @@ pub async fn run_store_node_with(
         promised = recovered.promised,
         stable = recovered.stable,
         last = %recovered.runs.last(),
+        joined = recovered.joined,
+        incarnation = recovered.incarnation,
         "store node starting"
     );
     let mut node = StoreNode::new(
@@ -182,7 +188,8 @@ pub async fn run_store_node_with(
         recovered.stable,
         recovered.runs,
     )
-    .with_config(&config);
+    .with_config(&config)
+    .with_identity(recovered.joined, recovered.incarnation);
     let clock = Clock::start();
     let me = Endpoint::store(node_id);
     loop {

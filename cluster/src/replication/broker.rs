@@ -305,16 +305,20 @@ impl BrokerNode {
                 self.floor_seen = self.floor_seen.max(floor.min(stable));
                 self.on_append(now, from, epoch, prev, entries, stable, out);
             }
-            Message::AppendAck { epoch, last } => {
+            Message::AppendAck {
+                epoch,
+                last,
+                incarnation,
+            } => {
                 if let Some(repl) = self.replicator_of(epoch) {
                     repl.heard(from, now);
                 }
-                self.on_ack(now, from, epoch, last, out);
+                self.on_ack(now, from, epoch, last, incarnation, out);
             }
             Message::AppendReject { epoch, reason } => {
                 if let Some(repl) = self.replicator_of(epoch) {
                     repl.heard(from, now);
-                    repl.on_mismatch(from, &reason);
+                    repl.on_mismatch(now, from, &reason);
                 }
             }
             Message::PreVoteReply { epoch, granted, .. } => {
@@ -340,6 +344,8 @@ impl BrokerNode {
             | Message::SnapshotRequest { .. }
             | Message::SnapshotChunk { .. }
             | Message::PreVote { .. }
+            | Message::JoinProbe { .. }
+            | Message::JoinInfo { .. }
             | Message::FenceRefused { .. } => {}
         }
     }
@@ -433,7 +439,11 @@ impl BrokerNode {
                 prev,
                 self.applied,
             );
-            let reason = RejectReason::Mismatch { prev, hint };
+            let reason = RejectReason::Mismatch {
+                prev,
+                hint,
+                incarnation: 0,
+            };
             out.push(BrokerCommand::Send {
                 to: from,
                 msg: Message::AppendReject { epoch, reason },
@@ -469,7 +479,11 @@ impl BrokerNode {
         self.apply_up_to(stable.min(last_index), out);
         out.push(BrokerCommand::Send {
             to: from,
-            msg: Message::AppendAck { epoch, last },
+            msg: Message::AppendAck {
+                epoch,
+                last,
+                incarnation: 0,
+            },
         });
     }
 
@@ -625,6 +639,7 @@ impl BrokerNode {
         from: Endpoint,
         epoch: u64,
         last: LogPosition,
+        incarnation: u64,
         out: &mut Vec<BrokerCommand>,
     ) {
         if epoch != self.epoch {
@@ -632,7 +647,7 @@ impl BrokerNode {
         }
         match &mut self.role {
             Role::Master(repl) => {
-                if repl.on_ack(now, from, last, &self.log) {
+                if repl.on_ack(now, from, last, incarnation, &self.log) {
                     let stable = repl.stable();
                     self.applied = stable;
                     out.push(BrokerCommand::Stable(stable));
@@ -643,7 +658,7 @@ impl BrokerNode {
                 let deadline_ms = c.deadline_ms;
                 let Some(repl) = c.replicator() else { return };
                 let before = repl.matched(from);
-                let stable_moved = repl.on_ack(now, from, last, &self.log);
+                let stable_moved = repl.on_ack(now, from, last, incarnation, &self.log);
                 if from.service == Service::Store && repl.matched(from) > before {
                     // A store got further towards the marker: a slow
                     // catch-up is not a failed election. Only that: a

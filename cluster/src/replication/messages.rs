@@ -17,7 +17,7 @@ use crate::position::{Entry, LogPosition};
 use super::NodeId;
 
 /// Version of the node-to-node encoding, the first byte of every frame.
-pub const WIRE_VERSION: u8 = 4;
+pub const WIRE_VERSION: u8 = 5;
 
 /// Which service of a node a message is for, or from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -72,6 +72,10 @@ pub enum RejectReason {
         prev: LogPosition,
         /// Retry with `prev.index = hint`.
         hint: u64,
+        /// The rejecting store's incarnation, as in `AppendAck`: a store
+        /// whose disk was lost rejects from an empty log, and the master
+        /// must learn that what it matched is gone.
+        incarnation: u64,
     },
 }
 
@@ -107,6 +111,11 @@ pub enum Message {
         epoch: u64,
         /// The last position of the acked append: `prev` plus its entries.
         last: LogPosition,
+        /// The acking store's incarnation (0 from a slave, or from a store
+        /// whose disk predates incarnations). A master resets what it knows
+        /// a store matched when it sees a newer one, and ignores acks of an
+        /// older one: those are ghosts of a disk that was lost.
+        incarnation: u64,
     },
     /// Store or slave → master: the append was refused.
     AppendReject {
@@ -217,6 +226,24 @@ pub enum Message {
         /// the epoch it must go above, as from a `FenceRefused`.
         promised: u64,
     },
+    /// Store that has not joined (a new or wiped disk) → peer store: what
+    /// do you hold? Sent until enough peers answered; changes nothing.
+    JoinProbe {
+        /// The asking store's incarnation (for the peer's logs).
+        incarnation: u64,
+    },
+    /// The answer to a [`Message::JoinProbe`]: the peer's promise and log.
+    /// A peer with promise 0 and an empty log is pristine.
+    JoinInfo {
+        /// The peer's promise (possibly not yet durable: only a higher
+        /// value than the truth could come of it, which is safe).
+        promised: u64,
+        /// The peer's last log position: the joiner catches up until its
+        /// stable index reaches the highest `last` it was told.
+        last: LogPosition,
+        /// The peer's stable index (informational).
+        stable: u64,
+    },
     /// Store → candidate: the entries asked for (fewer if the log is shorter).
     Entries {
         /// The epoch of the Fetch being answered.
@@ -244,6 +271,9 @@ impl Message {
             | Message::StableEntries { .. }
             | Message::SnapshotChunk { .. }
             | Message::SnapshotRequest { .. }
+            // Joining is between stores and speaks for no epoch either.
+            | Message::JoinProbe { .. }
+            | Message::JoinInfo { .. }
             // A pre-vote raises nobody's epoch: that is its point.
             | Message::PreVote { .. } => 0,
             Message::FenceRefused { promised } | Message::PreVoteReply { promised, .. } => {

@@ -24,6 +24,32 @@ struct Peer {
     /// When the peer last answered anything in this epoch (an ack or a
     /// reject), for check-quorum.
     heard_ms: u64,
+    /// The newest incarnation the peer's acks carried (stores only; 0 until
+    /// one carried more). A newer one means the store's disk was lost and
+    /// `matched` must start again; an ack of an older one is a ghost.
+    incarnation: u64,
+}
+
+impl Peer {
+    /// Take the incarnation an answer carries. False for a ghost: an answer
+    /// the store sent before its disk was lost speaks for entries it no
+    /// longer holds (I1), and is ignored. A newer incarnation (the store
+    /// lost its disk, or this is its first answer we see) resets what it
+    /// matched: that went with the old disk.
+    fn same_incarnation(&mut self, incarnation: u64, now: u64) -> bool {
+        if incarnation < self.incarnation {
+            return false;
+        }
+        if incarnation > self.incarnation {
+            self.incarnation = incarnation;
+            if self.matched > 0 {
+                self.matched = 0;
+                self.next = 1;
+                self.last_progress_ms = now;
+            }
+        }
+        true
+    }
 }
 
 /// Replication state of one epoch. Created fresh by every new candidate: acks
@@ -62,6 +88,7 @@ impl Replicator {
             last_sent_ms: 0,
             last_progress_ms: now,
             heard_ms: now,
+            incarnation: 0,
         };
         let stores = cfg.stores.iter().map(|&n| Endpoint::store(n));
         let slaves = cfg
@@ -222,22 +249,27 @@ impl Replicator {
         out
     }
 
-    /// An ack of this epoch. Returns true if the stable index moved.
+    /// An ack of this epoch from `from` in its `incarnation`. Returns true
+    /// if the stable index moved.
     pub(crate) fn on_ack(
         &mut self,
         now: u64,
         from: Endpoint,
         last: LogPosition,
+        incarnation: u64,
         log: &MemLog,
     ) -> bool {
+        let Some(peer) = self.peers.get_mut(&from) else {
+            return false;
+        };
+        if !peer.same_incarnation(incarnation, now) {
+            return false;
+        }
         // Count only what matches our log at that position: with log matching
         // (I3) the peer then holds our log up to there.
         if log.pos_at(last.index) != Some(last) {
             return false;
         }
-        let Some(peer) = self.peers.get_mut(&from) else {
-            return false;
-        };
         if last.index > peer.matched {
             peer.matched = last.index;
             peer.last_progress_ms = now;
@@ -246,13 +278,21 @@ impl Replicator {
     }
 
     /// A Mismatch reject of this epoch: send again from where the peer asked.
-    pub(crate) fn on_mismatch(&mut self, from: Endpoint, reason: &RejectReason) {
-        let RejectReason::Mismatch { prev, hint } = reason else {
+    pub(crate) fn on_mismatch(&mut self, now: u64, from: Endpoint, reason: &RejectReason) {
+        let RejectReason::Mismatch {
+            prev,
+            hint,
+            incarnation,
+        } = reason
+        else {
             return;
         };
         let Some(peer) = self.peers.get_mut(&from) else {
             return;
         };
+        if !peer.same_incarnation(*incarnation, now) {
+            return;
+        }
         if prev.index > peer.matched {
             peer.next = peer.next.min(peer.matched.max(*hint) + 1);
         } else if from.service == Service::Broker && *hint < peer.matched {

@@ -69,7 +69,8 @@ fn slave() -> BrokerNode {
                 Endpoint::broker(OTHER),
                 Message::AppendAck {
                     epoch: 1,
-                    last: pos(1, 1)
+                    last: pos(1, 1),
+                    incarnation: 0,
                 }
             ),
         ]
@@ -97,7 +98,8 @@ fn a_slave_applies_only_what_the_append_proves_stable() {
                 from,
                 Message::AppendAck {
                     epoch: 1,
-                    last: pos(1, 3)
+                    last: pos(1, 3),
+                    incarnation: 0,
                 }
             ),
         ]
@@ -109,6 +111,7 @@ fn a_slave_applies_only_what_the_append_proves_stable() {
     let reason = RejectReason::Mismatch {
         prev: pos(1, 9),
         hint: 3,
+        incarnation: 0,
     };
     let catch_up = Message::CatchUp {
         epoch: 1,
@@ -252,6 +255,7 @@ fn elect() -> BrokerNode {
     let reason = RejectReason::Mismatch {
         prev: pos(1, 3),
         hint: 1,
+        incarnation: 0,
     };
     let cmds = b.step(
         105,
@@ -274,7 +278,11 @@ fn elect() -> BrokerNode {
         ]
     );
     // Old-epoch entries on a quorum are not stable by themselves (I1).
-    let ack = |last| Message::AppendAck { epoch: 2, last };
+    let ack = |last| Message::AppendAck {
+        epoch: 2,
+        last,
+        incarnation: 0,
+    };
     assert!(
         b.step(106, recv(Endpoint::store(1), ack(pos(1, 3))))
             .is_empty()
@@ -331,6 +339,7 @@ fn the_master_pipelines_within_a_window_and_advances_stable_on_a_quorum() {
     let ack = Message::AppendAck {
         epoch: 2,
         last: pos(2, 6),
+        incarnation: 0,
     };
     let cmds = b.step(111, recv(Endpoint::store(1), ack.clone()));
     assert!(cmds.iter().all(|c| !matches!(c, BrokerCommand::Stable(_))));
@@ -355,6 +364,7 @@ fn the_master_pipelines_within_a_window_and_advances_stable_on_a_quorum() {
     let ack = Message::AppendAck {
         epoch: 2,
         last: pos(2, 6),
+        incarnation: 0,
     };
     b.step(113, recv(Endpoint::store(2), ack));
     b.step(114, BrokerInput::Tick);
@@ -414,7 +424,8 @@ fn a_competing_candidate_loses_to_the_master_of_its_epoch() {
             from,
             Message::AppendAck {
                 epoch: 2,
-                last: pos(2, 2)
+                last: pos(2, 2),
+                incarnation: 0,
             }
         )]
     );
@@ -552,7 +563,8 @@ fn a_refused_pre_vote_raises_no_epoch_and_the_master_is_still_followed() {
             from,
             Message::AppendAck {
                 epoch: 1,
-                last: pos(1, 1)
+                last: pos(1, 1),
+                incarnation: 0,
             }
         )]
     );
@@ -603,6 +615,7 @@ fn a_master_no_quorum_of_stores_answers_steps_down() {
                 Message::AppendAck {
                     epoch: e,
                     last: pos(2, 4),
+                    incarnation: 0,
                 },
             ),
         );
@@ -637,4 +650,77 @@ fn a_restarted_slave_pre_votes_above_the_promise_it_learns() {
         .to_vec();
     assert_eq!(cmds, asks);
     assert_eq!(b.epoch(), 5);
+}
+
+#[test]
+fn a_ghost_ack_of_a_lost_disk_counts_for_nothing() {
+    let mut b = elect();
+    for i in 0..2 {
+        b.append(Bytes::from(format!("p{i}"))).expect("master");
+    }
+    b.step(110, BrokerInput::Flush);
+    let ack = |index, incarnation| Message::AppendAck {
+        epoch: 2,
+        last: pos(2, index),
+        incarnation,
+    };
+    let stable_of = |cmds: &[BrokerCommand]| {
+        cmds.iter().find_map(|c| match c {
+            BrokerCommand::Stable(i) => Some(*i),
+            _ => None,
+        })
+    };
+    // Store 1's disk (incarnation 10) acks 5. Then it is lost: the new disk
+    // (incarnation 20) rejects from an empty log, so the master forgets 5.
+    b.step(111, recv(Endpoint::store(1), ack(5, 10)));
+    let reject = Message::AppendReject {
+        epoch: 2,
+        reason: RejectReason::Mismatch {
+            prev: pos(2, 5),
+            hint: 0,
+            incarnation: 20,
+        },
+    };
+    b.step(112, recv(Endpoint::store(1), reject));
+    // A ghost ack of the old disk arrives late, with store 3's ack: no
+    // quorum holds 6 (store 1's new disk holds nothing).
+    b.step(113, recv(Endpoint::store(1), ack(6, 10)));
+    let cmds = b.step(114, recv(Endpoint::store(3), ack(6, 0)));
+    assert_eq!(stable_of(&cmds), None, "a ghost ack made 6 stable");
+    // The new disk's own ack counts.
+    let cmds = b.step(115, recv(Endpoint::store(1), ack(6, 20)));
+    assert_eq!(stable_of(&cmds), Some(6));
+}
+
+#[test]
+fn a_new_incarnation_restarts_what_the_master_sends_a_store() {
+    let mut b = elect();
+    b.append(Bytes::from_static(b"p")).expect("master");
+    b.step(110, BrokerInput::Flush);
+    let ack = |incarnation| Message::AppendAck {
+        epoch: 2,
+        last: pos(2, 5),
+        incarnation,
+    };
+    b.step(111, recv(Endpoint::store(1), ack(10)));
+    // Store 1's disk is lost; its first answer (a heartbeat ack at 0)
+    // carries the new incarnation, and the master sends from the start.
+    let ack0 = Message::AppendAck {
+        epoch: 2,
+        last: LogPosition::ZERO,
+        incarnation: 20,
+    };
+    b.step(112, recv(Endpoint::store(1), ack0));
+    let cmds = b.step(200, BrokerInput::Tick);
+    let to_store1: Vec<_> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            BrokerCommand::Send {
+                to,
+                msg: Message::Append { prev, .. },
+            } if *to == Endpoint::store(1) => Some(prev.index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(to_store1.first(), Some(&0), "{cmds:?}");
 }

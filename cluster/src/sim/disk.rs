@@ -32,6 +32,10 @@ pub struct DiskState {
     pub promised: u64,
     /// The stable index recorded.
     pub stable: u64,
+    /// Whether the store joined (see `store_node/join.rs`).
+    pub joined: bool,
+    /// The disk's incarnation: when it was created (sim time + 1).
+    pub incarnation: u64,
 }
 
 impl DiskState {
@@ -121,6 +125,7 @@ impl DiskState {
                 self.base = *base;
                 self.stable = base.index;
             }
+            DiskOp::Joined => self.joined = true,
         }
         Ok(())
     }
@@ -171,6 +176,21 @@ pub struct SimDisk {
 }
 
 impl SimDisk {
+    /// A new, empty disk created at `now`, with an incarnation above every
+    /// disk created before; `joined` for a cluster that bootstrapped already.
+    pub fn new(now: u64, joined: bool) -> Self {
+        let state = DiskState {
+            incarnation: now + 1,
+            joined,
+            ..DiskState::default()
+        };
+        SimDisk {
+            durable: state.clone(),
+            current: state,
+            ..SimDisk::default()
+        }
+    }
+
     /// Apply ops (not yet durable). Stops at the first op that breaks the
     /// contract and returns its description.
     pub fn write(&mut self, ops: &[DiskOp]) -> Result<(), String> {
@@ -223,6 +243,11 @@ impl SimDisk {
         };
         let (pairs, done) = chunk_of(state, after.as_ref(), max);
         (*base, after, pairs, done)
+    }
+
+    /// Whether the store's join is on disk for sure (survives a crash).
+    pub fn joined_durably(&self) -> bool {
+        self.durable.joined
     }
 
     /// What reads see now.

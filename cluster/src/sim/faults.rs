@@ -4,6 +4,7 @@
 
 use crate::replication::{BrokerNode, NodeId, RoleKind, StoreNode};
 
+use super::disk::SimDisk;
 use super::net::cut;
 use super::world::{Ev, World};
 
@@ -41,6 +42,9 @@ impl World {
                         self.stats.master_crashes += 1;
                     }
                     self.crash(target);
+                    if self.params.lose_disks && self.rng.chance(500) {
+                        self.lose_disk(target);
+                    }
                     // Now and then a long outage, so the node falls behind
                     // the stores' log bases and must catch up by snapshot.
                     let down_ms = if self.rng.chance(200) {
@@ -127,6 +131,27 @@ impl World {
         self.abandon(old);
     }
 
+    /// The crashed node's store disk is lost: it restarts on a new, empty
+    /// disk that must rejoin. Only while every other store's disk has
+    /// joined (durably), so at most one store is without its disk and a
+    /// quorum of intact stores remains.
+    fn lose_disk(&mut self, id: NodeId) {
+        let others_joined = self
+            .nodes
+            .iter()
+            .filter(|(other, _)| **other != id)
+            .filter_map(|(_, n)| n.disk.as_ref())
+            .all(|d| d.joined_durably());
+        let now = self.now;
+        let Some(node) = self.nodes.get_mut(&id).filter(|n| !n.up) else {
+            return;
+        };
+        if others_joined && node.disk.is_some() {
+            node.disk = Some(SimDisk::new(now, false));
+            self.stats.disk_losses += 1;
+        }
+    }
+
     /// Start a crashed node again: the store recovers from its disk, the broker
     /// starts as an empty slave and is caught up by the master.
     pub(super) fn restart(&mut self, id: NodeId) {
@@ -146,7 +171,9 @@ impl World {
         if let Some(disk) = node.disk.as_ref() {
             let state = disk.current();
             node.store = Some(
-                StoreNode::new(id, state.promised, state.stable, state.runs()).with_config(&cfg),
+                StoreNode::new(id, state.promised, state.stable, state.runs())
+                    .with_config(&cfg)
+                    .with_identity(state.joined, state.incarnation),
             );
         }
         let inc = node.inc;

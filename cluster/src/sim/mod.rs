@@ -72,6 +72,14 @@ pub struct SimParams {
     /// (but for one co-located with that slave) still do. With pre-vote and
     /// leader stickiness the master must stay master.
     pub cut_slave_at_ms: Option<u64>,
+    /// The cluster starts on new disks (every store must join, the
+    /// bootstrap), and a crash of a store node may lose its whole disk: it
+    /// restarts on a new, empty one and must rejoin before it votes. At
+    /// most one store is without a joined disk at a time, so a quorum of
+    /// intact stores always remains. Only with 3 or 5 stores and without
+    /// `heal_one_store_down` (a rejoin needs `n - quorum + 1` live peers,
+    /// which a store held down could take away for good).
+    pub lose_disks: bool,
 }
 
 impl SimParams {
@@ -130,6 +138,7 @@ impl SimParams {
             trace: false,
             heal_one_store_down,
             cut_slave_at_ms: None,
+            lose_disks: stores_n >= 3 && !heal_one_store_down,
         }
     }
 }

@@ -63,6 +63,10 @@ pub struct SimStats {
     pub cut_master: Option<(NodeId, u64)>,
     /// See `cut_master`.
     pub cut_master_kept: bool,
+    /// Store disks lost in a crash (`SimParams::lose_disks`).
+    pub disk_losses: u64,
+    /// Stores that joined on a disk that replaced a lost one.
+    pub rejoins: u64,
 }
 
 /// One scheduled event.
@@ -192,9 +196,14 @@ impl World {
                 has_broker,
                 broker: has_broker
                     .then(|| BrokerNode::new(id, params.cfg.clone(), rng.next_u64(), 0)),
-                store: has_store
-                    .then(|| StoreNode::new(id, 0, 0, Default::default()).with_config(&params.cfg)),
-                disk: has_store.then(SimDisk::default),
+                // With `lose_disks` the cluster starts on new disks that
+                // must join (the bootstrap); otherwise as bootstrapped.
+                store: has_store.then(|| {
+                    StoreNode::new(id, 0, 0, Default::default())
+                        .with_config(&params.cfg)
+                        .with_identity(!params.lose_disks, 1)
+                }),
+                disk: has_store.then(|| SimDisk::new(0, !params.lose_disks)),
             });
         }
         World {
@@ -465,6 +474,9 @@ impl World {
                         continue;
                     };
                     i2::check_persist(node, disk.current().promised, &ops)?;
+                    if disk.current().incarnation > 1 && ops.contains(&DiskOp::Joined) {
+                        self.stats.rejoins += 1;
+                    }
                     self.stats.store_snapshots += ops
                         .iter()
                         .filter(|op| matches!(op, DiskOp::InstallSnapshot { .. }))

@@ -6,7 +6,8 @@
 //!   order.
 //! - `meta`: the promised epoch, the stable index and the state index,
 //!   big-endian `u64` each; the log base (the last compacted entry) as epoch
-//!   then index.
+//!   then index; the store's identity: `joined` (0 or 1) and `incarnation`,
+//!   written once when the disk is created (see [`FjallStore::open`]).
 //! - `state`: the materialized state, keys and values as the broker's reducer
 //!   chose them (see [`super::Materializer`]).
 //!
@@ -84,6 +85,8 @@ const PROMISED_EPOCH_KEY: &[u8] = b"promised_epoch";
 const STABLE_INDEX_KEY: &[u8] = b"stable_index";
 const STATE_INDEX_KEY: &[u8] = b"state_index";
 const LOG_BASE_KEY: &[u8] = b"log_base";
+const JOINED_KEY: &[u8] = b"joined";
+const INCARNATION_KEY: &[u8] = b"incarnation";
 
 /// An [`EventStore`] on a local disk, backed by fjall.
 pub struct FjallStore {
@@ -108,6 +111,10 @@ pub struct FjallStore {
     last: LogPosition,
     /// Cached copy of `meta/promised_epoch`.
     promised_epoch: u64,
+    /// Cached copy of `meta/joined`.
+    joined: bool,
+    /// Cached copy of `meta/incarnation`.
+    incarnation: u64,
     /// Cached copy of `meta/stable_index` (possibly not yet synced).
     stable_index: u64,
     /// Entries appended since the last fsync: the group-commit batch size metric,
@@ -169,6 +176,12 @@ impl FjallStore {
             )));
         }
 
+        let (joined, incarnation) = open_identity(
+            &db,
+            &meta,
+            promised_epoch > 0 || last.index > 0 || stable_index > 0 || state_index > 0,
+        )?;
+
         let reclaimer = Reclaimer::start(log.clone())?;
         if base.index > 0 {
             // Tables a crash kept from being dropped.
@@ -185,6 +198,8 @@ impl FjallStore {
             reclaimer: Some(reclaimer),
             last,
             promised_epoch,
+            joined,
+            incarnation,
             stable_index,
             unsynced_entries: 0,
             dirty: false,
@@ -368,6 +383,23 @@ impl EventStore for FjallStore {
         } else {
             records::read_position(&self.log, index)?
         };
+        Ok(())
+    }
+
+    fn joined(&self) -> bool {
+        self.joined
+    }
+
+    fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    fn set_joined(&mut self) -> Result<(), StoreError> {
+        if !self.joined {
+            self.meta.insert(JOINED_KEY, 1u64.to_be_bytes())?;
+            self.persist()?;
+            self.joined = true;
+        }
         Ok(())
     }
 
@@ -618,6 +650,40 @@ fn rotate_full(keyspace: &Keyspace) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The store's identity (joined, incarnation), written durably at the first
+/// open. A disk without one is either new or predates the flag: if it holds
+/// anything (`holds_data`) it was part of a cluster, so it counts as joined
+/// with incarnation 0 (the upgrade path); if it holds nothing it has promised
+/// and acked nothing, so it is as good as new and must join. That is also
+/// why the identity need not be in the same write as the keyspaces' creation:
+/// a crash between the two leaves a disk that holds nothing and no identity,
+/// which the next open treats as new, exactly as it would have been.
+fn open_identity(
+    db: &Database,
+    meta: &Keyspace,
+    holds_data: bool,
+) -> Result<(bool, u64), StoreError> {
+    if meta.get(JOINED_KEY)?.is_some() {
+        let joined = match read_meta(meta, JOINED_KEY)? {
+            0 => false,
+            1 => true,
+            other => return Err(StoreError::Corrupt(format!("meta joined = {other}"))),
+        };
+        return Ok((joined, read_meta(meta, INCARNATION_KEY)?));
+    }
+    let (joined, incarnation) = if holds_data {
+        (true, 0)
+    } else {
+        (false, super::new_incarnation(0))
+    };
+    let mut write = db.batch();
+    write.insert(meta, JOINED_KEY, u64::from(joined).to_be_bytes());
+    write.insert(meta, INCARNATION_KEY, incarnation.to_be_bytes());
+    write.commit()?;
+    db.persist(PersistMode::SyncAll)?;
+    Ok((joined, incarnation))
+}
+
 /// A missing meta key means "never set" (0); any other length is corruption.
 fn read_meta(meta: &Keyspace, key: &[u8]) -> Result<u64, StoreError> {
     let Some(value) = meta.get(key)? else {
@@ -659,6 +725,65 @@ mod tests {
         indexes
             .map(|i| Entry::new(epoch, i, vec![i as u8; i as usize]))
             .collect()
+    }
+
+    #[test]
+    fn a_new_disk_is_not_joined_and_joining_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let incarnation = {
+            let mut store = FjallStore::open(dir.path()).unwrap();
+            assert!(!store.joined());
+            assert!(store.incarnation() > 0);
+            store.set_joined().unwrap();
+            store.incarnation()
+        };
+        let store = FjallStore::open(dir.path()).unwrap();
+        assert!(store.joined());
+        assert_eq!(store.incarnation(), incarnation);
+        drop(store);
+        // The disk is lost: a new one in its place has a newer incarnation.
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
+        assert!(!store.joined());
+        assert!(store.incarnation() > incarnation);
+    }
+
+    #[test]
+    fn a_disk_that_predates_the_flag_is_joined_if_it_holds_data() {
+        let forget_identity = |store: &FjallStore| {
+            store.meta.remove(JOINED_KEY).unwrap();
+            store.meta.remove(INCARNATION_KEY).unwrap();
+            store.db.persist(PersistMode::SyncAll).unwrap();
+        };
+        // Holding entries: joined, incarnation 0.
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = FjallStore::open(dir.path()).unwrap();
+            store.append(&[Entry::new(1, 1, "x")]).unwrap();
+            store.sync().unwrap();
+            forget_identity(&store);
+        }
+        let store = FjallStore::open(dir.path()).unwrap();
+        assert!(store.joined());
+        assert_eq!(store.incarnation(), 0);
+        drop(store);
+        // Only a promise: joined too.
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = FjallStore::open(dir.path()).unwrap();
+            store.set_promised_epoch(2).unwrap();
+            forget_identity(&store);
+        }
+        assert!(FjallStore::open(dir.path()).unwrap().joined());
+        // Holding nothing: as good as new, it must join.
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = FjallStore::open(dir.path()).unwrap();
+            forget_identity(&store);
+        }
+        let store = FjallStore::open(dir.path()).unwrap();
+        assert!(!store.joined());
+        assert!(store.incarnation() > 0);
     }
 
     #[test]

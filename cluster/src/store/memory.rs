@@ -17,8 +17,12 @@ use super::{
 use crate::position::{Entry, LogPosition};
 
 /// An [`EventStore`] held in memory, with crash simulation.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct MemoryStore {
+    /// Whether the store joined (durable when set, like a promise).
+    joined: bool,
+    /// Fixed at creation; see [`EventStore::incarnation`].
+    incarnation: u64,
     /// `entries[i]` has index `synced_base.index + i + 1`: no holes. Entries
     /// compacted since the last sync stay here until it (a crash brings them
     /// back, as it would on fjall), hidden behind `base`.
@@ -48,10 +52,39 @@ pub struct MemoryStore {
     unsynced: Vec<StateBatch>,
 }
 
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The last incarnation handed out, so stores created in one process are
+/// ordered even within one clock tick.
+static LAST_INCARNATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl MemoryStore {
-    /// An empty store, as if on a fresh disk.
+    /// An empty store, as if on a fresh disk: not joined, with a new
+    /// incarnation.
     pub fn new() -> Self {
-        Self::default()
+        use std::sync::atomic::Ordering;
+        let incarnation = super::new_incarnation(LAST_INCARNATION.load(Ordering::Relaxed));
+        LAST_INCARNATION.fetch_max(incarnation, Ordering::Relaxed);
+        MemoryStore {
+            joined: false,
+            incarnation,
+            entries: Vec::new(),
+            synced_len: 0,
+            promised_epoch: 0,
+            stable_index: 0,
+            synced_stable_index: 0,
+            base: LogPosition::ZERO,
+            synced_base: LogPosition::ZERO,
+            state: BTreeMap::new(),
+            synced_state: BTreeMap::new(),
+            state_index: 0,
+            synced_state_index: 0,
+            unsynced: Vec::new(),
+        }
     }
 
     /// Simulate a crash (power loss): forget everything not covered by the last
@@ -112,6 +145,22 @@ impl EventStore for MemoryStore {
         if check_truncate(self.stable_index, self.last_position(), index)? {
             let keep = self.offset(index);
             self.entries.truncate(keep);
+            self.mark_synced();
+        }
+        Ok(())
+    }
+
+    fn joined(&self) -> bool {
+        self.joined
+    }
+
+    fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    fn set_joined(&mut self) -> Result<(), StoreError> {
+        if !self.joined {
+            self.joined = true;
             self.mark_synced();
         }
         Ok(())

@@ -102,6 +102,17 @@ pub trait EventStore: Send + 'static {
     /// return, so a crash cannot resurrect a truncated conflicting suffix.
     /// Truncating below the stable index is refused: stable entries are final (I1).
     fn truncate_after(&mut self, index: u64) -> Result<(), StoreError>;
+    /// Whether this store has joined its cluster: a new disk (or one whose
+    /// predecessor was lost) has not, and must not promise or ack until it
+    /// caught up with its peers (`replication/store_node/join.rs`). A disk
+    /// that predates the flag and holds anything counts as joined; one that
+    /// holds nothing (promise 0, empty log) counts as new.
+    fn joined(&self) -> bool;
+    /// The disk's incarnation, fixed when the disk is created; a newer disk
+    /// has a higher one. 0 for a disk that predates incarnations.
+    fn incarnation(&self) -> u64;
+    /// Record that the store joined. Durable before it returns.
+    fn set_joined(&mut self) -> Result<(), StoreError>;
     /// The highest epoch this store has promised (I2); 0 for a new store.
     fn promised_epoch(&self) -> u64;
     /// Promise `epoch`: durable before return. A lower epoch is refused with
@@ -343,6 +354,17 @@ pub(crate) fn check_truncate(
         )));
     }
     Ok(true)
+}
+
+/// The incarnation of a disk created now: microseconds since the Unix epoch,
+/// so a disk created later (after the last one was lost) has a higher one,
+/// and never 0 (the value of a disk that predates incarnations). Kept above
+/// `after`, for stores created twice within one clock tick.
+pub fn new_incarnation(after: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    now.max(after.saturating_add(1)).max(1)
 }
 
 /// Shared check for `set_promised_epoch`; returns whether the value must be stored.

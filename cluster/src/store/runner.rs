@@ -52,6 +52,10 @@ pub struct RecoveredStore {
     pub stable: u64,
     /// The epoch of every index of the log.
     pub runs: EpochRuns,
+    /// Whether the store joined (see `EventStore::joined`).
+    pub joined: bool,
+    /// The disk's incarnation.
+    pub incarnation: u64,
 }
 
 enum Job {
@@ -160,6 +164,8 @@ fn recover(store: &mut dyn EventStore) -> Result<RecoveredStore, StoreError> {
         promised: store.promised_epoch(),
         stable: store.stable_index().min(last.index).max(base.index),
         runs,
+        joined: store.joined(),
+        incarnation: store.incarnation(),
     })
 }
 
@@ -294,6 +300,7 @@ pub(crate) fn persist(store: &mut dyn EventStore, ops: &[DiskOp]) -> Result<(), 
                 entries,
             } => store.append_as(*writer_epoch, entries)?,
             DiskOp::Stable(index) => stable = stable.max(Some(*index)),
+            DiskOp::Joined => store.set_joined()?,
         }
     }
     store.sync()?;
@@ -353,6 +360,7 @@ fn persist_following(
                 follower.appended(entries);
             }
             DiskOp::Stable(index) => stable = stable.max(Some(*index)),
+            DiskOp::Joined => store.set_joined()?,
         }
     }
     store.sync()?;

@@ -52,6 +52,8 @@ const TAG_SNAPSHOT_CHUNK: u8 = 11;
 const TAG_SNAPSHOT_REQUEST: u8 = 12;
 const TAG_PRE_VOTE: u8 = 13;
 const TAG_PRE_VOTE_REPLY: u8 = 14;
+const TAG_JOIN_PROBE: u8 = 15;
+const TAG_JOIN_INFO: u8 = 16;
 /// Smallest encoding of one state pair: two empty byte strings.
 const PAIR_MIN_BYTES: usize = 4 + 4;
 
@@ -225,9 +227,14 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
             out.put_u64(*floor);
             put_entries(out, entries)?;
         }
-        Message::AppendAck { epoch, last } => {
+        Message::AppendAck {
+            epoch,
+            last,
+            incarnation,
+        } => {
             out.put_u8(TAG_APPEND_ACK);
             out.put_u64(*epoch);
+            out.put_u64(*incarnation);
             put_pos(out, *last);
         }
         Message::AppendReject { epoch, reason } => {
@@ -235,10 +242,15 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
             out.put_u64(*epoch);
             match reason {
                 RejectReason::Fenced => out.put_u8(REASON_FENCED),
-                RejectReason::Mismatch { prev, hint } => {
+                RejectReason::Mismatch {
+                    prev,
+                    hint,
+                    incarnation,
+                } => {
                     out.put_u8(REASON_MISMATCH);
                     put_pos(out, *prev);
                     out.put_u64(*hint);
+                    out.put_u64(*incarnation);
                 }
             }
         }
@@ -319,6 +331,20 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
             out.put_u64(*epoch);
             out.put_u8(u8::from(*granted));
             out.put_u64(*promised);
+        }
+        Message::JoinProbe { incarnation } => {
+            out.put_u8(TAG_JOIN_PROBE);
+            out.put_u64(*incarnation);
+        }
+        Message::JoinInfo {
+            promised,
+            last,
+            stable,
+        } => {
+            out.put_u8(TAG_JOIN_INFO);
+            out.put_u64(*promised);
+            put_pos(out, *last);
+            out.put_u64(*stable);
         }
     }
     Ok(())
@@ -447,7 +473,16 @@ impl Reader {
             },
             TAG_APPEND_ACK => Message::AppendAck {
                 epoch: self.u64("epoch")?,
+                incarnation: self.u64("incarnation")?,
                 last: self.pos("last")?,
+            },
+            TAG_JOIN_PROBE => Message::JoinProbe {
+                incarnation: self.u64("incarnation")?,
+            },
+            TAG_JOIN_INFO => Message::JoinInfo {
+                promised: self.u64("promised")?,
+                last: self.pos("last")?,
+                stable: self.u64("stable")?,
             },
             TAG_APPEND_REJECT => {
                 let epoch = self.u64("epoch")?;
@@ -456,6 +491,7 @@ impl Reader {
                     REASON_MISMATCH => RejectReason::Mismatch {
                         prev: self.pos("prev")?,
                         hint: self.u64("hint")?,
+                        incarnation: self.u64("incarnation")?,
                     },
                     tag => {
                         return Err(WireError::UnknownTag {
@@ -666,6 +702,7 @@ mod tests {
             &env(Message::AppendAck {
                 epoch: 2,
                 last: LogPosition::new(2, 9),
+                incarnation: 0,
             }),
             &mut whole,
             MAX_FRAME_DEFAULT,

@@ -14,6 +14,7 @@
 //! drains the disk equals the accepted log.
 
 mod catch_up;
+mod join;
 
 use bytes::Bytes;
 
@@ -59,6 +60,9 @@ pub enum DiskOp {
         /// The state, in key order.
         pairs: Vec<(Bytes, Bytes)>,
     },
+    /// Record that this store has joined (see `join.rs`): from now on it
+    /// promises and acks. Durable before any reply queued after it.
+    Joined,
 }
 
 /// A read the store asks the driver to do; handed back in
@@ -204,6 +208,14 @@ pub struct StoreNode {
     master_heard_ms: Option<u64>,
     /// See `master_heard_ms`.
     election_timeout_ms: u64,
+    /// Whether this store may vote: promise, ack, grant pre-votes. False
+    /// for a new or wiped disk until it has joined (`join.rs`).
+    joined: bool,
+    /// The disk's incarnation, carried by every AppendAck so a master can
+    /// tell a new disk's acks from ghosts of a lost one.
+    incarnation: u64,
+    /// Joining in progress (unused once joined).
+    join: join::Join,
 }
 
 impl StoreNode {
@@ -235,6 +247,9 @@ impl StoreNode {
             installed_snapshots: 0,
             master_heard_ms: None,
             election_timeout_ms: 400,
+            joined: true,
+            incarnation: 0,
+            join: join::Join::default(),
         }
     }
 
@@ -253,6 +268,8 @@ impl StoreNode {
         self.retry_ms = cfg.retry_ms;
         self.fetch_entries_max = cfg.fetch_entries_max.max(1);
         self.election_timeout_ms = cfg.election_timeout_ms;
+        let n = cfg.stores.len();
+        self.join.need = (n + 1).saturating_sub(cfg.quorum()).min(self.peers.len());
         self
     }
 
@@ -292,6 +309,7 @@ impl StoreNode {
         if self.failed {
             return out;
         }
+        self.join_step(now, &mut out);
         match input {
             StoreInput::Receive { from, msg } => self.receive(now, from, msg, &mut out),
             StoreInput::Persisted => {
@@ -343,6 +361,7 @@ impl StoreNode {
                 return Vec::new();
             }
         }
+        self.try_finish_join();
         self.flush(&mut out);
         out
     }
@@ -385,11 +404,17 @@ impl StoreNode {
                     }));
                 }
             }
+            // A store that has not joined may have promised more than it
+            // knows in its lost life: it promises nothing (the candidate
+            // resends, and gets an answer once it joined).
+            Message::Fence { .. } if !self.joined => {}
             Message::Fence { epoch, nonce } => self.on_fence(from, epoch, nonce, out),
             Message::PreVote { epoch } => {
                 // Leader stickiness: while a master is heard, a slave that
-                // cannot hear it must not depose it. Changes no state.
-                let granted = epoch > self.promised
+                // cannot hear it must not depose it. Changes no state. A
+                // store that has not joined would not promise: no.
+                let granted = self.joined
+                    && epoch > self.promised
                     && self
                         .master_heard_ms
                         .is_none_or(|at| now.saturating_sub(at) >= self.election_timeout_ms);
@@ -449,6 +474,18 @@ impl StoreNode {
             } if self.is_peer(from) => {
                 self.on_snapshot_chunk(now, from, base, after, pairs, done, out);
             }
+            Message::JoinProbe { .. } if self.is_peer(from) => {
+                let info = Message::JoinInfo {
+                    promised: self.promised,
+                    last: self.log.last(),
+                    stable: self.stable,
+                };
+                reply_now(from, info, out);
+            }
+            Message::JoinInfo { promised, last, .. } if self.is_peer(from) => {
+                self.on_join_info(now, from.node, promised, last, out);
+            }
+            Message::JoinProbe { .. } | Message::JoinInfo { .. } => {}
             // Replies meant for brokers.
             Message::AppendAck { .. }
             | Message::AppendReject { .. }
@@ -548,7 +585,11 @@ impl StoreNode {
             );
             let reject = Message::AppendReject {
                 epoch,
-                reason: RejectReason::Mismatch { prev, hint },
+                reason: RejectReason::Mismatch {
+                    prev,
+                    hint,
+                    incarnation: self.incarnation,
+                },
             };
             // The reject promises nothing durable, but a promise op may be queued
             // ahead of it: the ordering keeps "replies follow their ops" simple.
@@ -613,8 +654,14 @@ impl StoreNode {
             self.stable = new_stable;
             self.queued_ops.push(DiskOp::Stable(new_stable));
         }
-        self.queued_replies
-            .push((from, Message::AppendAck { epoch, last }));
+        // Also when not joined: an ack claims only what this disk holds
+        // now, which is true of a new disk too (join.rs).
+        let ack = Message::AppendAck {
+            epoch,
+            last,
+            incarnation: self.incarnation,
+        };
+        self.queued_replies.push((from, ack));
     }
 
     /// Start the next Persist if none is in flight; replies with nothing left to

@@ -76,7 +76,8 @@ pub fn check_persist(store: NodeId, mut promised: u64, ops: &[DiskOp]) -> Result
             | DiskOp::TruncateAfter(_)
             | DiskOp::Stable(_)
             | DiskOp::Compact(_)
-            | DiskOp::InstallSnapshot { .. } => {}
+            | DiskOp::InstallSnapshot { .. }
+            | DiskOp::Joined => {}
         }
     }
     Ok(())
