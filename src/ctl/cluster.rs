@@ -58,7 +58,12 @@ pub fn render(nodes: &[NodeReport]) -> String {
             n.epoch,
             n.stable_index,
             opt(n.master),
-            opt(n.store_lag),
+            // A store on a new or wiped disk that has not joined yet.
+            if n.store.is_some_and(|s| !s.joined) {
+                "joining".to_string()
+            } else {
+                opt(n.store_lag)
+            },
             n.roles.join(",")
         ));
     }

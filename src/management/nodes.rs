@@ -157,6 +157,15 @@ pub struct StoreReport {
     pub last_index: u64,
     /// Highest stable index it has learnt.
     pub stable_index: u64,
+    /// False while a store on a new or wiped disk catches up from its peers
+    /// before it votes (it promises nothing until then). A peer of an older
+    /// version does not send it: its stores count as joined.
+    #[serde(default = "joined_by_default")]
+    pub joined: bool,
+}
+
+fn joined_by_default() -> bool {
+    true
 }
 
 impl NodeStatusSource {
@@ -170,6 +179,7 @@ impl NodeStatusSource {
                 last_epoch: s.last.epoch,
                 last_index: s.last.index,
                 stable_index: s.stable,
+                joined: s.joined,
             }
         });
         let local = self.local_stable.as_ref().map(|s| *s.borrow());

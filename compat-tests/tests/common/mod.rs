@@ -14,6 +14,7 @@
 
 #![allow(dead_code)]
 
+pub mod confirmed;
 mod raw;
 #[allow(unused_imports)] // only the tests that speak raw AMQP use it
 pub use raw::*;
