@@ -8,6 +8,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use stablemq_protocol::{BasicProperties, FieldTable};
+use std::sync::Arc;
 
 /// The exchange types StableMQ implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,8 +231,10 @@ pub enum Event {
     },
     /// A message was routed to `queues`.
     Published {
-        /// Vhost.
-        vhost: String,
+        /// Vhost (shared with the publishing session: no copy per message;
+        /// serde writes an `Arc<str>` as the string, so the log format is
+        /// that of a `String`).
+        vhost: Arc<str>,
         /// Exchange it was published to.
         exchange: String,
         /// Routing key.
@@ -245,8 +248,9 @@ pub enum Event {
         properties: Box<BasicProperties>,
         /// Body, shared by every queue copy.
         body: Bytes,
-        /// Queues it was routed to, in routing order.
-        queues: Vec<String>,
+        /// Queues it was routed to, in routing order (encoded as a sequence
+        /// of strings, as the `Vec<String>` it replaced).
+        queues: super::QueueList,
     },
     /// Messages left a queue (acked, rejected, purged, or delivered without ack).
     Removed {
@@ -399,7 +403,7 @@ mod tests {
                 timestamp_ms: 1_700_000_000_000,
                 properties: Box::new(props),
                 body: Bytes::from_static(b"hello"),
-                queues: vec!["q".into()],
+                queues: ["q".into()].into_iter().collect(),
             },
             Event::Removed {
                 vhost: "/".into(),

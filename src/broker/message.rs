@@ -33,11 +33,16 @@ impl Message {
 
     /// The per-message TTL from the `expiration` property, in ms.
     pub fn expiration_ms(&self) -> Option<u64> {
-        self.properties
-            .expiration()
-            .as_ref()
-            .and_then(|e| e.as_str().parse().ok())
+        expiration_ms(&self.properties)
     }
+}
+
+/// The `expiration` property as a TTL in ms (None when absent or not a number).
+pub fn expiration_ms(properties: &BasicProperties) -> Option<u64> {
+    properties
+        .expiration()
+        .as_ref()
+        .and_then(|e| e.as_str().parse().ok())
 }
 
 /// One queue's copy of a message.

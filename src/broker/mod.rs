@@ -67,12 +67,17 @@ impl Vhost {
     }
 }
 
+/// The queues a message was routed to, in routing order. Nearly every
+/// publish goes to one queue, which fits inline: routing and enqueueing
+/// allocate nothing for it (the names are the queues' own `Arc<str>`).
+pub type QueueList = smallvec::SmallVec<[Arc<str>; 1]>;
+
 /// What applying an event did, for the master to follow up (wake consumers,
 /// cancel consumers of deleted queues). Slaves ignore it.
 #[derive(Debug, Default)]
 pub struct Applied {
     /// Queues (of the event's vhost) that gained ready messages.
-    pub filled: Vec<String>,
+    pub filled: QueueList,
     /// Queues that were deleted, with their final state.
     pub deleted_queues: Vec<(String, Queue)>,
 }
@@ -339,11 +344,11 @@ impl Broker {
         &mut self,
         vhost: &str,
         msg: Message,
-        queues: impl Iterator<Item = String>,
+        queues: impl Iterator<Item = Arc<str>>,
         wait_index: u64,
-    ) -> Vec<String> {
+    ) -> QueueList {
         self.max_msg_id = self.max_msg_id.max(msg.id);
-        let mut filled = Vec::new();
+        let mut filled = QueueList::new();
         let Some(v) = self.vhosts.get_mut(vhost) else {
             return filled;
         };
@@ -351,7 +356,7 @@ impl Broker {
         let msg_ttl = msg.expiration_ms();
         let msg = Arc::new(msg);
         for qn in queues {
-            if let Some(q) = v.queues.get_mut(&qn) {
+            if let Some(q) = v.queues.get_mut(&*qn) {
                 let ttl = match (q.args.message_ttl, msg_ttl) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -378,25 +383,45 @@ impl Broker {
         exchange: &str,
         routing_key: &str,
         headers: Option<&FieldTable>,
-    ) -> Vec<String> {
+    ) -> QueueList {
+        let mut out = QueueList::new();
+        self.route_into(vhost, exchange, routing_key, headers, &mut out);
+        out
+    }
+
+    /// [`Broker::route`], adding to `out` the queues not in it yet. It
+    /// allocates nothing for a route through a few exchanges to a few queues:
+    /// the usual publish is routed without touching the heap.
+    pub fn route_into(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        routing_key: &str,
+        headers: Option<&FieldTable>,
+        out: &mut QueueList,
+    ) {
         let Some(v) = self.vhosts.get(vhost) else {
-            return Vec::new();
+            return;
         };
         if exchange.is_empty() {
-            return if v.queues.contains_key(routing_key) {
-                vec![routing_key.to_string()]
-            } else {
-                Vec::new()
-            };
+            if let Some(q) = v.queues.get(routing_key)
+                && !out.contains(&q.name)
+            {
+                out.push(q.name.clone());
+            }
+            return;
         }
-        let mut out = Vec::new();
-        let mut seen_q: FastSet<&str> = FastSet::default();
-        let mut seen_x: FastSet<&str> = FastSet::default();
-        let mut stack = vec![exchange];
+        // Exchange graphs are small: linear scans beat hashing, and these
+        // stay inline. A fanout to many queues switches to a set below.
+        let mut seen_x: smallvec::SmallVec<[&str; 4]> = smallvec::SmallVec::new();
+        let mut stack: smallvec::SmallVec<[&str; 4]> = smallvec::SmallVec::new();
+        let mut seen_q: Option<FastSet<Arc<str>>> = None;
+        stack.push(exchange);
         while let Some(xn) = stack.pop() {
-            if !seen_x.insert(xn) {
+            if seen_x.contains(&xn) {
                 continue;
             }
+            seen_x.push(xn);
             let Some(x) = v.exchanges.get(xn) else {
                 continue;
             };
@@ -404,9 +429,9 @@ impl Broker {
             for d in x.matches(routing_key, headers) {
                 matched = true;
                 match d {
-                    Destination::Queue(q) => {
-                        if v.queues.contains_key(q) && seen_q.insert(q) {
-                            out.push(q.clone());
+                    Destination::Queue(qn) => {
+                        if let Some(q) = v.queues.get(qn.as_str()) {
+                            push_new(out, &mut seen_q, &q.name);
                         }
                     }
                     Destination::Exchange(e) => stack.push(e),
@@ -421,7 +446,22 @@ impl Broker {
                 stack.push(ae.0.as_str());
             }
         }
-        out
+    }
+}
+
+/// Add `name` to `out` unless it is there; past a few queues the check goes
+/// through a set (built on first need), so a wide fanout stays linear.
+fn push_new(out: &mut QueueList, seen: &mut Option<FastSet<Arc<str>>>, name: &Arc<str>) {
+    const LINEAR: usize = 8;
+    if out.len() < LINEAR && seen.is_none() {
+        if !out.contains(name) {
+            out.push(name.clone());
+        }
+        return;
+    }
+    let set = seen.get_or_insert_with(|| out.iter().cloned().collect());
+    if set.insert(name.clone()) {
+        out.push(name.clone());
     }
 }
 

@@ -26,8 +26,9 @@ pub struct ReadyKey {
 /// (`broker::paging`); nothing here depends on which ones are.
 #[derive(Debug)]
 pub struct Queue {
-    /// Name.
-    pub name: String,
+    /// Name, shared (as an `Arc`) with every route and event that names the
+    /// queue, so routing a message to it copies no string.
+    pub name: Arc<str>,
     /// Declared shape.
     pub spec: QueueSpec,
     /// Behaviour derived from the declared arguments and the policy.
@@ -45,18 +46,22 @@ pub struct Queue {
 impl Queue {
     /// An empty queue, paging through the process's body store if one is
     /// installed.
-    pub fn new(name: String, spec: QueueSpec) -> Queue {
+    pub fn new(name: impl Into<Arc<str>>, spec: QueueSpec) -> Queue {
         Queue::with_pager(name, spec, super::paging::installed())
     }
 
     /// An empty queue paging through `pager` (None: everything stays in RAM).
-    pub fn with_pager(name: String, spec: QueueSpec, pager: Option<Arc<Pager>>) -> Queue {
+    pub fn with_pager(
+        name: impl Into<Arc<str>>,
+        spec: QueueSpec,
+        pager: Option<Arc<Pager>>,
+    ) -> Queue {
         let args = QueueArgs::with_policy(&spec.arguments, None);
         // Priorities come from the declared arguments only (not a policy key),
         // so whether the queue orders by priority is fixed here.
         let ready = Ready::new(pager, args.max_priority.is_some());
         Queue {
-            name,
+            name: name.into(),
             spec,
             args,
             policy: None,

@@ -51,7 +51,7 @@ fn publish(id: u64, queues: &[&str]) -> Event {
         timestamp_ms: 0,
         properties: Box::new(BasicProperties::default()),
         body: Bytes::from(format!("m{id}")),
-        queues: queues.iter().map(|s| s.to_string()).collect(),
+        queues: queues.iter().map(|s| (*s).into()).collect(),
     }
 }
 
@@ -90,10 +90,13 @@ fn routing_follows_exchange_to_exchange_bindings_without_duplicates_or_loops() {
         b.apply(&e, 0);
     }
     assert_eq!(
-        b.route("/", "t", "a.b", None),
-        vec!["q1".to_string(), "q2".to_string()]
+        b.route("/", "t", "a.b", None).to_vec(),
+        vec![Arc::<str>::from("q1"), Arc::from("q2")]
     );
-    assert_eq!(b.route("/", "", "q2", None), vec!["q2".to_string()]);
+    assert_eq!(
+        b.route("/", "", "q2", None).to_vec(),
+        vec![Arc::<str>::from("q2")]
+    );
     assert!(b.route("/", "", "nope", None).is_empty());
     assert!(b.route("/", "missing", "x", None).is_empty());
 }

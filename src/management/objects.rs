@@ -145,7 +145,7 @@ impl QueueJson {
         };
         let quorum = q.args.quorum;
         QueueJson {
-            name: q.name.clone(),
+            name: q.name.to_string(),
             vhost: vhost.to_string(),
             durable: q.spec.durable,
             auto_delete: q.spec.auto_delete,

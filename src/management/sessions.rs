@@ -112,7 +112,7 @@ impl ConnectionJson {
             reductions: traffic.reductions,
             name,
             node: node.to_string(),
-            vhost: s.vhost.clone(),
+            vhost: s.vhost.to_string(),
             user: s.user.clone(),
             user_who_performed_action: s.user.clone(),
             state: "running",
@@ -156,7 +156,7 @@ fn visible<'a>(
         .sessions()
         .filter(|(id, _)| !super::internal::is_internal(*id))
         .filter(|(_, s)| who.sees_user(&s.user))
-        .filter(|(_, s)| vhost.is_none_or(|v| v == s.vhost))
+        .filter(|(_, s)| vhost.is_none_or(|v| v == &*s.vhost))
         .collect();
     list.sort_by_key(|(id, _)| *id);
     list
@@ -276,7 +276,7 @@ fn list_channels(
                 name: format!("{conn} ({n})"),
                 number: n,
                 node: node.to_string(),
-                vhost: s.vhost.clone(),
+                vhost: s.vhost.to_string(),
                 user: s.user.clone(),
                 user_who_performed_action: s.user.clone(),
                 state: "running",

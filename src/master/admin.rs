@@ -309,7 +309,7 @@ impl Master {
                 }
                 // Clients of the vhost go first, as in RabbitMQ, so no
                 // channel is left pointing at queues that are gone.
-                self.close_sessions(|s| s.vhost == name, &format!("vhost '{name}' is deleted"));
+                self.close_sessions(|s| *s.vhost == *name, &format!("vhost '{name}' is deleted"));
                 self.emit(Event::VhostDeleted { vhost: name }, true);
                 Ok(AdminOutcome::Done)
             }

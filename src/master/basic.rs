@@ -281,7 +281,7 @@ impl Master {
             chan.unacked.insert(
                 tag,
                 Unacked {
-                    queue: queue.clone(),
+                    queue: queue.as_str().into(),
                     msg_id: id,
                     consumer_tag: None,
                     delivered_at_ms: now_ms,
@@ -350,7 +350,7 @@ impl Master {
             )));
         };
         // queue -> message ids, in delivery order
-        let mut by_queue: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut by_queue: BTreeMap<Arc<str>, Vec<u64>> = BTreeMap::new();
         let mut consumer_queues = BTreeSet::new();
         for t in tags {
             if let Some(u) = chan.unacked.remove(&t) {
@@ -358,7 +358,10 @@ impl Master {
                     && let Some(c) = chan.consumers.get_mut(ct)
                 {
                     c.unacked = c.unacked.saturating_sub(1);
-                    consumer_queues.insert(c.queue.clone());
+                    // Looked up before building a key: one per queue, not per tag.
+                    if !consumer_queues.contains(c.queue.as_str()) {
+                        consumer_queues.insert(Arc::<str>::from(c.queue.as_str()));
+                    }
                 }
                 by_queue.entry(u.queue).or_default().push(u.msg_id);
             }

@@ -213,7 +213,7 @@ impl Master {
                 continue;
             }
             self.enqueue(
-                vhost,
+                &Arc::from(vhost),
                 dlx.clone(),
                 routing_key,
                 Box::new(properties),
@@ -347,6 +347,9 @@ impl Master {
             let Some(q) = self.broker.queue(vhost, queue) else {
                 return;
             };
+            if q.ready.is_empty() {
+                return; // the usual case on the publish path: it was delivered
+            }
             let ids: Vec<u64> = q
                 .ready
                 .head_run()

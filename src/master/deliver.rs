@@ -78,36 +78,64 @@ impl Master {
     /// Hand ready, stable messages to consumers within their prefetch limits.
     /// Expired heads are dead-lettered on the way and never delivered.
     pub(super) fn try_deliver(&mut self, vhost: &str, queue: &str) {
+        if self.deliver_all(vhost, queue) && !self.is_stalled(vhost, queue) {
+            // A queue stalls at nearly every publish of a logged message and
+            // is released at the next stable index: its key is reused.
+            let key = match self
+                .stalled_keys
+                .iter()
+                .position(|(v, q)| v == vhost && q == queue)
+            {
+                Some(i) => self.stalled_keys.swap_remove(i),
+                None => (vhost.to_string(), queue.to_string()),
+            };
+            self.stalled.push(key);
+        }
+    }
+
+    /// Whether `queue` is on the list of queues waiting for the stable index.
+    pub(super) fn is_stalled(&self, vhost: &str, queue: &str) -> bool {
+        self.stalled.iter().any(|(v, q)| v == vhost && q == queue)
+    }
+
+    /// [`Master::try_deliver`] without the bookkeeping: true when the queue
+    /// still has messages for its consumers that wait for the stable index.
+    pub(super) fn deliver_all(&mut self, vhost: &str, queue: &str) -> bool {
         loop {
             self.expire_heads(vhost, queue);
-            if !self.deliver_round(vhost, queue) {
-                break;
+            match self.deliver_round(vhost, queue) {
+                Round::Expired => continue,
+                Round::Stalled => return true,
+                Round::Done => return false,
             }
         }
     }
 
-    /// Deliver until something stops it; true when it stopped at an expired head.
-    fn deliver_round(&mut self, vhost: &str, queue: &str) -> bool {
+    /// Deliver until something stops it, and say what did.
+    fn deliver_round(&mut self, vhost: &str, queue: &str) -> Round {
         let Some(qc) = self.consumers.get_mut(super::qkey(&(vhost, queue))) else {
-            return false;
+            return Round::Done;
         };
         let Some(q) = self.broker.queue_mut(vhost, queue) else {
-            return false;
+            return Round::Done;
         };
         let (stable, now_ms) = (self.stable, self.now_ms);
+        // Auto-acked ids matter only to a logged queue's log: others collect
+        // none (an id list per delivery round was an allocation per message).
+        let log_auto_acks = q.is_logged();
         let mut auto_acked = Vec::new();
         let mut auto_acked_persistent = false;
-        let mut hit_expired = false;
+        let mut stop = Round::Done;
         let quorum = q.args.quorum;
         loop {
             let Some(head) = q.peek_deliverable(stable) else {
                 if !q.ready.is_empty() {
-                    self.stalled.insert((vhost.to_string(), queue.to_string()));
+                    stop = Round::Stalled;
                 }
                 break;
             };
             if head.is_expired(now_ms) {
-                hit_expired = true;
+                stop = Round::Expired;
                 break;
             }
             let Some(idx) = choose(qc, &self.sessions, q.args.single_active_consumer) else {
@@ -133,15 +161,17 @@ impl Master {
             let (id, redelivered) = (msg.msg.id, msg.redelivered);
             let content = with_delivery_count(q, &msg);
             if c.no_ack {
-                auto_acked_persistent |= content.is_persistent();
-                auto_acked.push(id);
+                if log_auto_acks {
+                    auto_acked_persistent |= content.is_persistent();
+                    auto_acked.push(id);
+                }
                 self.counters.delivered_auto_ack[usize::from(quorum)].increment(1);
             } else {
                 c.unacked += 1;
                 chan.unacked.insert(
                     tag,
                     Unacked {
-                        queue: queue.to_string(),
+                        queue: q.name.clone(),
                         msg_id: id,
                         consumer_tag: Some(ck.tag.clone()),
                         delivered_at_ms: now_ms,
@@ -180,6 +210,16 @@ impl Master {
                 logged,
             );
         }
-        hit_expired
+        stop
     }
+}
+
+/// Why a delivery round stopped.
+enum Round {
+    /// Nothing more to do now: the queue is empty, or no consumer has room.
+    Done,
+    /// The head expired: expire it, then go on.
+    Expired,
+    /// The head waits for the stable index.
+    Stalled,
 }

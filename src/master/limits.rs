@@ -30,7 +30,7 @@ impl Master {
         let open = self
             .sessions
             .iter()
-            .filter(|(id, s)| !is_internal(**id) && s.vhost == vhost)
+            .filter(|(id, s)| !is_internal(**id) && &*s.vhost == vhost)
             .count() as u64;
         (open >= limit).then(|| {
             AmqpError::new(

@@ -88,6 +88,9 @@ impl PartialEq for dyn QueueKeyRef + '_ {
 
 impl Eq for dyn QueueKeyRef + '_ {}
 
+/// How many released `stalled` keys the master keeps for reuse.
+const STALLED_KEYS_KEPT: usize = 16;
+
 /// Borrowed lookup key for maps keyed by [`QueueKey`].
 fn qkey<'a>(k: &'a (&'a str, &'a str)) -> &'a (dyn QueueKeyRef + 'a) {
     k
@@ -136,7 +139,14 @@ pub struct Master {
     stable: u64,
     waiting: VecDeque<Waiting>,
     /// Queues whose head message waits for the stable index.
-    stalled: BTreeSet<QueueKey>,
+    /// (A list, in the order they stalled: there are few, and a queue that
+    /// stays stalled from one stable index to the next keeps its key, so the
+    /// per-message path allocates none.)
+    stalled: Vec<QueueKey>,
+    /// The other of the two `stalled` buffers, swapped in by `on_stable`.
+    stalled_spare: Vec<QueueKey>,
+    /// Keys of queues that stalled lately, kept (a few) for their next stall.
+    stalled_keys: Vec<QueueKey>,
     next_msg_id: u64,
     name_counter: u64,
     out: Vec<Output>,
@@ -174,7 +184,9 @@ impl Master {
             last_appended: last_index,
             stable: last_index,
             waiting: VecDeque::new(),
-            stalled: BTreeSet::new(),
+            stalled: Vec::new(),
+            stalled_spare: Vec::new(),
+            stalled_keys: Vec::new(),
             next_msg_id,
             name_counter: 0,
             out: Vec::new(),
@@ -368,7 +380,7 @@ impl Master {
             conn,
             Session {
                 user,
-                vhost,
+                vhost: vhost.into(),
                 channels: FastMap::default(),
                 exclusive_queues: Vec::new(),
                 info,
@@ -442,7 +454,7 @@ impl Master {
         self.sessions.get_mut(&conn)?.channels.get_mut(&ch)
     }
 
-    fn vhost_of(&self, conn: ConnId) -> AmqpResult<String> {
+    fn vhost_of(&self, conn: ConnId) -> AmqpResult<Arc<str>> {
         self.sessions
             .get(&conn)
             .map(|s| s.vhost.clone())
@@ -477,7 +489,7 @@ impl Master {
     /// Master-side follow-up of an apply: cancel consumers of deleted queues.
     fn after_apply(&mut self, applied: Applied) -> Applied {
         for (vhost, q) in &applied.deleted_queues {
-            let key = (vhost.clone(), q.name.clone());
+            let key = (vhost.clone(), q.name.to_string());
             if let Some(qc) = self.consumers.remove(&key) {
                 for ck in qc.list {
                     if let Some(chan) = self.channel_mut(ck.conn, ck.ch) {
@@ -486,7 +498,7 @@ impl Master {
                     }
                 }
             }
-            self.stalled.remove(&key);
+            self.stalled.retain(|k| *k != key);
         }
         applied
     }
@@ -595,10 +607,16 @@ impl Master {
             }
         }
         self.release_admin();
-        let stalled = std::mem::take(&mut self.stalled);
-        for (v, q) in stalled {
-            self.try_deliver(&v, &q);
+        let spare = std::mem::take(&mut self.stalled_spare);
+        let mut stalled = std::mem::replace(&mut self.stalled, spare);
+        for key in stalled.drain(..) {
+            if self.deliver_all(&key.0, &key.1) && !self.is_stalled(&key.0, &key.1) {
+                self.stalled.push(key);
+            } else if self.stalled_keys.len() < STALLED_KEYS_KEPT {
+                self.stalled_keys.push(key);
+            }
         }
+        self.stalled_spare = stalled;
     }
 
     /// A fresh server-chosen name: `prefix` + 22 URL-safe characters, as RabbitMQ's

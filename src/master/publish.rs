@@ -3,6 +3,7 @@
 use super::Master;
 use super::io::{ConnId, ToConn};
 use super::session::HeldPublish;
+use crate::broker::QueueList;
 use crate::broker::event::Event;
 use crate::broker::message::Message;
 use crate::broker::queue_args::Overflow;
@@ -104,7 +105,7 @@ impl Master {
         &mut self,
         conn: ConnId,
         ch: u16,
-        vhost: &str,
+        vhost: &Arc<str>,
         p: mb::Publish,
         properties: Box<BasicProperties>,
         body: Bytes,
@@ -199,7 +200,7 @@ impl Master {
         exchange: &str,
         routing_key: &str,
         properties: Box<BasicProperties>,
-    ) -> (Vec<String>, Box<BasicProperties>) {
+    ) -> (QueueList, Box<BasicProperties>) {
         let headers = properties.headers().as_ref();
         let mut queues = self.broker.route(vhost, exchange, routing_key, headers);
         let Some(h) = headers else {
@@ -215,11 +216,8 @@ impl Master {
             return (queues, properties);
         }
         for key in extra {
-            for q in self.broker.route(vhost, exchange, &key, headers) {
-                if !queues.contains(&q) {
-                    queues.push(q);
-                }
-            }
+            self.broker
+                .route_into(vhost, exchange, &key, headers, &mut queues);
         }
         if h.inner().contains_key("BCC") {
             let mut map = h.inner().clone();
@@ -235,12 +233,12 @@ impl Master {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn enqueue(
         &mut self,
-        vhost: &str,
+        vhost: &Arc<str>,
         exchange: String,
         routing_key: String,
         properties: Box<BasicProperties>,
         body: Bytes,
-        queues: Vec<String>,
+        queues: QueueList,
         persistent: bool,
     ) {
         let logged = persistent
@@ -249,8 +247,9 @@ impl Master {
                 .any(|q| self.broker.queue(vhost, q).is_some_and(|q| q.is_logged()));
         let msg_id = self.next_msg_id;
         self.next_msg_id += 1;
+        let msg_ttl_zero = crate::broker::message::expiration_ms(&properties) == Some(0);
         let ev = Event::Published {
-            vhost: vhost.to_string(),
+            vhost: vhost.clone(),
             exchange,
             routing_key,
             msg_id,
@@ -263,8 +262,17 @@ impl Master {
         for q in applied.filled {
             self.enforce_length_limit(vhost, &q);
             self.try_deliver(vhost, &q);
-            // A TTL of 0 means: deliver now or never.
-            self.expire_heads_at(vhost, &q, self.now_ms + 1);
+            // A TTL of 0 means: deliver now or never. Only such a message
+            // can need this second pass (a queue's older heads were expired
+            // by `try_deliver` already), so others skip its lookups.
+            let ttl_zero = msg_ttl_zero
+                || self
+                    .broker
+                    .queue(vhost, &q)
+                    .is_some_and(|x| x.args.message_ttl == Some(0));
+            if ttl_zero {
+                self.expire_heads_at(vhost, &q, self.now_ms + 1);
+            }
         }
     }
 }

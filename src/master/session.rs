@@ -14,8 +14,8 @@ use std::sync::Arc;
 pub struct Session {
     /// Authenticated user.
     pub user: String,
-    /// The vhost it opened.
-    pub vhost: String,
+    /// The vhost it opened (shared into every publish event it makes).
+    pub vhost: Arc<str>,
     /// Open channels by number.
     pub channels: FastMap<u16, Channel>,
     /// Exclusive queues this connection owns (deleted when it goes).
@@ -30,8 +30,9 @@ pub struct Session {
 /// A delivery awaiting ack.
 #[derive(Debug, Clone)]
 pub struct Unacked {
-    /// Queue the message came from.
-    pub queue: String,
+    /// Queue the message came from (the queue's own shared name: a delivery
+    /// copies no string).
+    pub queue: Arc<str>,
     /// Message id in that queue.
     pub msg_id: u64,
     /// Consumer that got it (None for basic.get).

@@ -81,7 +81,7 @@ impl Stats {
     }
 
     /// A publish to `exchange` that reached `queues`.
-    pub fn published(&mut self, vhost: &str, exchange: &str, queues: &[String]) {
+    pub fn published(&mut self, vhost: &str, exchange: &str, queues: &[std::sync::Arc<str>]) {
         self.global.publish += 1;
         if let Some(x) = slot(&mut self.exchanges, vhost, exchange) {
             x.publish_in += 1;

@@ -92,7 +92,7 @@ impl Connection {
 }
 
 /// One body frame stays a zero-copy slice; several are joined once.
-fn join(mut parts: Vec<Bytes>, size: u64) -> Bytes {
+fn join(mut parts: smallvec::SmallVec<[Bytes; 1]>, size: u64) -> Bytes {
     match parts.len() {
         0 => Bytes::new(),
         1 => parts.pop().unwrap_or_default(),

@@ -72,7 +72,8 @@ struct PendingContent {
     publish: basic::Publish,
     /// (properties, body size) once the header frame arrived.
     header: Option<(Box<BasicProperties>, u64)>,
-    parts: Vec<Bytes>,
+    // Inline for the usual one body frame: no Vec grown per message.
+    parts: smallvec::SmallVec<[Bytes; 1]>,
     received: u64,
 }
 
@@ -664,7 +665,7 @@ impl Connection {
                     slot.content = Some(PendingContent {
                         publish: p,
                         header: None,
-                        parts: Vec::new(),
+                        parts: smallvec::SmallVec::new(),
                         received: 0,
                     });
                 }

@@ -68,7 +68,7 @@ fn files_in(dir: &Path) -> usize {
 fn a_queue_over_budget_pages_out_and_gives_everything_back_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let pager = Pager::open(dir.path(), 64 * 1024).unwrap();
-    let mut q = Queue::with_pager("q".into(), spec(None), Some(pager.clone()));
+    let mut q = Queue::with_pager("q", spec(None), Some(pager.clone()));
     let n = 3000u64;
     for id in 1..=n {
         q.push(msg(id, 0, 1024));
@@ -93,7 +93,7 @@ fn a_queue_over_budget_pages_out_and_gives_everything_back_in_order() {
 fn paged_messages_can_be_removed_read_and_flagged_without_changing_order() {
     let dir = tempfile::tempdir().unwrap();
     let pager = Pager::open(dir.path(), 16 * 1024).unwrap();
-    let mut q = Queue::with_pager("q".into(), spec(None), Some(pager.clone()));
+    let mut q = Queue::with_pager("q", spec(None), Some(pager.clone()));
     for id in 1..=500 {
         q.push(msg(id, 0, 512));
     }
@@ -124,7 +124,7 @@ fn paged_messages_can_be_removed_read_and_flagged_without_changing_order() {
 fn dropping_a_paged_queue_deletes_its_files_and_returns_its_budget() {
     let dir = tempfile::tempdir().unwrap();
     let pager = Pager::open(dir.path(), 8 * 1024).unwrap();
-    let mut q = Queue::with_pager("q".into(), spec(None), Some(pager.clone()));
+    let mut q = Queue::with_pager("q", spec(None), Some(pager.clone()));
     for id in 1..=2000 {
         q.push(msg(id, 0, 1024));
     }
@@ -227,8 +227,8 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let pager = Pager::open(dir.path(), budget).unwrap();
         let max = prioritized.then_some(9);
-        let mut paged = Queue::with_pager("q".into(), spec(max), Some(pager.clone()));
-        let mut plain = Queue::with_pager("q".into(), spec(max), None);
+        let mut paged = Queue::with_pager("q", spec(max), Some(pager.clone()));
+        let mut plain = Queue::with_pager("q", spec(max), None);
         let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
         let (mut id_a, mut id_b) = (0, 0);
         for (n, op) in ops.iter().enumerate() {

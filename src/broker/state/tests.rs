@@ -137,7 +137,7 @@ fn to_events(gens: &[Gen]) -> Vec<Event> {
                 let msg_id = next_id;
                 next_id += 1 + u64::from(*body % 3);
                 Event::Published {
-                    vhost: vh(*v),
+                    vhost: vh(*v).into(),
                     exchange: "".into(),
                     routing_key: "k".into(),
                     msg_id,
@@ -152,7 +152,7 @@ fn to_events(gens: &[Gen]) -> Vec<Event> {
                                 seen.push(QUEUES[*q].to_string());
                             }
                         }
-                        seen
+                        seen.into_iter().map(Into::into).collect()
                     },
                 }
             }
@@ -299,7 +299,7 @@ fn publish_and_ack_in_one_batch_leave_no_message_in_the_state() {
         timestamp_ms: 0,
         properties: Box::new(BasicProperties::default()),
         body: Bytes::from_static(b"body"),
-        queues: vec!["q".into()],
+        queues: ["q".into()].into_iter().collect(),
     };
     let removed = |id: u64| Event::Removed {
         vhost: "/".into(),
@@ -360,7 +360,7 @@ fn a_message_consumed_in_its_own_batch_costs_no_op_and_an_older_one_a_delete() {
         timestamp_ms: 0,
         properties: Box::new(BasicProperties::default()),
         body: Bytes::from_static(b"body"),
-        queues: vec!["q".into()],
+        queues: ["q".into()].into_iter().collect(),
     };
     let removed = |id: u64| Event::Removed {
         vhost: "/".into(),

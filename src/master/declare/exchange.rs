@@ -49,7 +49,7 @@ impl Master {
                     let logged = x.spec.durable;
                     self.emit(
                         Event::ExchangeDeleted {
-                            vhost: vhost.clone(),
+                            vhost: vhost.to_string(),
                             name: name.to_string(),
                         },
                         logged,

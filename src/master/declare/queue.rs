@@ -153,7 +153,7 @@ impl Master {
             logged,
         );
         for s in self.sessions.values_mut() {
-            if s.vhost == vhost {
+            if &*s.vhost == vhost {
                 s.exclusive_queues.retain(|q| q != name);
             }
         }
