@@ -17,7 +17,9 @@ use crate::position::{Entry, LogPosition};
 use super::NodeId;
 
 /// Version of the node-to-node encoding, the first byte of every frame.
-pub const WIRE_VERSION: u8 = 5;
+/// 6: a frame may be addressed to both services of a node (one Append for a
+/// co-located store and slave).
+pub const WIRE_VERSION: u8 = 6;
 
 /// Which service of a node a message is for, or from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -15,7 +15,10 @@
 //! - a writer task drains the queue: it waits for the first message, then takes
 //!   whatever else is already queued (up to `write_batch_bytes`) and writes it in
 //!   one `write_all`. The batch is what piled up during the previous write,
-//!   never a timer;
+//!   never a timer. An Append to a node's broker that repeats one to its store
+//!   in the same batch goes in the store's frame, addressed to both
+//!   ([`wire::encode_for_both`]), so a co-located node receives each entry
+//!   once instead of twice;
 //! - an unreachable peer is redialed with exponential backoff, from
 //!   `backoff_min` doubling up to `backoff_max`, reset by a successful connect;
 //! - received frames go to one bounded inbound queue; a reader waits when it is
@@ -42,7 +45,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::replication::NodeId;
+use crate::replication::{Endpoint, Message, NodeId, Service};
 use crate::wire::{self, Envelope, MAX_FRAME_DEFAULT};
 
 pub mod auth;
@@ -222,13 +225,18 @@ async fn read_from_peer(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
         loop {
-            match wire::decode(&mut buf, max) {
-                Ok(Some(env)) if env.to.node == me && env.from.node == peer => {
+            match wire::decode_copies(&mut buf, max) {
+                Ok(Some((env, broker))) if env.to.node == me && env.from.node == peer => {
                     if inbound.send(env).await.is_err() {
                         return; // the node is gone
                     }
+                    if let Some(env) = broker
+                        && inbound.send(env).await.is_err()
+                    {
+                        return;
+                    }
                 }
-                Ok(Some(env)) => {
+                Ok(Some((env, _))) => {
                     tracing::warn!(
                         %addr, peer, from = env.from.node, to = env.to.node,
                         "frame not from the authenticated peer or not for this node; closing"
@@ -344,6 +352,7 @@ async fn write_batches(
 ) -> Closed {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let mut probe = [0u8; 1];
+    let mut batch: Vec<Envelope> = Vec::new();
     loop {
         let first = tokio::select! {
             msg = rx.recv() => match msg {
@@ -358,13 +367,19 @@ async fn write_batches(
             }
         };
         buf.clear();
-        encode_into(node, &first, buf, opts.max_frame);
-        while buf.len() < opts.write_batch_bytes {
+        batch.clear();
+        let mut bytes = approx_len(&first);
+        batch.push(first);
+        while bytes < opts.write_batch_bytes {
             match rx.try_recv() {
-                Ok(env) => encode_into(node, &env, buf, opts.max_frame),
+                Ok(env) => {
+                    bytes += approx_len(&env);
+                    batch.push(env);
+                }
                 Err(_) => break,
             }
         }
+        encode_batch(node, &mut batch, buf, opts.max_frame);
         // flush: a TLS stream holds written records until flushed.
         if let Err(err) = async {
             wr.write_all(buf).await?;
@@ -376,6 +391,85 @@ async fn write_batches(
             return Closed::Connection;
         }
     }
+}
+
+/// About how many bytes `env` takes on the wire, to bound a batch.
+fn approx_len(env: &Envelope) -> usize {
+    match &env.msg {
+        Message::Append { entries, .. } => {
+            64 + entries.iter().map(|e| 20 + e.payload.len()).sum::<usize>()
+        }
+        _ => 64,
+    }
+}
+
+/// Encode a batch for one node, in order, except that an Append to the node's
+/// broker that repeats an Append to its store (same sender, epoch, position,
+/// entries, stable index and floor: the master sends each batch to every store
+/// and every slave, and a co-located node is both) rides in the store's frame
+/// ([`wire::encode_for_both`]) instead of crossing the connection again. Only
+/// when no other message to the broker comes between the two, so the broker
+/// still sees its messages in the order they were sent.
+fn encode_batch(node: NodeId, batch: &mut Vec<Envelope>, buf: &mut BytesMut, max: usize) {
+    let mut i = 0;
+    while i < batch.len() {
+        let twin = broker_twin(batch, i);
+        let env = &batch[i];
+        match twin {
+            Some(j) => {
+                if let Err(err) = wire::encode_for_both(env, buf, max) {
+                    tracing::error!(node, error = %err, "message cannot be framed; dropped");
+                }
+                batch.remove(j);
+            }
+            None => encode_into(node, env, buf, max),
+        }
+        i += 1;
+    }
+}
+
+/// The index of the first message to the broker of `batch[i]`'s node after
+/// `i`, if `batch[i]` is an Append to that node's store and that message
+/// repeats it.
+fn broker_twin(batch: &[Envelope], i: usize) -> Option<usize> {
+    let env = &batch[i];
+    if env.to.service != Service::Store {
+        return None;
+    }
+    let Message::Append {
+        epoch,
+        prev,
+        entries,
+        stable,
+        floor,
+    } = &env.msg
+    else {
+        return None;
+    };
+    let broker = Endpoint::broker(env.to.node);
+    let j = i + 1 + batch[i + 1..].iter().position(|e| e.to == broker)?;
+    let other = &batch[j];
+    let Message::Append {
+        epoch: epoch2,
+        prev: prev2,
+        entries: entries2,
+        stable: stable2,
+        floor: floor2,
+    } = &other.msg
+    else {
+        return None;
+    };
+    // Entries are from one sender's log: the same positions are the same
+    // entries (log matching), so positions suffice.
+    let same = other.from == env.from
+        && epoch == epoch2
+        && prev == prev2
+        && stable == stable2
+        && floor == floor2
+        && entries.len() == entries2.len()
+        && entries.first().map(|e| e.pos) == entries2.first().map(|e| e.pos)
+        && entries.last().map(|e| e.pos) == entries2.last().map(|e| e.pos);
+    same.then_some(j)
 }
 
 fn encode_into(node: NodeId, env: &Envelope, buf: &mut BytesMut, max: usize) {

@@ -345,3 +345,99 @@ async fn a_tls_node_refuses_plain_tcp_and_a_foreign_certificate() {
     s.flush().await.unwrap();
     assert_eq!(timeout(WAIT, in1.recv()).await.unwrap(), Some(env));
 }
+
+/// `env` readdressed to `to`.
+fn to(mut env: Envelope, to: Endpoint) -> Envelope {
+    env.to = to;
+    env
+}
+
+/// Every frame of `buf`, each as the envelopes it decodes to.
+fn frames(mut buf: BytesMut) -> Vec<Vec<Envelope>> {
+    let mut out = Vec::new();
+    while let Some((env, broker)) = wire::decode_copies(&mut buf, MAX_FRAME_DEFAULT).unwrap() {
+        out.push(std::iter::once(env).chain(broker).collect());
+    }
+    assert!(buf.is_empty());
+    out
+}
+
+#[test]
+fn an_append_repeated_to_the_nodes_broker_shares_the_stores_frame() {
+    let a = append(5);
+    let b = append(6);
+    let mut batch = vec![
+        a.clone(),
+        b.clone(),
+        to(a.clone(), Endpoint::broker(2)),
+        to(b.clone(), Endpoint::broker(2)),
+    ];
+    let mut buf = BytesMut::new();
+    encode_batch(2, &mut batch, &mut buf, MAX_FRAME_DEFAULT);
+    assert_eq!(
+        frames(buf),
+        vec![
+            vec![a.clone(), to(a.clone(), Endpoint::broker(2))],
+            vec![b.clone(), to(b.clone(), Endpoint::broker(2))],
+        ]
+    );
+}
+
+#[test]
+fn the_broker_keeps_its_order_and_different_appends_go_apart() {
+    let a = append(5);
+    let heartbeat = to(append(9), Endpoint::broker(2));
+    let mut other_stable = to(a.clone(), Endpoint::broker(2));
+    if let Message::Append { stable, .. } = &mut other_stable.msg {
+        *stable = 4;
+    }
+    // A broker message between the two copies: merging would overtake it.
+    let mut batch = vec![
+        a.clone(),
+        heartbeat.clone(),
+        to(a.clone(), Endpoint::broker(2)),
+    ];
+    let mut buf = BytesMut::new();
+    encode_batch(2, &mut batch, &mut buf, MAX_FRAME_DEFAULT);
+    assert_eq!(
+        frames(buf),
+        vec![
+            vec![a.clone()],
+            vec![heartbeat],
+            vec![to(a.clone(), Endpoint::broker(2))]
+        ]
+    );
+    // Not the same Append (another stable index): two frames.
+    let mut batch = vec![a.clone(), other_stable.clone()];
+    let mut buf = BytesMut::new();
+    encode_batch(2, &mut batch, &mut buf, MAX_FRAME_DEFAULT);
+    assert_eq!(frames(buf), vec![vec![a], vec![other_stable]]);
+}
+
+#[tokio::test]
+async fn a_shared_frame_reaches_both_services_over_tcp() {
+    let (l1, a1) = bind().await;
+    let (l2, a2) = bind().await;
+    let (mut t1, _in1) =
+        Transport::start(1, l1, HashMap::from([(2, a2)]), TransportOptions::default());
+    let (_t2, mut in2) =
+        Transport::start(2, l2, HashMap::from([(1, a1)]), TransportOptions::default());
+    let mut sent = Vec::new();
+    for i in 1..=200 {
+        let env = append(i);
+        t1.send(env.clone());
+        t1.send(to(env.clone(), Endpoint::broker(2)));
+        sent.push(env.clone());
+        sent.push(to(env, Endpoint::broker(2)));
+    }
+    // Per service, everything arrives, in order.
+    let mut got = Vec::new();
+    for _ in 0..sent.len() {
+        got.push(timeout(WAIT, in2.recv()).await.unwrap().unwrap());
+    }
+    for service in [Endpoint::store(2), Endpoint::broker(2)] {
+        let want: Vec<_> = sent.iter().filter(|e| e.to == service).collect();
+        let have: Vec<_> = got.iter().filter(|e| e.to == service).collect();
+        assert_eq!(have, want);
+    }
+}

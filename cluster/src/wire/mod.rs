@@ -8,8 +8,12 @@
 //! ```
 //!
 //! `from` and `to` are endpoints (`u64` node, `u8` service). Both travel in every
-//! frame so a connection needs no handshake and a co-located node can route a
-//! frame to its store or its broker. Integers are big-endian and fixed width:
+//! frame so a co-located node can route a frame to its store or its broker. A
+//! `to` service of "both" ([`encode_for_both`]) carries one message for the
+//! node's store and its broker at once: the master sends each Append to every
+//! store and every slave, and in the co-located layout a node is both, so
+//! without it every entry crossed each connection twice (see
+//! [`decode_copies`]). Integers are big-endian and fixed width:
 //! the bulk of a frame is payload bytes, so varints would save little and cost a
 //! branch per field. An entry is `u64 epoch | u64 index | u32 len | payload`.
 //!
@@ -62,6 +66,8 @@ const REASON_MISMATCH: u8 = 1;
 
 const SERVICE_STORE: u8 = 0;
 const SERVICE_BROKER: u8 = 1;
+/// A `to` service only: the same message for the node's store and broker.
+const SERVICE_BOTH: u8 = 2;
 
 /// One message with its addresses: the unit the transport moves.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,11 +120,32 @@ pub enum WireError {
 
 /// Append one frame for `env` to `out`. On error `out` is left as it was.
 pub fn encode(env: &Envelope, out: &mut BytesMut, max_frame: usize) -> Result<(), WireError> {
+    encode_to(env, service_tag(env.to.service), out, max_frame)
+}
+
+/// Append one frame carrying `env.msg` to both services of node `env.to.node`
+/// (its store and its broker): [`decode_copies`] gives it back as two
+/// envelopes, one per service. On error `out` is left as it was.
+pub fn encode_for_both(
+    env: &Envelope,
+    out: &mut BytesMut,
+    max_frame: usize,
+) -> Result<(), WireError> {
+    encode_to(env, SERVICE_BOTH, out, max_frame)
+}
+
+fn encode_to(
+    env: &Envelope,
+    to_service: u8,
+    out: &mut BytesMut,
+    max_frame: usize,
+) -> Result<(), WireError> {
     let start = out.len();
     out.put_u32(0); // patched below, once the length is known
     out.put_u8(WIRE_VERSION);
     put_endpoint(out, env.from);
-    put_endpoint(out, env.to);
+    out.put_u64(env.to.node);
+    out.put_u8(to_service);
     if let Err(err) = put_message(out, &env.msg) {
         out.truncate(start);
         return Err(err);
@@ -138,12 +165,23 @@ pub fn encode(env: &Envelope, out: &mut BytesMut, max_frame: usize) -> Result<()
     Ok(())
 }
 
-/// Take one whole frame off the front of `buf` and decode it. `Ok(None)` means
-/// "not all of it has arrived yet" (nothing is consumed); read more and call again.
+/// [`decode_copies`] for a reader that wants one envelope per frame: of a
+/// frame for both services, only the store's copy.
+pub fn decode(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Envelope>, WireError> {
+    Ok(decode_copies(buf, max_frame)?.map(|(env, _)| env))
+}
+
+/// Take one whole frame off the front of `buf` and decode it: its envelope,
+/// and for a frame to both services of a node ([`encode_for_both`]) the
+/// broker's copy too (the first is then the store's). `Ok(None)` means "not
+/// all of it has arrived yet" (nothing is consumed); read more and call again.
 ///
 /// The frame is split off and frozen, so its payloads are slices of the read
-/// buffer: decoding copies no payload byte.
-pub fn decode(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Envelope>, WireError> {
+/// buffer: decoding copies no payload byte, and the second copy shares them.
+pub fn decode_copies(
+    buf: &mut BytesMut,
+    max_frame: usize,
+) -> Result<Option<(Envelope, Option<Envelope>)>, WireError> {
     let Some(prefix) = buf.get(..LEN_BYTES) else {
         return Ok(None);
     };
@@ -163,31 +201,61 @@ pub fn decode(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Envelope>, 
     }
     buf.advance(LEN_BYTES);
     let frame = buf.split_to(len).freeze();
-    decode_frame(frame).map(Some)
+    decode_frame_copies(frame).map(Some)
 }
 
-/// Decode one frame without its length prefix (version byte first).
+/// Decode one frame without its length prefix (version byte first); of a
+/// frame for both services, the store's copy.
 pub fn decode_frame(frame: Bytes) -> Result<Envelope, WireError> {
+    Ok(decode_frame_copies(frame)?.0)
+}
+
+fn decode_frame_copies(frame: Bytes) -> Result<(Envelope, Option<Envelope>), WireError> {
     let mut r = Reader(frame);
     let version = r.u8("version")?;
     if version != WIRE_VERSION {
         return Err(WireError::Version { got: version });
     }
     let from = r.endpoint()?;
-    let to = r.endpoint()?;
+    let node = r.u64("endpoint")?;
+    let (service, both) = match r.u8("endpoint")? {
+        SERVICE_BOTH => (Service::Store, true),
+        tag => (service_of(tag)?, false),
+    };
+    let to = Endpoint { node, service };
     let msg = r.message()?;
     if r.0.has_remaining() {
         return Err(WireError::TrailingBytes(r.0.remaining()));
     }
-    Ok(Envelope { from, to, msg })
+    let broker = both.then(|| Envelope {
+        from,
+        to: Endpoint::broker(node),
+        msg: msg.clone(),
+    });
+    Ok((Envelope { from, to, msg }, broker))
+}
+
+fn service_tag(service: Service) -> u8 {
+    match service {
+        Service::Store => SERVICE_STORE,
+        Service::Broker => SERVICE_BROKER,
+    }
+}
+
+fn service_of(tag: u8) -> Result<Service, WireError> {
+    match tag {
+        SERVICE_STORE => Ok(Service::Store),
+        SERVICE_BROKER => Ok(Service::Broker),
+        tag => Err(WireError::UnknownTag {
+            what: "service",
+            tag,
+        }),
+    }
 }
 
 fn put_endpoint(out: &mut BytesMut, ep: Endpoint) {
     out.put_u64(ep.node);
-    out.put_u8(match ep.service {
-        Service::Store => SERVICE_STORE,
-        Service::Broker => SERVICE_BROKER,
-    });
+    out.put_u8(service_tag(ep.service));
 }
 
 fn put_pos(out: &mut BytesMut, pos: LogPosition) {
@@ -403,16 +471,7 @@ impl Reader {
 
     fn endpoint(&mut self) -> Result<Endpoint, WireError> {
         let node = self.u64("endpoint")?;
-        let service = match self.u8("endpoint")? {
-            SERVICE_STORE => Service::Store,
-            SERVICE_BROKER => Service::Broker,
-            tag => {
-                return Err(WireError::UnknownTag {
-                    what: "service",
-                    tag,
-                });
-            }
-        };
+        let service = service_of(self.u8("endpoint")?)?;
         Ok(Endpoint { node, service })
     }
 
@@ -608,6 +667,39 @@ mod tests {
         expected.push(TAG_FENCE_REFUSED);
         expected.extend_from_slice(&7u64.to_be_bytes());
         assert_eq!(&out[..], &expected[..]);
+    }
+
+    #[test]
+    fn a_frame_for_both_services_decodes_to_one_copy_each() {
+        let e = env(Message::FenceRefused { promised: 7 });
+        let mut out = BytesMut::new();
+        encode_for_both(&e, &mut out, MAX_FRAME_DEFAULT).unwrap();
+        // Only the receiver's service byte differs from a frame to the store.
+        let mut single = BytesMut::new();
+        encode(&e, &mut single, MAX_FRAME_DEFAULT).unwrap();
+        assert_eq!(out.len(), single.len());
+        assert_eq!(out[4 + 1 + 9 + 8], SERVICE_BOTH);
+        let broker = Envelope {
+            to: Endpoint::broker(1),
+            ..e.clone()
+        };
+        assert_eq!(
+            decode_copies(&mut out.clone(), MAX_FRAME_DEFAULT),
+            Ok(Some((e.clone(), Some(broker))))
+        );
+        assert_eq!(decode(&mut out, MAX_FRAME_DEFAULT), Ok(Some(e)));
+        // "Both" is no sender, and no other service byte is anything.
+        for (at, tag) in [(4 + 1 + 8, SERVICE_BOTH), (4 + 1 + 9 + 8, 3)] {
+            let mut bad = single.clone();
+            bad[at] = tag;
+            assert_eq!(
+                decode(&mut bad, MAX_FRAME_DEFAULT),
+                Err(WireError::UnknownTag {
+                    what: "service",
+                    tag
+                })
+            );
+        }
     }
 
     #[test]
