@@ -44,6 +44,18 @@ fn append(index: u64) -> Envelope {
     }
 }
 
+/// A small frame from node `from`'s store to node 1's broker, and its bytes.
+fn frame(from: NodeId) -> (Envelope, BytesMut) {
+    let env = Envelope {
+        from: Endpoint::store(from),
+        to: Endpoint::broker(1),
+        msg: Message::FenceRefused { promised: 4 },
+    };
+    let mut buf = BytesMut::new();
+    wire::encode(&env, &mut buf, MAX_FRAME_DEFAULT).unwrap();
+    (env, buf)
+}
+
 #[tokio::test]
 async fn messages_arrive_in_order_and_self_sends_skip_tcp() {
     let (l1, a1) = bind().await;
@@ -115,13 +127,7 @@ async fn garbage_closes_the_connection_but_not_the_node() {
 
     let mut good = TcpStream::connect(a1).await.unwrap();
     auth::dial(&mut good, 3, 1, None).await.unwrap();
-    let env = Envelope {
-        from: Endpoint::store(3),
-        to: Endpoint::broker(1),
-        msg: Message::FenceRefused { promised: 4 },
-    };
-    let mut buf = BytesMut::new();
-    wire::encode(&env, &mut buf, MAX_FRAME_DEFAULT).unwrap();
+    let (env, buf) = frame(3);
     good.write_all(&buf).await.unwrap();
     assert_eq!(timeout(WAIT, in1.recv()).await.unwrap(), Some(env));
 }
@@ -153,16 +159,6 @@ async fn an_acceptor_with_a_cookie_refuses_a_wrong_or_missing_one() {
         HashMap::new(),
         with_cookie("the-clusters-shared-cookie"),
     );
-    let frame = |from: NodeId| {
-        let env = Envelope {
-            from: Endpoint::store(from),
-            to: Endpoint::broker(1),
-            msg: Message::FenceRefused { promised: 4 },
-        };
-        let mut buf = BytesMut::new();
-        wire::encode(&env, &mut buf, MAX_FRAME_DEFAULT).unwrap();
-        (env, buf)
-    };
 
     // A wrong cookie: refused, told why, and the connection is closed.
     let mut wrong = TcpStream::connect(a1).await.unwrap();
@@ -199,13 +195,7 @@ async fn an_authenticated_peer_cannot_speak_for_another_node() {
     let (_t1, mut in1) = Transport::start(1, l1, HashMap::new(), TransportOptions::default());
     let mut conn = TcpStream::connect(a1).await.unwrap();
     auth::dial(&mut conn, 2, 1, None).await.unwrap();
-    let forged = Envelope {
-        from: Endpoint::store(3),
-        to: Endpoint::broker(1),
-        msg: Message::FenceRefused { promised: 4 },
-    };
-    let mut buf = BytesMut::new();
-    wire::encode(&forged, &mut buf, MAX_FRAME_DEFAULT).unwrap();
+    let (_forged, buf) = frame(3);
     conn.write_all(&buf).await.unwrap();
     let mut rest = Vec::new();
     timeout(WAIT, conn.read_to_end(&mut rest))
@@ -334,13 +324,7 @@ async fn a_tls_node_refuses_plain_tcp_and_a_foreign_certificate() {
     let tcp = TcpStream::connect(a1).await.unwrap();
     let mut s = tls.connect(a1, tcp).await.unwrap();
     auth::dial(&mut s, 3, 1, Some(&cookie)).await.unwrap();
-    let env = Envelope {
-        from: Endpoint::store(3),
-        to: Endpoint::broker(1),
-        msg: Message::FenceRefused { promised: 4 },
-    };
-    let mut buf = BytesMut::new();
-    wire::encode(&env, &mut buf, MAX_FRAME_DEFAULT).unwrap();
+    let (env, buf) = frame(3);
     s.write_all(&buf).await.unwrap();
     s.flush().await.unwrap();
     assert_eq!(timeout(WAIT, in1.recv()).await.unwrap(), Some(env));
