@@ -719,13 +719,8 @@ fn truncate_at_first_gap(db: &Database, log: &Keyspace, base: u64) -> Result<u64
 
 #[cfg(test)]
 mod tests {
+    use super::records::tests::entries;
     use super::*;
-
-    fn entries(epoch: u64, indexes: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
-        indexes
-            .map(|i| Entry::new(epoch, i, vec![i as u8; i as usize]))
-            .collect()
-    }
 
     #[test]
     fn a_new_disk_is_not_joined_and_joining_survives_a_reopen() {

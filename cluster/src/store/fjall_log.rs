@@ -378,10 +378,15 @@ pub(super) fn dead_range(log: &Keyspace, through: u64) -> Result<KeyRange, Store
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn entries(epoch: u64, indexes: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
+    /// Entries of one epoch whose payload length is their index (the fjall
+    /// store's tests use them too).
+    pub(in crate::store) fn entries(
+        epoch: u64,
+        indexes: std::ops::RangeInclusive<u64>,
+    ) -> Vec<Entry> {
         indexes
             .map(|i| Entry::new(epoch, i, vec![i as u8; i as usize]))
             .collect()
