@@ -190,8 +190,8 @@ impl StateFollower {
         Ok(())
     }
 
-    /// Bring the state up to at least `index` (stable, and already passed to
-    /// [`StateFollower::follow`]), waiting for the reducer if it is behind:
+    /// Bring the state up to at least `index` (stable on disk), waiting for
+    /// the reducer if it is behind:
     /// the log may lose only what the state holds. Only entries up to
     /// `index` are handed over early; with the default retention the state
     /// is far ahead already and this returns at once.
@@ -203,6 +203,10 @@ impl StateFollower {
         if store.state_index() >= index {
             return Ok(());
         }
+        // Right after a restart nothing has fed the window yet (that happens
+        // after each commit), while the stable index on disk may be ahead of
+        // the state: pull the stable entries in first, read back from the log.
+        self.follow(store)?;
         let k = self.window.partition_point(|e| e.pos.index <= index);
         if k > 0 {
             let rest = self.window.split_off(k);
