@@ -87,6 +87,7 @@ fn invariants_hold_across_seeds() {
     let store_snap = with(|o| o.stats.store_snapshots >= 1);
     let broker_snaps: u64 = outcomes.iter().map(|o| o.stats.broker_snapshots).sum();
     let store_snaps: u64 = outcomes.iter().map(|o| o.stats.store_snapshots).sum();
+    let interrupted: u64 = outcomes.iter().map(|o| o.stats.installs_interrupted).sum();
     let compacted = with(|o| o.stats.max_base > 0);
     let confirmed: u64 = outcomes.iter().map(|o| o.stats.confirmed).sum();
     let events: u64 = outcomes.iter().map(|o| o.stats.events).sum();
@@ -109,7 +110,8 @@ fn invariants_hold_across_seeds() {
          ({master_crash} of the master), {partition} with a partition; \
          {confirmed} payloads confirmed, {events} events; {compacted} compacted a store's log, \
          {broker_snap} with a broker restored from a snapshot ({broker_snaps} in all), \
-         {store_snap} with a store installing one ({store_snaps} in all)"
+         {store_snap} with a store installing one ({store_snaps} in all, \
+         {interrupted} installs cut short by a crash)"
     );
     assert!(
         failures.is_empty(),
@@ -153,6 +155,12 @@ fn invariants_hold_across_seeds() {
     assert!(
         store_snap >= some,
         "only {store_snap} of {n} seeds installed a snapshot on a store"
+    );
+    // And a store crashes while a peer's state is staged: it restarts on its
+    // old state, whole (the I1 and I4 checkers read it), and catches up again.
+    assert!(
+        interrupted >= 1,
+        "no store crashed in the middle of a snapshot install"
     );
     // Stores lose their disks and rejoin, under every checker.
     assert!(

@@ -1,6 +1,6 @@
 //! The store runner carries out compaction and snapshot catch-up on real
 //! fjall stores: `Compact` materializes through the reducer and moves the log
-//! base, `ReadSnapshot` serves the state, `InstallSnapshot` puts it on a
+//! base, `ReadSnapshot` serves the state, `StageSnapshot` and `InstallSnapshot` put it on a
 //! second store, and both restart with the base they had.
 
 use std::sync::mpsc;
@@ -105,9 +105,19 @@ fn compaction_and_snapshot_install_through_the_runner() {
             writer_epoch: 1,
             entries: vec![Entry::new(1, 1, "k1=1"), Entry::new(1, 2, "k9=x")],
         },
+        // In two chunks, staged beside the live state, then switched in.
+        DiskOp::StageSnapshot {
+            base: LogPosition::new(1, 4),
+            first: true,
+            pairs: pairs[..1].to_vec(),
+        },
+        DiskOp::StageSnapshot {
+            base: LogPosition::new(1, 4),
+            first: false,
+            pairs: pairs[1..].to_vec(),
+        },
         DiskOp::InstallSnapshot {
             base: LogPosition::new(1, 4),
-            pairs: pairs.clone(),
         },
         DiskOp::Append {
             writer_epoch: 1,

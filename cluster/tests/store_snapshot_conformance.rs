@@ -171,6 +171,67 @@ fn installing_over_a_disagreeing_or_short_log_drops_it(h: &mut dyn Harness) {
     s.append(&entries(3, 21..=21)).unwrap();
 }
 
+fn a_crash_mid_install_keeps_the_old_state_whole(h: &mut dyn Harness) {
+    let s = h.store();
+    s.append(&entries(1, 1..=8)).unwrap();
+    s.set_stable_index(8).unwrap();
+    s.materialize(&puts(4, 4, &[("a", "1"), ("b", "2")]))
+        .unwrap();
+    s.sync().unwrap();
+    let peer = LogPosition::new(1, 6);
+    s.stage_state(peer, true, &[(b("x"), b("1"))]).unwrap();
+    s.stage_state(peer, false, &[(b("y"), b("2"))]).unwrap();
+    // Staging leaves the live state and the log alone.
+    assert_eq!(s.state_get(b"a").unwrap(), Some(b("1")));
+    assert_eq!(s.state_get(b"x").unwrap(), None);
+    assert_eq!(s.log_base(), LogPosition::new(1, 4));
+    assert_eq!(s.state_index(), 4);
+    // A chunk of a snapshot that is not being staged is refused.
+    assert!(matches!(
+        s.stage_state(LogPosition::new(1, 7), false, &[(b("z"), b("3"))]),
+        Err(StoreError::Misuse(_))
+    ));
+    // Make the staged chunks durable, then crash before the switch.
+    s.sync().unwrap();
+    h.restart();
+    let s = h.store();
+    assert_eq!(s.log_base(), LogPosition::new(1, 4));
+    assert_eq!(s.state_index(), 4);
+    assert_eq!(
+        s.state_scan(b"").unwrap(),
+        vec![(b("a"), b("1")), (b("b"), b("2"))],
+        "the old state, whole, and nothing of the staged one"
+    );
+    assert_eq!(s.read_from(5).unwrap(), entries(1, 5..=8));
+    assert_eq!(s.state_snapshot().unwrap().base(), LogPosition::new(1, 4));
+    // Nothing staged survives the crash: there is nothing to switch in.
+    assert!(matches!(s.install_staged(peer), Err(StoreError::Misuse(_))));
+    // The transfer starts over; a first chunk drops what was staged before.
+    s.stage_state(peer, true, &[(b("stale"), b("0"))]).unwrap();
+    s.stage_state(peer, true, &[(b("x"), b("1"))]).unwrap();
+    s.stage_state(peer, false, &[(b("y"), b("2"))]).unwrap();
+    s.install_staged(peer).unwrap();
+    let installed = vec![(b("x"), b("1")), (b("y"), b("2"))];
+    assert_eq!(s.state_scan(b"").unwrap(), installed);
+    assert_eq!(s.log_base(), peer);
+    assert_eq!(s.read_from(7).unwrap(), entries(1, 7..=8));
+    // Durable when it returns: a crash right after keeps it.
+    h.restart();
+    let s = h.store();
+    assert_eq!(s.state_scan(b"").unwrap(), installed);
+    assert_eq!(s.log_base(), peer);
+    assert_eq!(s.state_index(), 6);
+    assert_eq!(s.read_from(7).unwrap(), entries(1, 7..=8));
+    // And the store goes on materializing into the installed state.
+    s.materialize(&puts(8, 8, &[("w", "4")])).unwrap();
+    s.sync().unwrap();
+    h.restart();
+    let s = h.store();
+    assert_eq!(s.state_get(b"w").unwrap(), Some(b("4")));
+    assert_eq!(s.state_get(b"x").unwrap(), Some(b("1")));
+    assert_eq!(s.log_base(), LogPosition::new(1, 8));
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -186,4 +247,5 @@ conformance!(
     a_snapshot_is_frozen_and_chunked,
     installing_over_an_agreeing_log_keeps_its_suffix,
     installing_over_a_disagreeing_or_short_log_drops_it,
+    a_crash_mid_install_keeps_the_old_state_whole,
 );

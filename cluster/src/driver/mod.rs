@@ -209,11 +209,10 @@ pub async fn run_store_node_with(
                 StoreCommand::Send { to, msg } => outbox.send(Envelope { from: me, to, msg }),
                 StoreCommand::Persist(ops) => {
                     for op in &ops {
-                        if let DiskOp::InstallSnapshot { base, pairs } = op {
+                        if let DiskOp::InstallSnapshot { base } = op {
                             tracing::info!(
                                 node = node_id,
                                 %base,
-                                pairs = pairs.len(),
                                 "store caught up by snapshot from a peer"
                             );
                             metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "store")

@@ -159,6 +159,10 @@ pub struct BrokerNode {
     pub(super) catch_up_turn: usize,
     /// A store's state being received (catch-up below a store's log base).
     pub(super) snapshot_rx: Option<SnapshotRx>,
+    /// The pairs of that state received so far. A broker rebuilds its whole
+    /// state in memory from them anyway (`BrokerCommand::Restore`), so it
+    /// collects them; a store stages each chunk on disk instead.
+    pub(super) snapshot_pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
     /// A slave's pre-vote under way (see [`PreVoteRound`]); dropped whenever
     /// the node becomes a slave of a master, a candidate or master.
     pub(super) prevote: Option<PreVoteRound>,
@@ -181,6 +185,7 @@ impl BrokerNode {
             catch_up_sent_ms: None,
             catch_up_turn: 0,
             snapshot_rx: None,
+            snapshot_pairs: Vec::new(),
             prevote: None,
             role: Role::Slave {
                 master: None,
@@ -522,6 +527,7 @@ impl BrokerNode {
             }
             // The source went silent: ask the next store from scratch.
             self.snapshot_rx = None;
+            self.snapshot_pairs = Vec::new();
         }
         let store = self.cfg.stores[self.catch_up_turn % self.cfg.stores.len()];
         self.catch_up_turn = self.catch_up_turn.wrapping_add(1);
@@ -602,17 +608,36 @@ impl BrokerNode {
         };
         match SnapshotRx::on_chunk(&mut self.snapshot_rx, from, have, base, after, pairs, done) {
             ChunkOutcome::Ignored => {}
-            ChunkOutcome::More(to, msg) => {
+            ChunkOutcome::Taken {
+                first,
+                pairs,
+                next: Some((to, msg)),
+                ..
+            } => {
+                if first {
+                    self.snapshot_pairs.clear();
+                }
+                self.snapshot_pairs.extend(pairs);
                 self.catch_up_sent_ms = Some(now);
                 out.push(BrokerCommand::Send { to, msg });
             }
-            ChunkOutcome::Done { base, pairs } => {
+            ChunkOutcome::Taken {
+                base,
+                first,
+                pairs,
+                next: None,
+            } => {
+                if first {
+                    self.snapshot_pairs.clear();
+                }
+                let mut all = std::mem::take(&mut self.snapshot_pairs);
+                all.extend(pairs);
                 // A stable entry of epoch e proves a master of e existed (see
                 // `on_stable_entries`).
                 self.observe_epoch(now, base.epoch, out);
                 self.log.reset_to(base);
                 self.applied = base.index;
-                out.push(BrokerCommand::Restore { base, pairs });
+                out.push(BrokerCommand::Restore { base, pairs: all });
                 match self.role {
                     Role::Slave { .. } => self.catch_up(now, true, out),
                     Role::Candidate(_) => self.fetch_after_snapshot(now, out),

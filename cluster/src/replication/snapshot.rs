@@ -12,6 +12,11 @@
 //! store that started a new snapshot (a first chunk, `after: None`) are all
 //! recognized: the receiver takes only the chunk that continues exactly what
 //! it holds, and restarts on a first chunk.
+//!
+//! The receiver keeps no pairs: each chunk it takes goes straight to its
+//! caller, which writes it somewhere (a store stages it on disk, see
+//! `EventStore::stage_state`; a broker collects it). Only the last key is
+//! kept, to recognize the chunk that continues it.
 
 use bytes::Bytes;
 
@@ -28,8 +33,6 @@ pub(crate) struct SnapshotRx {
     base: LogPosition,
     /// The last key received.
     after: Option<Bytes>,
-    /// Every pair so far, in key order.
-    pairs: Vec<(Bytes, Bytes)>,
     /// Requests resent since the last chunk arrived. A source that stays
     /// silent (it crashed, or is cut off) is given up after
     /// [`RESENDS_MAX`], so the receiver asks another node: waiting on it
@@ -47,14 +50,18 @@ pub(crate) enum ChunkOutcome {
     /// Not the chunk we wait for (a duplicate, a late one, or a snapshot no
     /// newer than what we hold).
     Ignored,
-    /// Taken; ask the source for the next chunk with this message.
-    More(Endpoint, Message),
-    /// The last chunk: install `pairs` as the state of the log up to `base`.
-    Done {
+    /// Taken: `pairs` continue the state of the log up to `base`.
+    Taken {
         /// The last entry the state covers.
         base: LogPosition,
-        /// The whole state.
+        /// These pairs start the snapshot: whatever an earlier transfer
+        /// delivered is void.
+        first: bool,
+        /// This chunk's pairs, in key order, after every earlier one's.
         pairs: Vec<(Bytes, Bytes)>,
+        /// The request for the next chunk; `None`: this was the last one and
+        /// the state is complete.
+        next: Option<(Endpoint, Message)>,
     },
 }
 
@@ -101,6 +108,7 @@ impl SnapshotRx {
         if base.index <= have {
             return ChunkOutcome::Ignored;
         }
+        let first = after.is_none();
         match after {
             None => {
                 // A first chunk: a new transfer, or the store restarted it.
@@ -108,7 +116,6 @@ impl SnapshotRx {
                     source: from,
                     base,
                     after: None,
-                    pairs: Vec::new(),
                     unanswered: 0,
                 });
             }
@@ -128,18 +135,18 @@ impl SnapshotRx {
         if let Some((last, _)) = pairs.last() {
             r.after = Some(last.clone());
         }
-        r.pairs.extend(pairs);
-        if done {
-            let Some(r) = rx.take() else {
-                return ChunkOutcome::Ignored;
-            };
-            return ChunkOutcome::Done {
-                base: r.base,
-                pairs: r.pairs,
-            };
+        let next = if done {
+            *rx = None;
+            None
+        } else {
+            Some(r.request())
+        };
+        ChunkOutcome::Taken {
+            base,
+            first,
+            pairs,
+            next,
         }
-        let (to, msg) = r.request();
-        ChunkOutcome::More(to, msg)
     }
 }
 
@@ -159,13 +166,18 @@ mod tests {
         let out = SnapshotRx::on_chunk(&mut rx, s, 0, base, None, vec![kv("a")], false);
         assert_eq!(
             out,
-            ChunkOutcome::More(
-                s,
-                Message::SnapshotRequest {
-                    base,
-                    after: Some(Bytes::from("a"))
-                }
-            )
+            ChunkOutcome::Taken {
+                base,
+                first: true,
+                pairs: vec![kv("a")],
+                next: Some((
+                    s,
+                    Message::SnapshotRequest {
+                        base,
+                        after: Some(Bytes::from("a"))
+                    }
+                ))
+            }
         );
         // A duplicate of the first chunk restarts; a chunk after the wrong
         // key is ignored.
@@ -190,9 +202,11 @@ mod tests {
         );
         assert_eq!(
             out,
-            ChunkOutcome::Done {
+            ChunkOutcome::Taken {
                 base,
-                pairs: vec![kv("a"), kv("b"), kv("c")]
+                first: false,
+                pairs: vec![kv("b"), kv("c")],
+                next: None
             }
         );
         assert!(rx.is_none());

@@ -36,6 +36,10 @@ pub struct DiskState {
     pub joined: bool,
     /// The disk's incarnation: when it was created (sim time + 1).
     pub incarnation: u64,
+    /// A peer's state being staged (`DiskOp::StageSnapshot`) and its base.
+    /// Reopening a store after a crash drops it (a fjall store deletes the
+    /// staging keyspace), so a crash keeps none of it.
+    pub staging: Option<(LogPosition, State)>,
 }
 
 impl DiskState {
@@ -107,13 +111,32 @@ impl DiskState {
                 }
                 self.base = *pos;
             }
-            DiskOp::InstallSnapshot { base, pairs } => {
+            DiskOp::StageSnapshot { base, first, pairs } => {
+                if *first {
+                    self.staging = Some((*base, State::default()));
+                }
+                match &mut self.staging {
+                    Some((staged, state)) if staged == base => {
+                        state.extend(pairs.iter().cloned());
+                    }
+                    _ => return Err(format!("a chunk of the state at {base}, not being staged")),
+                }
+            }
+            DiskOp::InstallSnapshot { base } => {
                 if base.index <= self.stable {
                     return Err(format!(
                         "snapshot at {base} not above stable {}",
                         self.stable
                     ));
                 }
+                let state = match self.staging.take() {
+                    Some((staged, state)) if staged == *base => state,
+                    _ => {
+                        return Err(format!(
+                            "installing the state at {base}, which is not staged"
+                        ));
+                    }
+                };
                 let offset = base.index - self.base.index;
                 let keep_from = usize::try_from(offset).unwrap_or(usize::MAX);
                 if self.entries.get(keep_from.wrapping_sub(1)).map(|e| e.pos) == Some(*base) {
@@ -121,7 +144,7 @@ impl DiskState {
                 } else {
                     self.entries.clear();
                 }
-                self.state = pairs.iter().cloned().collect();
+                self.state = state;
                 self.base = *base;
                 self.stable = base.index;
             }
@@ -210,14 +233,20 @@ impl SimDisk {
         }
     }
 
-    /// Power loss: keep a random prefix of the unsynced ops, lose the rest.
-    pub fn crash(&mut self, rng: &mut SplitMix64) {
+    /// Power loss: keep a random prefix of the unsynced ops, lose the rest,
+    /// and what was staged of a peer's state (the store drops it when it
+    /// reopens). Returns whether a snapshot install was under way: the
+    /// store restarts on its old state, whole.
+    pub fn crash(&mut self, rng: &mut SplitMix64) -> bool {
         let keep = rng.below(self.pending.len() as u64 + 1) as usize;
         for op in self.pending.drain(..).take(keep) {
             let _ = self.durable.apply(&op);
         }
+        let interrupted = self.current.staging.is_some();
+        self.durable.staging = None;
         self.current = self.durable.clone();
         self.pinned = None;
+        interrupted
     }
 
     /// One chunk of at most `max` pairs of the snapshot at `base` after

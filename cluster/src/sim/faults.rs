@@ -124,8 +124,10 @@ impl World {
         node.inc += 1;
         node.broker = None;
         node.store = None;
-        if let Some(disk) = node.disk.as_mut() {
-            disk.crash(&mut self.rng);
+        if let Some(disk) = node.disk.as_mut()
+            && disk.crash(&mut self.rng)
+        {
+            self.stats.installs_interrupted += 1;
         }
         let old = (id, node.inc - 1);
         self.abandon(old);

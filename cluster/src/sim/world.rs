@@ -50,6 +50,9 @@ pub struct SimStats {
     pub broker_snapshots: u64,
     /// Snapshots stores installed from a peer.
     pub store_snapshots: u64,
+    /// Store crashes while a peer's state was being staged: the store
+    /// restarted on its old state and caught up again.
+    pub installs_interrupted: u64,
     /// Highest log base any store reached.
     pub max_base: u64,
     /// Pre-votes a store refused (an epoch not above its promise, or a

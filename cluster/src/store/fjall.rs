@@ -9,7 +9,18 @@
 //!   then index; the store's identity: `joined` (0 or 1) and `incarnation`,
 //!   written once when the disk is created (see [`FjallStore::open`]).
 //! - `state`: the materialized state, keys and values as the broker's reducer
-//!   chose them (see [`super::Materializer`]).
+//!   chose them (see [`super::Materializer`]). After a snapshot from a peer
+//!   was installed, the live state is `state.<n>` instead, `n` being
+//!   `meta/state_gen` (see [`FjallStore::install_staged`]).
+//!
+//! A peer's state (snapshot catch-up) arrives in chunks, each written as it
+//! comes into a new keyspace (`state.<n+1>`) beside the live one, so the
+//! store never holds a whole state in memory. When the last chunk is in,
+//! one atomic, durable write names it in `meta/state_gen` together with the
+//! new log base and state index; only then is the old keyspace deleted.
+//! `open` deletes every state keyspace that `meta` does not name: a crash
+//! mid-transfer leaves the old state and log whole, and the half-staged one
+//! is never seen.
 //!
 //! A materialized batch (state ops, state index and the new log base) is one
 //! atomic fjall batch, so after a crash the state and the log always agree on
@@ -85,6 +96,7 @@ const PROMISED_EPOCH_KEY: &[u8] = b"promised_epoch";
 const STABLE_INDEX_KEY: &[u8] = b"stable_index";
 const STATE_INDEX_KEY: &[u8] = b"state_index";
 const LOG_BASE_KEY: &[u8] = b"log_base";
+const STATE_GEN_KEY: &[u8] = b"state_gen";
 const JOINED_KEY: &[u8] = b"joined";
 const INCARNATION_KEY: &[u8] = b"incarnation";
 
@@ -99,6 +111,13 @@ pub struct FjallStore {
     /// Materialized result of stable events (live messages, definitions), so disk
     /// use follows the live backlog once old log entries are deleted.
     state: Keyspace,
+    /// Cached copy of `meta/state_gen`: which keyspace `state` is.
+    state_gen: u64,
+    /// A peer's state being received: its base, its keyspace and its
+    /// generation; see the module docs.
+    staging: Option<(LogPosition, Keyspace, u64)>,
+    /// The highest state generation created since open.
+    staging_gen_used: u64,
     /// Cached copy of `meta/state_index`.
     state_index: u64,
     /// Cached copy of `meta/log_base`: the last compacted entry.
@@ -146,17 +165,16 @@ impl FjallStore {
         let bounded = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
         let log = db.keyspace(LOG_KEYSPACE, bounded)?;
         let meta = db.keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)?;
-        // The state keyspace's block index is partitioned at every level,
-        // not only at fjall's default (the last). A table writer keeps each
-        // data block's last key until its index is written, and a key longer
-        // than 20 bytes (every message key: tag, vhost, queue, id) is a view
-        // into the whole decompressed block compaction read it from. A full
-        // index holds those blocks for a whole output table: with
-        // compressible bodies that was 280 MiB of a 3M-message fill's peak
-        // (heaptrack, S6). A partition goes to disk every few KiB.
-        let state = db.keyspace(STATE_KEYSPACE, || {
-            bounded().index_block_partitioning_policy(PartitioningPolicy::all(true))
-        })?;
+        // The live state (see `state_options` and the module docs).
+        let state_gen = read_meta(&meta, STATE_GEN_KEY)?;
+        let state_name = state_keyspace_name(state_gen);
+        if state_gen > 0 && !db.keyspace_exists(&state_name) {
+            return Err(StoreError::Corrupt(format!(
+                "meta names the state keyspace {state_name:?}, which does not exist"
+            )));
+        }
+        let state = db.keyspace(&state_name, state_options)?;
+        drop_stale_states(&db, &state_name)?;
 
         let promised_epoch = read_meta(&meta, PROMISED_EPOCH_KEY)?;
         let stable_index = read_meta(&meta, STABLE_INDEX_KEY)?;
@@ -192,6 +210,9 @@ impl FjallStore {
             log,
             meta,
             state,
+            state_gen,
+            staging: None,
+            staging_gen_used: state_gen,
             state_index,
             base,
             durable_base: base.index,
@@ -527,17 +548,55 @@ impl EventStore for FjallStore {
         }))
     }
 
-    fn install_state(
+    fn stage_state(
         &mut self,
         base: LogPosition,
+        first: bool,
         pairs: &[(Bytes, Bytes)],
     ) -> Result<(), StoreError> {
+        if first {
+            if let Some((_, old, _)) = self.staging.take() {
+                self.db.delete_keyspace(old)?;
+            }
+            // Above every generation used before, so a deleted keyspace
+            // whose files are still going never shares a name.
+            let generation = self.state_gen.max(self.staging_gen_used) + 1;
+            self.staging_gen_used = generation;
+            let name = state_keyspace_name(generation);
+            if self.db.keyspace_exists(&name) {
+                let stale = self.db.keyspace(&name, state_options)?;
+                self.db.delete_keyspace(stale)?;
+            }
+            let keyspace = self.db.keyspace(&name, state_options)?;
+            self.staging = Some((base, keyspace, generation));
+        }
+        let Some((_, keyspace, _)) = self.staging.as_ref().filter(|(b, _, _)| *b == base) else {
+            return Err(StoreError::Misuse(format!(
+                "a chunk of the state at {base}, which is not being staged"
+            )));
+        };
+        let mut write = self.db.batch();
+        for (key, value) in pairs {
+            write.insert(keyspace, key.as_ref(), value.as_ref());
+        }
+        write.commit()?;
+        rotate_full(keyspace)?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn install_staged(&mut self, base: LogPosition) -> Result<(), StoreError> {
         if base.index <= self.base.index {
             return Err(StoreError::Misuse(format!(
                 "installing a state at {base}, not above the log base {}",
                 self.base
             )));
         }
+        let Some((_, staged, generation)) = self.staging.take_if(|(b, _, _)| *b == base) else {
+            return Err(StoreError::Misuse(format!(
+                "installing a state at {base}, which was not staged"
+            )));
+        };
         let held = if base.index <= self.last.index {
             Some(records::read_position(&self.log, base.index)?)
         } else {
@@ -545,29 +604,30 @@ impl EventStore for FjallStore {
         };
         let keep = super::keeps_suffix(held, base);
         let mut write = self.db.batch();
-        for guard in self.state.iter() {
-            write.remove(&self.state, guard.key()?);
-        }
-        for (key, value) in pairs {
-            write.insert(&self.state, key.as_ref(), value.as_ref());
-        }
         // Entries up to the new base die with the base (see the module docs);
         // a suffix that does not follow it must really go.
         if !keep {
             records::remove_from(&mut write, &self.log, base.index + 1)?;
         }
         let stable = self.stable_index.max(base.index);
+        write.insert(&self.meta, STATE_GEN_KEY, generation.to_be_bytes());
         write.insert(&self.meta, STATE_INDEX_KEY, base.index.to_be_bytes());
         write.insert(&self.meta, LOG_BASE_KEY, encode_position(base));
         write.insert(&self.meta, STABLE_INDEX_KEY, stable.to_be_bytes());
         write.commit()?;
+        let old = std::mem::replace(&mut self.state, staged);
+        self.state_gen = generation;
         self.state_index = base.index;
         if !keep {
             self.last = base;
         }
         self.base = base;
         self.stable_index = stable;
-        self.dirty = true;
+        // Durable before the old state goes: a crash must find either the
+        // old state named in meta, or the new one.
+        self.persist()?;
+        // Its files go once no pinned snapshot reads it any more.
+        self.db.delete_keyspace(old)?;
         Ok(())
     }
 }
@@ -682,6 +742,48 @@ fn open_identity(
     write.commit()?;
     db.persist(PersistMode::SyncAll)?;
     Ok((joined, incarnation))
+}
+
+/// The keyspace holding the state of `generation`: the first one keeps
+/// the name stores had before snapshots were staged.
+fn state_keyspace_name(generation: u64) -> String {
+    if generation == 0 {
+        STATE_KEYSPACE.to_owned()
+    } else {
+        format!("{STATE_KEYSPACE}.{generation}")
+    }
+}
+
+/// The state keyspace's options: memtables bounded like the log's, and the
+/// block index partitioned at every level, not only at fjall's default (the
+/// last). A table writer keeps each data block's last key until its index
+/// is written, and a key longer than 20 bytes (every message key: tag,
+/// vhost, queue, id) is a view into the whole decompressed block compaction
+/// read it from. A full index holds those blocks for a whole output table:
+/// with compressible bodies that was 280 MiB of a 3M-message fill's peak
+/// (heaptrack, S6). A partition goes to disk every few KiB.
+fn state_options() -> KeyspaceCreateOptions {
+    KeyspaceCreateOptions::default()
+        .max_memtable_size(MEMTABLE_BYTES_MAX)
+        .index_block_partitioning_policy(PartitioningPolicy::all(true))
+}
+
+/// Deletes every state keyspace but `live`: a staged state a crash (or a
+/// close) interrupted, or an old state whose deletion a crash interrupted.
+fn drop_stale_states(db: &Database, live: &str) -> Result<(), StoreError> {
+    let prefix = format!("{STATE_KEYSPACE}.");
+    for name in db.list_keyspace_names() {
+        let name: &str = name.as_ref();
+        if name != live && (name == STATE_KEYSPACE || name.starts_with(&prefix)) {
+            tracing::info!(
+                keyspace = name,
+                "dropping a stale state (a snapshot install a crash interrupted)"
+            );
+            let stale = db.keyspace(name, state_options)?;
+            db.delete_keyspace(stale)?;
+        }
+    }
+    Ok(())
 }
 
 /// A missing meta key means "never set" (0); any other length is corruption.

@@ -156,3 +156,57 @@ fn truncating_inside_a_record_keeps_its_head() {
     assert_eq!(store.read_from(1).unwrap(), expected);
     assert_eq!(store.read_range(3, 4).unwrap(), expected[2..4].to_vec());
 }
+
+/// The state keyspaces on disk, by name, sorted.
+fn state_keyspaces(store: &FjallStore) -> Vec<String> {
+    let mut names: Vec<String> = store
+        .db
+        .list_keyspace_names()
+        .iter()
+        .map(|n| {
+            let n: &str = n.as_ref();
+            n.to_owned()
+        })
+        .filter(|n| n.starts_with(STATE_KEYSPACE))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_staged_state_is_its_own_keyspace_and_open_drops_every_stale_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = LogPosition::new(1, 3);
+    {
+        let mut store = FjallStore::open(dir.path()).unwrap();
+        store.append(&entries(1, 1..=5)).unwrap();
+        store.set_stable_index(5).unwrap();
+        store
+            .stage_state(base, true, &[(Bytes::from("k"), Bytes::from("v"))])
+            .unwrap();
+        assert_eq!(state_keyspaces(&store), ["state", "state.1"]);
+        store.sync().unwrap();
+    }
+    // Reopened mid-transfer: the staged keyspace goes, the live one stays.
+    let mut store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(state_keyspaces(&store), ["state"]);
+    store
+        .stage_state(base, true, &[(Bytes::from("k"), Bytes::from("v"))])
+        .unwrap();
+    store.install_staged(base).unwrap();
+    // The switch deletes the old state once the new one is durable.
+    assert_eq!(state_keyspaces(&store), ["state.1"]);
+    assert_eq!(store.state_get(b"k").unwrap(), Some(Bytes::from("v")));
+    // A crash between the switch and the deletion leaves the old keyspace:
+    // open drops it, as meta names the new one.
+    let old = store.db.keyspace("state", state_options).unwrap();
+    old.insert("old", "x").unwrap();
+    store.sync().unwrap();
+    store.db.persist(PersistMode::SyncAll).unwrap();
+    drop(old);
+    drop(store);
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(state_keyspaces(&store), ["state.1"]);
+    assert_eq!(store.state_get(b"k").unwrap(), Some(Bytes::from("v")));
+    assert_eq!(store.log_base(), base);
+}

@@ -50,6 +50,10 @@ pub struct MemoryStore {
     synced_state_index: u64,
     /// Batches materialized since the last fsync.
     unsynced: Vec<StateBatch>,
+    /// A peer's state being staged (see [`EventStore::stage_state`]) and
+    /// the base it is of. A crash drops it, as reopening a fjall store
+    /// drops its staging keyspace.
+    staging: Option<(LogPosition, BTreeMap<Bytes, Bytes>)>,
 }
 
 impl Default for MemoryStore {
@@ -84,6 +88,7 @@ impl MemoryStore {
             state_index: 0,
             synced_state_index: 0,
             unsynced: Vec::new(),
+            staging: None,
         }
     }
 
@@ -97,6 +102,12 @@ impl MemoryStore {
         self.state = self.synced_state.clone();
         self.state_index = self.synced_state_index;
         self.unsynced.clear();
+        self.staging = None;
+    }
+
+    /// Whether a state is being staged (for tests of a crash mid-install).
+    pub fn staging(&self) -> bool {
+        self.staging.is_some()
     }
 
     /// Everything written so far becomes durable. Like fjall, every durable
@@ -259,19 +270,44 @@ impl EventStore for MemoryStore {
         }))
     }
 
-    fn install_state(
+    fn stage_state(
         &mut self,
         base: LogPosition,
+        first: bool,
         pairs: &[(Bytes, Bytes)],
     ) -> Result<(), StoreError> {
+        if first {
+            self.staging = Some((base, BTreeMap::new()));
+        }
+        match &mut self.staging {
+            Some((staged, map)) if *staged == base => {
+                map.extend(pairs.iter().cloned());
+                Ok(())
+            }
+            _ => Err(StoreError::Misuse(format!(
+                "a chunk of the state at {base}, which is not being staged"
+            ))),
+        }
+    }
+
+    fn install_staged(&mut self, base: LogPosition) -> Result<(), StoreError> {
         if base.index <= self.base.index {
             return Err(StoreError::Misuse(format!(
                 "installing a state at {base}, not above the log base {}",
                 self.base
             )));
         }
-        // Made durable at once (the contract allows it): the crash model
-        // then needs no unsynced copy of a whole state.
+        let state = match self.staging.take() {
+            Some((staged, map)) if staged == base => map,
+            other => {
+                self.staging = other;
+                return Err(StoreError::Misuse(format!(
+                    "installing a state at {base}, which was not staged"
+                )));
+            }
+        };
+        // Durable at once (the contract says so): the crash model then
+        // needs no unsynced copy of a whole state.
         self.mark_synced();
         let at = self.offset(base.index);
         let held = at
@@ -283,8 +319,8 @@ impl EventStore for MemoryStore {
         } else {
             self.entries.clear();
         }
-        self.state = pairs.iter().cloned().collect();
-        self.synced_state = self.state.clone();
+        self.synced_state = state.clone();
+        self.state = state;
         self.state_index = base.index;
         self.base = base;
         self.stable_index = self.stable_index.max(base.index);

@@ -207,20 +207,46 @@ pub trait EventStore: Send + 'static {
         Err(StoreError::Misuse("this store keeps no state".into()))
     }
 
-    /// Replace the state with `pairs`, a peer's state of the stable log up to
-    /// `base`, in one atomic write (not yet durable, like `append`; a store
-    /// may make it durable at once). `base` becomes the log base and the
-    /// state index. Entries after `base` stay if the log holds `base` itself;
-    /// otherwise the whole log goes (an entry that disagrees with a stable one
-    /// is never stable, nor is anything after it). The stable index becomes
-    /// at least `base.index`.
+    /// Write `pairs`, one chunk of a peer's state of the stable log up to
+    /// `base`, into a staging area beside the live state, which stays as it
+    /// is (reads, `materialize` and snapshots go on using it). `first`
+    /// starts a new staged state and drops whatever was staged before;
+    /// otherwise the chunk continues the state staged for `base` (anything
+    /// else is `Misuse`). Not yet durable, like `append`. A crash (or
+    /// reopening the store) drops the staged state: it is never seen as the
+    /// store's state until [`EventStore::install_staged`] switches it in,
+    /// so a crash mid-transfer leaves the old state and log, whole.
+    fn stage_state(
+        &mut self,
+        base: LogPosition,
+        first: bool,
+        pairs: &[(bytes::Bytes, bytes::Bytes)],
+    ) -> Result<(), StoreError> {
+        let _ = (base, first, pairs);
+        Err(StoreError::Misuse("this store keeps no state".into()))
+    }
+
+    /// Replace the state with the one staged for `base`, in one atomic
+    /// write, durable before it returns (the old state is dropped after
+    /// it). `base` becomes the log base and the state index. Entries after
+    /// `base` stay if the log holds `base` itself; otherwise the whole log
+    /// goes (an entry that disagrees with a stable one is never stable, nor
+    /// is anything after it). The stable index becomes at least
+    /// `base.index`. `Misuse` when nothing is staged for `base`.
+    fn install_staged(&mut self, base: LogPosition) -> Result<(), StoreError> {
+        let _ = base;
+        Err(StoreError::Misuse("this store keeps no state".into()))
+    }
+
+    /// [`EventStore::stage_state`] of the whole state in one chunk, then
+    /// [`EventStore::install_staged`].
     fn install_state(
         &mut self,
         base: LogPosition,
         pairs: &[(bytes::Bytes, bytes::Bytes)],
     ) -> Result<(), StoreError> {
-        let _ = (base, pairs);
-        Err(StoreError::Misuse("this store keeps no state".into()))
+        self.stage_state(base, true, pairs)?;
+        self.install_staged(base)
     }
 
     /// At most `limit` state pairs whose key starts with `prefix` and sorts

@@ -292,7 +292,10 @@ pub(crate) fn persist(store: &mut dyn EventStore, ops: &[DiskOp]) -> Result<(), 
                     "compaction needs a reducer (DiskRunner::start_with)".into(),
                 ));
             }
-            DiskOp::InstallSnapshot { base, pairs } => store.install_state(*base, pairs)?,
+            DiskOp::StageSnapshot { base, first, pairs } => {
+                store.stage_state(*base, *first, pairs)?
+            }
+            DiskOp::InstallSnapshot { base } => store.install_staged(*base)?,
             DiskOp::Promise(epoch) => store.set_promised_epoch(*epoch)?,
             DiskOp::TruncateAfter(index) => store.truncate_after(*index)?,
             DiskOp::Append {
@@ -339,11 +342,15 @@ fn persist_following(
                     )));
                 }
             }
-            DiskOp::InstallSnapshot { base, pairs } => {
+            // Staging leaves the live state alone: the follower goes on.
+            DiskOp::StageSnapshot { base, first, pairs } => {
+                store.stage_state(*base, *first, pairs)?
+            }
+            DiskOp::InstallSnapshot { base } => {
                 let mut m = follower.stop()?.ok_or_else(|| {
                     StoreError::Misuse("the store reducer was stopped already".into())
                 })?;
-                store.install_state(*base, pairs)?;
+                store.install_staged(*base)?;
                 m.reopen(store)?;
                 follower.restart(m, store)?;
             }

@@ -153,19 +153,35 @@ impl StoreNode {
             done,
         ) {
             ChunkOutcome::Ignored => {}
-            ChunkOutcome::More(to, msg) => {
-                self.catch_up_sent_ms = Some(now);
-                out.push(StoreCommand::Send { to, msg });
-            }
-            ChunkOutcome::Done { base, pairs } => {
-                self.raise_promise_to(base.epoch);
-                self.log.compact_through(base);
-                self.stable = self.stable.max(base.index);
+            ChunkOutcome::Taken {
+                base,
+                first,
+                pairs,
+                next,
+            } => {
+                // Each chunk goes to disk as it comes (staged beside the live
+                // state), so the transfer holds no more than a chunk or two
+                // in memory whatever the state's size.
                 self.queued_ops
-                    .push(DiskOp::InstallSnapshot { base, pairs });
-                self.installed_snapshots += 1;
-                // Then the entries after it.
-                self.catch_up(now, true, out);
+                    .push(DiskOp::StageSnapshot { base, first, pairs });
+                match next {
+                    Some(request) => {
+                        // Asked for once this chunk is on disk: a disk slower
+                        // than the network queues no more than one chunk
+                        // behind the one being written.
+                        self.catch_up_sent_ms = Some(now);
+                        self.queued_replies.push(request);
+                    }
+                    None => {
+                        self.raise_promise_to(base.epoch);
+                        self.log.compact_through(base);
+                        self.stable = self.stable.max(base.index);
+                        self.queued_ops.push(DiskOp::InstallSnapshot { base });
+                        self.installed_snapshots += 1;
+                        // Then the entries after it.
+                        self.catch_up(now, true, out);
+                    }
+                }
             }
         }
     }

@@ -49,16 +49,28 @@ pub enum DiskOp {
     /// log) and delete the log up to it: it becomes the log base. Emitted
     /// only up to the stable index already on disk.
     Compact(LogPosition),
-    /// Replace the state with `pairs`, the state of the stable log up to
-    /// `base` (a snapshot from a peer store), and make `base` the log base.
-    /// Entries after `base` are kept if the log holds `base` itself, else the
-    /// whole log goes (what disagrees with a stable entry is never stable).
-    /// The stable index becomes at least `base.index`.
+    /// Write one chunk of a peer store's state of the stable log up to
+    /// `base` into the staging area, beside the live state, which it does
+    /// not touch (`EventStore::stage_state`). `first` starts a new staged
+    /// state, dropping whatever was staged before. A crash loses what is
+    /// staged: the store restarts on its old state and asks again.
+    StageSnapshot {
+        /// The last entry the state covers.
+        base: LogPosition,
+        /// These pairs start the state.
+        first: bool,
+        /// The chunk's pairs, in key order, after every earlier chunk's.
+        pairs: Vec<(Bytes, Bytes)>,
+    },
+    /// Switch the state staged for `base` in, replacing the state, and make
+    /// `base` the log base, in one durable write
+    /// (`EventStore::install_staged`). Entries after `base` are kept if the
+    /// log holds `base` itself, else the whole log goes (what disagrees with
+    /// a stable entry is never stable). The stable index becomes at least
+    /// `base.index`.
     InstallSnapshot {
         /// The last entry the state covers.
         base: LogPosition,
-        /// The state, in key order.
-        pairs: Vec<(Bytes, Bytes)>,
     },
     /// Record that this store has joined (see `join.rs`): from now on it
     /// promises and acks. Durable before any reply queued after it.

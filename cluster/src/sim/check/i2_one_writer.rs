@@ -76,6 +76,7 @@ pub fn check_persist(store: NodeId, mut promised: u64, ops: &[DiskOp]) -> Result
             | DiskOp::TruncateAfter(_)
             | DiskOp::Stable(_)
             | DiskOp::Compact(_)
+            | DiskOp::StageSnapshot { .. }
             | DiskOp::InstallSnapshot { .. }
             | DiskOp::Joined => {}
         }
