@@ -1,6 +1,6 @@
 //! One task per client socket: read, decode, run the connection machine, write.
 
-use super::master_task::MasterMsg;
+use super::master_task::{InputCredit, MASTER_INPUTS, MasterMsg};
 use crate::amqp::connection::{Action, Connection};
 use crate::amqp::encode::Encoder;
 use crate::config::Config;
@@ -22,6 +22,7 @@ pub async fn run(
     peer: SocketAddr,
     config: Arc<Config>,
     master: mpsc::Sender<MasterMsg>,
+    credit: InputCredit,
     mut shutdown: watch::Receiver<bool>,
     users: crate::users::Snapshot,
     cluster_name: watch::Receiver<String>,
@@ -41,6 +42,9 @@ pub async fn run(
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut wbuf = BytesMut::with_capacity(64 * 1024);
     let mut actions = Vec::with_capacity(64);
+    // What one pass (one socket read, usually) has for the master: sent
+    // together once the pass's actions are carried out.
+    let mut inputs: Vec<Input> = Vec::new();
     let mut inbox = Vec::with_capacity(256);
     let mut enc = Encoder::default();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -84,19 +88,28 @@ pub async fn run(
         }
         let mut close = false;
         let frame_max = conn.frame_max();
-        for a in actions.drain(..) {
+        let mut pass = actions.drain(..);
+        while let Some(a) = pass.next() {
             match a {
                 Action::Write(f) => encode_frame(&f, &mut wbuf),
                 Action::WriteRaw(b) => wbuf.extend_from_slice(&b),
                 Action::Out(m) => enc.push(m, frame_max, &mut wbuf),
                 Action::ToMaster(i) => {
-                    enc.flush(&mut wbuf);
-                    if master.send(MasterMsg::Input(i)).await.is_err() {
-                        close = true;
+                    // A batch leaves with its buffer: the next one is sized
+                    // once for what this pass can hold, not grown (a grown
+                    // Vec copies what it holds each time it doubles).
+                    if inputs.capacity() == 0 {
+                        inputs.reserve_exact(pass.len() + 1);
                     }
+                    inputs.push(i)
                 }
                 Action::Close => close = true,
             }
+        }
+        // Sent before anything of this pass is written, as each input was
+        // sent before the write when they went one by one.
+        if !inputs.is_empty() && send_inputs(&master, &credit, &mut inputs).await.is_err() {
+            close = true;
         }
         enc.flush(&mut wbuf);
         if !wbuf.is_empty() {
@@ -124,6 +137,40 @@ pub async fn run(
     let _ = master
         .send(MasterMsg::Input(Input::Disconnected { conn: id }))
         .await;
+}
+
+/// The master task is gone (the node is stopping).
+struct MasterGone;
+
+/// Send `inputs` (left empty) to the master, in order: a lone input as it
+/// is, more as one batch for which credit is taken first (so a busy master
+/// pushes back on this connection by the number of inputs waiting).
+async fn send_inputs(
+    master: &mpsc::Sender<MasterMsg>,
+    credit: &InputCredit,
+    inputs: &mut Vec<Input>,
+) -> Result<(), MasterGone> {
+    if inputs.len() == 1 {
+        let i = inputs.pop().ok_or(MasterGone)?;
+        return master
+            .send(MasterMsg::Input(i))
+            .await
+            .map_err(|_| MasterGone);
+    }
+    while !inputs.is_empty() {
+        let n = inputs.len().min(MASTER_INPUTS as usize);
+        let permit = credit.take(n as u32).await.ok_or(MasterGone)?;
+        let batch = if n == inputs.len() {
+            std::mem::take(inputs)
+        } else {
+            inputs.drain(..n).collect()
+        };
+        master
+            .send(MasterMsg::Inputs(batch, permit))
+            .await
+            .map_err(|_| MasterGone)?;
+    }
+    Ok(())
 }
 
 /// Decode every complete frame in `rbuf`.
@@ -161,5 +208,63 @@ fn decode_all(conn: &mut Connection, rbuf: &mut BytesMut, now: Instant, actions:
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn disconnected(conn: ConnId) -> Input {
+        Input::Disconnected { conn }
+    }
+
+    /// A read's inputs reach the master as one batch, in order, and a lone
+    /// input as itself.
+    #[tokio::test]
+    async fn one_read_is_one_message_in_order() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let credit = InputCredit::default();
+        let mut inputs = vec![disconnected(1), disconnected(2), disconnected(3)];
+        assert!(send_inputs(&tx, &credit, &mut inputs).await.is_ok());
+        assert!(inputs.is_empty());
+        let mut lone = vec![disconnected(4)];
+        assert!(send_inputs(&tx, &credit, &mut lone).await.is_ok());
+        match rx.recv().await {
+            Some(MasterMsg::Inputs(batch, _)) => {
+                let conns: Vec<_> = batch
+                    .iter()
+                    .map(|i| match i {
+                        Input::Disconnected { conn } => *conn,
+                        _ => 0,
+                    })
+                    .collect();
+                assert_eq!(conns, [1, 2, 3]);
+            }
+            _ => panic!("expected one batch"),
+        }
+        assert!(matches!(
+            rx.recv().await,
+            Some(MasterMsg::Input(Input::Disconnected { conn: 4 }))
+        ));
+    }
+
+    /// With the budget of waiting inputs spent, a connection waits until
+    /// the master has handled a batch (dropped its credit).
+    #[tokio::test]
+    async fn a_spent_budget_holds_the_connection_back() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let credit = InputCredit::default();
+        let held = credit.take(MASTER_INPUTS - 1).await;
+        assert!(held.is_some());
+        let mut inputs = vec![disconnected(1), disconnected(2)];
+        let send = send_inputs(&tx, &credit, &mut inputs);
+        tokio::pin!(send);
+        let waited = tokio::time::timeout(Duration::from_millis(100), &mut send).await;
+        assert!(waited.is_err(), "sent without credit");
+        assert!(rx.try_recv().is_err());
+        drop(held);
+        assert!(send.await.is_ok());
+        assert!(matches!(rx.recv().await, Some(MasterMsg::Inputs(b, _)) if b.len() == 2));
     }
 }

@@ -29,6 +29,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub enum MasterMsg {
     /// An input for the core.
     Input(Input),
+    /// The inputs one socket read produced, in their order. One message for
+    /// the whole read: a per-input send moved every input twice more and
+    /// took the channel's locks once per frame. `credit` holds their places
+    /// in the master's input budget ([`InputCredit`]) until they are handled.
+    Inputs(Vec<Input>, tokio::sync::OwnedSemaphorePermit),
     /// A new connection's outbox.
     Register(ConnId, mpsc::UnboundedSender<ToConn>),
     /// Stop and hand back the local log (if any) for flushing.
@@ -43,6 +48,42 @@ pub enum MasterMsg {
         crate::master::admin::AdminOp,
         oneshot::Sender<crate::master::admin::AdminResult>,
     ),
+}
+
+/// How many inputs the master handles before it hands out what they
+/// produced, when a pass brings more (the outputs of one pass otherwise go
+/// out together at its end).
+const DISPATCH_EVERY: usize = 512;
+
+/// How many inputs may wait in [`MasterMsg::Inputs`] batches for the master.
+/// A connection takes credit for a batch before it sends it and waits while
+/// there is none, so a busy master pushes back on publishers by the number
+/// of inputs, as the channel's own bound does for single messages.
+pub const MASTER_INPUTS: u32 = 8192;
+
+/// The shared budget of batched inputs (see [`MASTER_INPUTS`]).
+#[derive(Clone)]
+pub struct InputCredit(Arc<tokio::sync::Semaphore>);
+
+impl Default for InputCredit {
+    /// A full budget.
+    fn default() -> InputCredit {
+        InputCredit(Arc::new(tokio::sync::Semaphore::new(
+            MASTER_INPUTS as usize,
+        )))
+    }
+}
+
+impl InputCredit {
+    /// Wait for credit for `n` inputs (at most [`MASTER_INPUTS`]); it is given
+    /// back when the permit drops, i.e. when the master has handled the batch.
+    pub async fn take(&self, n: u32) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.0
+            .clone()
+            .acquire_many_owned(n.min(MASTER_INPUTS))
+            .await
+            .ok()
+    }
 }
 
 /// Where the master's events go, and where stability comes from.
@@ -159,28 +200,20 @@ pub async fn run(
                 if let Core::Serving(master) = &mut core {
                     master.set_now(now_ms());
                 }
+                let mut handled = 0usize;
                 for msg in batch.drain(..) {
                     match msg {
                         MasterMsg::Input(i) => {
-                            let gone = match &i {
-                                Input::Disconnected { conn } => Some(*conn),
-                                _ => None,
-                            };
-                            match &mut core {
-                                Core::Serving(master) => {
-                                    master.handle(i);
-                                    dirty = true;
-                                }
-                                // A connection accepted just before this node
-                                // stepped down: it was told to close already.
-                                Core::Following(_) => {}
+                            handled += 1;
+                            on_input(i, &mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
+                        }
+                        MasterMsg::Inputs(mut inputs, credit) => {
+                            handled += inputs.len();
+                            for i in inputs.drain(..) {
+                                on_input(i, &mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
                             }
-                            if let Some(c) = gone {
-                                // Whatever the master still had for it goes
-                                // out before its outbox is forgotten.
-                                flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
-                                outboxes.remove(&c);
-                            }
+                            // The budget is given back once they are handled.
+                            drop(credit);
                         }
                         MasterMsg::Register(id, tx) => {
                             if matches!(core, Core::Following(_)) {
@@ -223,6 +256,13 @@ pub async fn run(
                             return;
                         }
                     }
+                    // Batched reads can bring thousands of inputs at once:
+                    // what they produced goes out every so often, not only
+                    // after the last one.
+                    if handled >= DISPATCH_EVERY {
+                        handled = 0;
+                        flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
+                    }
                 }
                 flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
             }
@@ -251,6 +291,36 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+/// Hand one input to the core (a following node has none to serve).
+fn on_input(
+    i: Input,
+    core: &mut Core,
+    dirty: &mut bool,
+    backend: &mut Backend,
+    outboxes: &mut ConnMap<mpsc::UnboundedSender<ToConn>>,
+    spare: &mut Vec<Output>,
+) {
+    let gone = match &i {
+        Input::Disconnected { conn } => Some(*conn),
+        _ => None,
+    };
+    match core {
+        Core::Serving(master) => {
+            master.handle(i);
+            *dirty = true;
+        }
+        // A connection accepted just before this node stepped down: it was
+        // told to close already.
+        Core::Following(_) => {}
+    }
+    if let Some(c) = gone {
+        // Whatever the master still had for it goes out before its outbox
+        // is forgotten.
+        flush(core, dirty, backend, outboxes, spare);
+        outboxes.remove(&c);
     }
 }
 

@@ -360,6 +360,8 @@ const ELECTION_WAIT: Duration = Duration::from_secs(10);
 struct ConnContext {
     config: Arc<Config>,
     master_tx: mpsc::Sender<MasterMsg>,
+    /// The budget of inputs connections may have waiting in batches.
+    credit: master_task::InputCredit,
     shutdown: watch::Receiver<bool>,
     router: Router,
     /// The master task's latest users and permissions, for logins.
@@ -372,6 +374,7 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
     let ConnContext {
         config,
         master_tx,
+        credit,
         shutdown,
         router,
         users,
@@ -424,6 +427,7 @@ async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, pe
         peer,
         config,
         master_tx,
+        credit,
         shutdown,
         users,
         cluster_name,
@@ -553,6 +557,7 @@ async fn run_broker(
     let ctx = ConnContext {
         config: opts.config.clone(),
         master_tx: master_tx.clone(),
+        credit: master_task::InputCredit::default(),
         shutdown: shutdown_rx,
         router,
         users: users.subscribe(),
