@@ -50,6 +50,34 @@ fn store_lag(cluster: &Cluster, on: usize, node: usize) -> Option<u64> {
     nodes.as_array().expect("a list")[node]["store_lag"].as_u64()
 }
 
+/// Node `node`'s entry in `GET /api/nodes` on node `on`.
+fn node_report(cluster: &Cluster, on: usize, node: usize) -> serde_json::Value {
+    cluster.api_nodes(on).as_array().expect("a list")[node].clone()
+}
+
+/// Whether node `node` replicates (the master hears it on an authenticated
+/// node-to-node connection), as `GET /api/nodes` on node `on` reports it.
+fn replicating(cluster: &Cluster, on: usize, node: usize) -> Option<bool> {
+    node_report(cluster, on, node)["replicating"].as_bool()
+}
+
+/// Node `node`'s row of `stablemq ctl cluster-status` run against node `on`,
+/// split into columns.
+fn ctl_row(cluster: &Cluster, on: usize, node: usize) -> Vec<String> {
+    let url = format!("http://127.0.0.1:{}", cluster.nodes[on].management_port);
+    let out = std::process::Command::new(compat_tests::binary_path())
+        .args(["ctl", "--url", &url, "cluster-status"])
+        .output()
+        .expect("run stablemq ctl");
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let id = (node + 1).to_string();
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .find(|cols| cols.first() == Some(&id))
+        .unwrap_or_else(|| panic!("no row for node {id}:\n{table}"))
+}
+
 /// Publish `n` persistent messages with confirms to `queue`; each must be acked.
 async fn publish_confirmed(uri: &str, queue: &str, n: u64) {
     let conn = connect_uri(uri).await;
@@ -97,6 +125,11 @@ async fn a_node_with_the_wrong_cookie_is_kept_out_until_fixed() {
             store_lag(&cluster, master, victim) == Some(0)
         })
     });
+    blocking(|| {
+        wait_for("every node replicating", || {
+            (0..3).all(|i| replicating(&cluster, master, i) == Some(true))
+        })
+    });
 
     // Restart the victim with another cookie.
     blocking(|| cluster.kill9(victim));
@@ -131,6 +164,28 @@ async fn a_node_with_the_wrong_cookie_is_kept_out_until_fixed() {
         lag.is_some_and(|l| l >= 300),
         "store lag of the outsider: {lag:?}"
     );
+    // It answers HTTP, but the master does not hear it replicate, from
+    // any node's point of view, in /api/nodes and in ctl cluster-status.
+    blocking(|| {
+        wait_for("the outsider shown as not replicating", || {
+            replicating(&cluster, master, victim) == Some(false)
+        })
+    });
+    let report = blocking(|| node_report(&cluster, victim, victim));
+    assert_eq!(report["reachable"], true, "{report}");
+    assert_eq!(report["replicating"], false, "{report}");
+    let other = (victim + 1) % 3;
+    assert_eq!(
+        blocking(|| replicating(&cluster, master, other)),
+        Some(true),
+        "the other member"
+    );
+    let row = blocking(|| ctl_row(&cluster, master, victim));
+    assert_eq!(
+        (row[3].as_str(), row[4].as_str()),
+        ("yes", "no"),
+        "reachable but not replicating: {row:?}"
+    );
     let status =
         blocking(|| cluster.status(victim, Duration::from_secs(2))).expect("victim status");
     assert_ne!(status.role, "master", "an outsider elected itself");
@@ -153,6 +208,12 @@ async fn a_node_with_the_wrong_cookie_is_kept_out_until_fixed() {
             store_lag(&cluster, master, victim) == Some(0)
         })
     });
+    assert_eq!(
+        blocking(|| replicating(&cluster, master, victim)),
+        Some(true),
+        "the fixed node replicates"
+    );
+    assert_eq!(blocking(|| ctl_row(&cluster, master, victim))[4], "yes");
     let target = blocking(|| cluster.status(master, Duration::from_secs(2)))
         .expect("master status")
         .stable_index;

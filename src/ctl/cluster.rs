@@ -1,8 +1,9 @@
 //! `stablemq ctl cluster_status`: every node of the cluster, from
 //! `GET /api/nodes`.
 //!
-//! StableMQ's nodes carry their replication state (role, epoch, stable index,
-//! store lag), which is what an operator needs during a failover; RabbitMQ's
+//! StableMQ's nodes carry their replication state (role, whether the master
+//! hears them on an authenticated node-to-node connection, epoch, stable
+//! index, store lag), which is what an operator needs during a failover; RabbitMQ's
 //! carry memory and alarms. The same command reads either: it looks at the
 //! fields the answer has.
 
@@ -44,17 +45,35 @@ pub fn cluster_status(api: &Api, formatter: Formatter) -> Result<String, CtlErro
 /// The table for StableMQ's nodes.
 pub fn render(nodes: &[NodeReport]) -> String {
     let mut out = format!(
-        "{:<4} {:<24} {:<10} {:<9} {:>6} {:>12} {:>7} {:>10} {}\n",
-        "id", "name", "role", "reachable", "epoch", "stable", "master", "store lag", "roles"
+        "{:<4} {:<24} {:<10} {:<9} {:<11} {:>6} {:>12} {:>7} {:>10} {}\n",
+        "id",
+        "name",
+        "role",
+        "reachable",
+        "replicating",
+        "epoch",
+        "stable",
+        "master",
+        "store lag",
+        "roles"
     );
     for n in nodes {
         let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
         out.push_str(&format!(
-            "{:<4} {:<24} {:<10} {:<9} {:>6} {:>12} {:>7} {:>10} {}\n",
+            "{:<4} {:<24} {:<10} {:<9} {:<11} {:>6} {:>12} {:>7} {:>10} {}\n",
             n.id,
             n.name,
             n.role,
             if n.reachable { "yes" } else { "no" },
+            // The management port answering is not replication: whether
+            // the master hears the node on an authenticated connection
+            // (with how long ago it last did, when it does not).
+            match (n.replicating, n.master_heard_ms_ago) {
+                (Some(true), _) => "yes".to_string(),
+                (Some(false), Some(ms)) => format!("no ({}s)", ms / 1000),
+                (Some(false), None) => "no".to_string(),
+                (None, _) => "-".to_string(),
+            },
             n.epoch,
             n.stable_index,
             opt(n.master),

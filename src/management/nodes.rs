@@ -5,6 +5,13 @@
 //! the caller's credentials). A peer that does not answer within a short
 //! timeout is listed as not running and not reachable, which is what an
 //! operator needs to see during a failover.
+//!
+//! `reachable` is about the management port only. Whether a node takes part
+//! in replication is `replicating`: the master heard it on an authenticated
+//! node-to-node connection within [`REPLICATING_WITHIN`]. Every node reports
+//! when it last heard each peer (`peers_heard_ms_ago`), and the list takes
+//! the master's view. A node kept out by a wrong cluster cookie answers HTTP
+//! (`reachable: true`) but is `replicating: false`.
 
 use super::{ApiError, AppState, authorize};
 use axum::Json;
@@ -13,12 +20,19 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use stablemq_cluster::driver::{BrokerStatus, StoreStatus};
 use stablemq_cluster::replication::{NodeId, RoleKind};
+use stablemq_cluster::transport::Heard;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// How long a peer has to answer a status request.
 const PEER_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// A node the master heard within this long replicates. A live node is heard
+/// at least once per heartbeat (50 ms by default): its acks. Generous, so a
+/// busy machine's scheduling gaps do not flap it.
+pub const REPLICATING_WITHIN: Duration = Duration::from_secs(3);
 
 /// Where this node's status comes from.
 pub struct NodeStatusSource {
@@ -30,6 +44,9 @@ pub struct NodeStatusSource {
     pub store: Option<watch::Receiver<StoreStatus>>,
     /// The single node's local log: its stable index.
     pub local_stable: Option<watch::Receiver<u64>>,
+    /// When each peer was last heard on an authenticated node-to-node
+    /// connection (cluster nodes).
+    pub heard: Option<Heard>,
     /// Every other node.
     pub peers: Vec<Peer>,
     /// Where this node keeps its data (its free disk space is reported).
@@ -81,6 +98,22 @@ pub struct NodeReport {
     pub store: Option<StoreReport>,
     /// How many entries its store is behind the most advanced store.
     pub store_lag: Option<u64>,
+    /// Whether it takes part in replication: the master heard it on an
+    /// authenticated node-to-node connection within [`REPLICATING_WITHIN`]
+    /// (the master itself: true). `None` when no master is known or the
+    /// master did not answer.
+    #[serde(default)]
+    pub replicating: Option<bool>,
+    /// How long ago the master last heard it, in milliseconds; `None` if the
+    /// master never did since it started (or is not known), and for the
+    /// master itself.
+    #[serde(default)]
+    pub master_heard_ms_ago: Option<u64>,
+    /// This node's own view: how long ago it last heard each peer (by id) on
+    /// an authenticated node-to-node connection, in milliseconds. Peers never
+    /// heard since it started are absent.
+    #[serde(default)]
+    pub peers_heard_ms_ago: BTreeMap<NodeId, u64>,
     /// Resources, with RabbitMQ's names (read by monitoring tools such as
     /// kbudde/rabbitmq_exporter); absent for a node that did not answer.
     #[serde(flatten)]
@@ -215,6 +248,18 @@ impl NodeStatusSource {
             master,
             store,
             store_lag: None,
+            replicating: None,
+            master_heard_ms_ago: None,
+            peers_heard_ms_ago: self
+                .heard
+                .as_ref()
+                .map(|h| {
+                    h.all()
+                        .into_iter()
+                        .map(|(n, ago)| (n, u64::try_from(ago.as_millis()).unwrap_or(u64::MAX)))
+                        .collect()
+                })
+                .unwrap_or_default(),
             resources: Some(Resources::read(&self.data_dir, self.disk_free_limit)),
         }
     }
@@ -248,7 +293,32 @@ impl NodeStatusSource {
                 .filter(|_| r.running)
                 .map(|s| front.saturating_sub(s.last_index));
         }
+        mark_replicating(&mut all);
         all
+    }
+}
+
+/// Fill in `replicating` and `master_heard_ms_ago` from the master's view:
+/// the running node that claims mastership with the highest epoch (a deposed
+/// master that has not heard of its successor yet has a lower one).
+fn mark_replicating(all: &mut [NodeReport]) {
+    let master = all
+        .iter()
+        .filter(|r| r.running && r.role == "master")
+        .max_by_key(|r| r.epoch)
+        .map(|r| (r.id, r.peers_heard_ms_ago.clone()));
+    let Some((master, heard)) = master else {
+        return;
+    };
+    let within = u64::try_from(REPLICATING_WITHIN.as_millis()).unwrap_or(u64::MAX);
+    for r in all {
+        if r.id == master {
+            r.replicating = Some(true);
+            continue;
+        }
+        let ago = heard.get(&r.id).copied();
+        r.master_heard_ms_ago = ago;
+        r.replicating = Some(ago.is_some_and(|ms| ms <= within));
     }
 }
 
@@ -280,6 +350,9 @@ fn unreachable_report(peer: &Peer) -> NodeReport {
         master: None,
         store: None,
         store_lag: None,
+        replicating: None,
+        master_heard_ms_ago: None,
+        peers_heard_ms_ago: BTreeMap::new(),
         resources: None,
     }
 }
@@ -341,4 +414,55 @@ pub async fn local(
 ) -> Result<Json<NodeReport>, ApiError> {
     authorize(&state, &headers)?;
     Ok(Json(state.nodes.local()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(id: NodeId, role: &str, epoch: u64, heard: &[(NodeId, u64)]) -> NodeReport {
+        NodeReport {
+            role: role.into(),
+            epoch,
+            running: true,
+            reachable: true,
+            peers_heard_ms_ago: heard.iter().copied().collect(),
+            ..unreachable_report(&Peer {
+                id,
+                name: format!("n{id}"),
+                roles: vec!["broker".into(), "store".into()],
+                management_addr: None,
+            })
+        }
+    }
+
+    #[test]
+    fn replicating_is_the_masters_view() {
+        let mut all = vec![
+            // A deposed master that has not heard of its successor.
+            report(1, "master", 2, &[(2, 10), (3, 10)]),
+            report(2, "master", 3, &[(1, 10), (3, 60_000)]),
+            report(3, "slave", 3, &[(2, 10)]),
+        ];
+        mark_replicating(&mut all);
+        assert_eq!(all[1].replicating, Some(true));
+        assert_eq!(all[1].master_heard_ms_ago, None);
+        assert_eq!(all[0].replicating, Some(true));
+        assert_eq!(all[2].replicating, Some(false), "heard a minute ago");
+        assert_eq!(all[2].master_heard_ms_ago, Some(60_000));
+
+        // Never heard (a node kept out since the master started).
+        let mut all = vec![report(1, "master", 1, &[]), report(2, "slave", 1, &[])];
+        mark_replicating(&mut all);
+        assert_eq!(all[1].replicating, Some(false));
+        assert_eq!(all[1].master_heard_ms_ago, None);
+
+        // No master answered: unknown, not false.
+        let mut all = vec![
+            report(1, "candidate", 4, &[(2, 5)]),
+            report(2, "slave", 3, &[]),
+        ];
+        mark_replicating(&mut all);
+        assert!(all.iter().all(|r| r.replicating.is_none()));
+    }
 }

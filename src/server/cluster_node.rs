@@ -8,7 +8,7 @@ use stablemq_cluster::driver::{
     BrokerNodeDriver, BrokerStatus, NodeNet, StoreStatus, run_store_node_with,
 };
 use stablemq_cluster::replication::{NodeId, RoleKind};
-use stablemq_cluster::transport::TransportOptions;
+use stablemq_cluster::transport::{Heard, TransportOptions};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -33,6 +33,9 @@ pub struct ClusterNode {
     pub store: Option<JoinHandle<()>>,
     /// The event store's status (store nodes).
     pub store_status: Option<watch::Receiver<StoreStatus>>,
+    /// When each peer was last heard on an authenticated node-to-node
+    /// connection (`/api/nodes` reports it as `replicating`).
+    pub heard: Heard,
 }
 
 /// Bind the cluster address and start whichever of store and broker this node
@@ -75,6 +78,7 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
         ..TransportOptions::default()
     };
     let net = NodeNet::start(me.id, listener, cluster.peers(), opts);
+    let heard = net.heard.clone();
     let (store, store_status) = if me.runs(NodeRole::Store) {
         let dir = data_dir.join("store");
         let (repl, outbox, id) = (repl.clone(), net.outbox.clone(), me.id);
@@ -128,6 +132,7 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
         amqp_addrs,
         store,
         store_status,
+        heard,
     })
 }
 

@@ -107,6 +107,7 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
             broker: None,
             store: None,
             local_stable,
+            heard: None,
             peers: Vec::new(),
             data_dir: opts.data_dir.clone(),
             disk_free_limit: opts.config.disk_free_limit_bytes,
@@ -141,6 +142,7 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
         broker: node.status.clone(),
         store: node.store_status.clone(),
         local_stable: None,
+        heard: Some(node.heard.clone()),
         peers: cluster
             .nodes
             .iter()

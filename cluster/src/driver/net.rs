@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::replication::{NodeId, Service};
-use crate::transport::{Transport, TransportOptions};
+use crate::transport::{Heard, Transport, TransportOptions};
 use crate::wire::Envelope;
 
 /// Aborts the network tasks once the last [`Outbox`] is dropped, which closes
@@ -60,6 +60,8 @@ pub struct NodeNet {
     pub store_inbound: mpsc::Receiver<Envelope>,
     /// Envelopes for the node's broker.
     pub broker_inbound: mpsc::Receiver<Envelope>,
+    /// When each peer was last heard on an authenticated connection.
+    pub heard: Heard,
 }
 
 impl NodeNet {
@@ -74,6 +76,7 @@ impl NodeNet {
     ) -> NodeNet {
         let queue = opts.inbound_queue.max(1);
         let (mut transport, mut inbound) = Transport::start(me, listener, peers, opts);
+        let heard = transport.heard();
         let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Envelope>();
         let (store_tx, store_inbound) = mpsc::channel(queue);
         let (broker_tx, broker_inbound) = mpsc::channel(queue);
@@ -101,6 +104,7 @@ impl NodeNet {
             },
             store_inbound,
             broker_inbound,
+            heard,
         }
     }
 }

@@ -49,8 +49,10 @@ use crate::replication::{Endpoint, Message, NodeId, Service};
 use crate::wire::{self, Envelope, MAX_FRAME_DEFAULT};
 
 pub mod auth;
+mod heard;
 pub mod tls;
 pub use auth::{AuthError, Cookie};
+pub use heard::Heard;
 pub use tls::{TlsConfig, TlsError};
 
 /// A node-to-node connection once opened: plain TCP, or TLS over it.
@@ -110,6 +112,8 @@ pub struct Transport {
     local: mpsc::Sender<Envelope>,
     /// The listener and the writers; dropped (aborted) with the transport.
     tasks: JoinSet<()>,
+    /// When each peer was last heard (see [`heard`]).
+    heard: Heard,
 }
 
 impl Transport {
@@ -125,8 +129,15 @@ impl Transport {
         opts: TransportOptions,
     ) -> (Transport, mpsc::Receiver<Envelope>) {
         let (inbound_tx, inbound_rx) = mpsc::channel(opts.inbound_queue.max(1));
+        let heard = Heard::new(peers.keys().copied());
         let mut tasks = JoinSet::new();
-        tasks.spawn(listen(me, listener, inbound_tx.clone(), opts.clone()));
+        tasks.spawn(listen(
+            me,
+            listener,
+            inbound_tx.clone(),
+            opts.clone(),
+            heard.clone(),
+        ));
         let transport = Transport {
             me,
             peers,
@@ -134,8 +145,14 @@ impl Transport {
             outbound: HashMap::new(),
             local: inbound_tx,
             tasks,
+            heard,
         };
         (transport, inbound_rx)
+    }
+
+    /// When each peer was last heard on an authenticated connection.
+    pub fn heard(&self) -> Heard {
+        self.heard.clone()
     }
 
     /// Queue `env` for `env.to.node`. Never waits: if the peer's queue is full
@@ -174,6 +191,7 @@ async fn listen(
     listener: TcpListener,
     inbound: mpsc::Sender<Envelope>,
     opts: TransportOptions,
+    heard: Heard,
 ) {
     // Owned here so aborting the listener aborts every reader with it.
     let mut readers = JoinSet::new();
@@ -181,7 +199,7 @@ async fn listen(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, addr)) => {
-                    readers.spawn(read_from_peer(me, stream, addr, inbound.clone(), opts.clone()));
+                    readers.spawn(read_from_peer(me, stream, addr, inbound.clone(), opts.clone(), heard.clone()));
                 }
                 Err(err) => {
                     // Usually out of file descriptors; do not spin on it.
@@ -201,6 +219,7 @@ async fn read_from_peer(
     addr: SocketAddr,
     inbound: mpsc::Sender<Envelope>,
     opts: TransportOptions,
+    heard: Heard,
 ) {
     let handshake = async {
         let mut stream: Stream = match &opts.tls {
@@ -221,6 +240,7 @@ async fn read_from_peer(
             return;
         }
     };
+    heard.touch(peer);
     let max = opts.max_frame;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
@@ -255,7 +275,7 @@ async fn read_from_peer(
         }
         match stream.read_buf(&mut buf).await {
             Ok(0) => return,
-            Ok(_) => {}
+            Ok(_) => heard.touch(peer),
             Err(err) => {
                 tracing::debug!(%addr, error = %err, "read failed; closing connection");
                 return;
