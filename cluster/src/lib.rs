@@ -11,12 +11,12 @@
 //! - [`wire`] frames the engine's messages (length prefix, version byte);
 //!   [`transport`] moves them over TCP with reconnect and backoff, after both
 //!   ends prove they hold the cluster cookie; [`driver`]
-//!   runs a store node over fjall ([`driver::run_store_node`]) and a broker node
+//!   runs a store node over the disk store ([`driver::run_store_node`]) and a broker node
 //!   ([`driver::BrokerNodeDriver`]) on tokio.
 //! - [`LocalLog`] assigns log positions and group-commits appends on a dedicated
 //!   store thread (one fsync per batch), reporting the stable index by callback.
 //! - [`EventStore`] is the synchronous storage trait, with [`FjallStore`] (the
-//!   disk, via fjall) and [`MemoryStore`] (the simulator and the conformance
+//!   disk: the log in append-only segment files, meta and state in fjall) and [`MemoryStore`] (the simulator and the conformance
 //!   suite).
 //! - [`store::Materializer`] keeps a store's materialized `state`: a
 //!   [`store::Reducer`] supplied by the broker turns stable entries into

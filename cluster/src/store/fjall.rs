@@ -1,17 +1,22 @@
-//! The event store on disk, in fjall.
+//! The event store on disk: the log in segment files, the rest in fjall.
 //!
-//! Layout: one `Database` per store directory with three keyspaces.
-//! - `log`: the entries, one key-value per run of entries appended together
-//!   (a record; see [`super::fjall_log`]), keyed so that key order is log
-//!   order.
-//! - `meta`: the promised epoch, the stable index and the state index,
-//!   big-endian `u64` each; the log base (the last compacted entry) as epoch
-//!   then index; the store's identity: `joined` (0 or 1) and `incarnation`,
-//!   written once when the disk is created (see [`FjallStore::open`]).
-//! - `state`: the materialized state, keys and values as the broker's reducer
-//!   chose them (see [`super::Materializer`]). After a snapshot from a peer
-//!   was installed, the live state is `state.<n>` instead, `n` being
-//!   `meta/state_gen` (see [`FjallStore::install_staged`]).
+//! Layout of a store directory:
+//! - `segments/`: the log, in append-only segment files (see
+//!   [`super::segment_log`]), with the stable index as markers in it.
+//! - fjall's own folders, one `Database` with these keyspaces:
+//!   - `meta`: the promised epoch, the state index, the stable index as of
+//!     the last snapshot install (the markers in the log hold the newer
+//!     ones), big-endian `u64` each; the log base (the last compacted
+//!     entry) as epoch then index; the store's identity: `joined` (0 or 1)
+//!     and `incarnation`, written once when the disk is created (see
+//!     [`FjallStore::open`]).
+//!   - `state`: the materialized state, keys and values as the broker's
+//!     reducer chose them (see [`super::Materializer`]). After a snapshot
+//!     from a peer was installed, the live state is `state.<n>` instead,
+//!     `n` being `meta/state_gen` (see [`FjallStore::install_staged`]).
+//! - A store written before segments existed has its log in a keyspace
+//!   `log` (see [`super::fjall_log`]): the first open moves it into
+//!   `segments/` (see [`super::fjall_meta::migrate`]).
 //!
 //! A peer's state (snapshot catch-up) arrives in chunks, each written as it
 //! comes into a new keyspace (`state.<n+1>`) beside the live one, so the
@@ -20,37 +25,43 @@
 //! new log base and state index; only then is the old keyspace deleted.
 //! `open` deletes every state keyspace that `meta` does not name: a crash
 //! mid-transfer leaves the old state and log whole, and the half-staged one
-//! is never seen.
+//! is never seen. A log that does not continue the installed base is reset
+//! after that write; a crash in between is finished by `open`.
 //!
 //! A materialized batch (state ops, state index and the new log base) is one
-//! atomic fjall batch, so after a crash the state and the log always agree on
-//! where one ends and the other begins.
+//! atomic fjall batch, so the state and the base always agree. Entries at or
+//! below the base are dead the moment the base is written (reads refuse
+//! them); whole segment files below the durable base are deleted.
 //!
-//! Compaction deletes no log entry one by one: entries at or below the base
-//! are dead the moment the base is written (reads refuse them, `open` scans
-//! from the base on), and their disk space is reclaimed by dropping whole
-//! tables (`drop_range`) in the background once the base is durable. Deleting
-//! entry by entry cost a tombstone per entry, written to the journal on the
-//! commit thread and compacted later: most of the store's work under a
-//! publish-and-consume load. A table (or a record) straddling the base stays
-//! until the base passes it, so the disk holds at most a table's worth of
-//! dead entries more.
+//! Durability. A commit (`sync`) is one `fdatasync` of the current segment:
+//! the entries and the stable index. fjall's journal is only handed to the
+//! OS then (`PersistMode::Buffer`), not fsynced, because nothing in the state
+//! needs to survive a power loss on its own: the state is a function of the
+//! log, and the log keeps every entry above the *durable* log base. After a
+//! crash the state may be older (fjall recovers a prefix of its batches),
+//! and the store's reducer re-derives it from the log above the state index
+//! it finds. So fjall's journal is fsynced only where something must be
+//! durable: the promise and `joined` (durable on return, with the log), a
+//! snapshot install (it replaces what the log held), and before whole
+//! segments below the base are deleted (the base they are deleted under must
+//! survive). fjall still fsyncs its own flushes and compactions, but of the
+//! state only, which under a publish-and-consume load is small.
 //!
-//! The journal is persisted manually (`manual_journal_persist`), so a batch of
-//! appends costs one write into fjall's buffer and the group commit costs exactly
-//! one `persist(SyncAll)`. A crash may lose unsynced writes; fjall's journal
-//! recovery drops a torn tail, so what survives is a prefix.
+//! Why the state never runs ahead of the durable log: the runner records a
+//! stable index only after the fsync that covered its entries, and the
+//! state only covers stable entries; so whatever fjall wrote (even a flush
+//! that reached the disk before the segment's next fsync) refers to synced
+//! entries.
 
 use std::path::Path;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use bytes::Bytes;
 use fjall::config::PartitioningPolicy;
 use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
-use super::fjall_log as records;
+use super::fjall_meta::{encode_position, migrate, open_identity, read_base, read_meta};
+use super::segment_log::{SEGMENT_BYTES, SegmentLog};
 use super::state::check_materialize;
 use super::{
     EventStore, MergedOp, StateBatch, StoreError, check_append, check_append_as, check_promise,
@@ -89,23 +100,29 @@ const WORKER_THREADS: usize = 1;
 /// deleted, which bloom filters answer; the broker reads paged messages from
 /// its own files.
 const BLOCK_CACHE_BYTES: u64 = 8 * 1024 * 1024;
-const LOG_KEYSPACE: &str = "log";
+pub(super) const LOG_KEYSPACE: &str = "log";
 const META_KEYSPACE: &str = "meta";
 const STATE_KEYSPACE: &str = "state";
 const PROMISED_EPOCH_KEY: &[u8] = b"promised_epoch";
 const STABLE_INDEX_KEY: &[u8] = b"stable_index";
 const STATE_INDEX_KEY: &[u8] = b"state_index";
-const LOG_BASE_KEY: &[u8] = b"log_base";
+pub(super) const LOG_BASE_KEY: &[u8] = b"log_base";
 const STATE_GEN_KEY: &[u8] = b"state_gen";
-const JOINED_KEY: &[u8] = b"joined";
-const INCARNATION_KEY: &[u8] = b"incarnation";
+pub(super) const JOINED_KEY: &[u8] = b"joined";
+pub(super) const INCARNATION_KEY: &[u8] = b"incarnation";
 
-/// An [`EventStore`] on a local disk, backed by fjall.
+/// The log's directory inside the store's.
+pub(super) const SEGMENTS_DIR: &str = "segments";
+/// Where [`migrate`] builds the segments of a log that was in fjall.
+pub(super) const MIGRATING_DIR: &str = "segments.migrating";
+
+/// An [`EventStore`] on a local disk: the log in segment files, the state
+/// and meta in fjall.
 pub struct FjallStore {
     /// Kept to persist (fsync) the shared journal and to build atomic batches.
     db: Database,
     /// The log itself.
-    log: Keyspace,
+    log: SegmentLog,
     /// Promised epoch and stable index.
     meta: Keyspace,
     /// Materialized result of stable events (live messages, definitions), so disk
@@ -122,10 +139,9 @@ pub struct FjallStore {
     state_index: u64,
     /// Cached copy of `meta/log_base`: the last compacted entry.
     base: LogPosition,
-    /// The base as of the last fsync: entries up to it may be dropped from disk.
+    /// The base as of the last fsync of fjall's journal: segments wholly
+    /// below it may be deleted.
     durable_base: u64,
-    /// Drops the log's tables below the durable base; see the module docs.
-    reclaimer: Option<Reclaimer>,
     /// Cached so `last_position` and `check_append` never touch the disk.
     last: LogPosition,
     /// Cached copy of `meta/promised_epoch`.
@@ -141,6 +157,8 @@ pub struct FjallStore {
     unsynced_entries: u64,
     /// Something (an entry or the stable index) was written since the last fsync.
     dirty: bool,
+    /// fjall was written since its journal was last handed to the OS.
+    fjall_dirty: bool,
 }
 
 impl FjallStore {
@@ -162,8 +180,6 @@ impl FjallStore {
             // zeroed for each record.
             .journal_compression(fjall::CompressionType::None)
             .open()?;
-        let bounded = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
-        let log = db.keyspace(LOG_KEYSPACE, bounded)?;
         let meta = db.keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)?;
         // The live state (see `state_options` and the module docs).
         let state_gen = read_meta(&meta, STATE_GEN_KEY)?;
@@ -177,17 +193,29 @@ impl FjallStore {
         drop_stale_states(&db, &state_name)?;
 
         let promised_epoch = read_meta(&meta, PROMISED_EPOCH_KEY)?;
-        let stable_index = read_meta(&meta, STABLE_INDEX_KEY)?;
         let state_index = read_meta(&meta, STATE_INDEX_KEY)?;
         let base = read_base(&meta)?;
 
-        let last_index = truncate_at_first_gap(&db, &log, base.index)?;
-        let last = if last_index == base.index {
-            base
-        } else {
-            records::read_position(&log, last_index)?
-        };
-        if stable_index > last.index || state_index > stable_index.max(base.index) {
+        migrate(&db, dir, base)?;
+        let mut log = SegmentLog::open(&dir.join(SEGMENTS_DIR), base, SEGMENT_BYTES)?;
+        if base.index > 0 && log.start().index > base.index {
+            return Err(StoreError::Corrupt(format!(
+                "the log starts after {}, but the state covers only up to the base {base}",
+                log.start()
+            )));
+        }
+        if base.index > 0 && !super::keeps_suffix(held_at(&log, base.index)?, base) {
+            // A snapshot install whose log did not hold its base: fjall has
+            // the new base, the crash came before the log was reset.
+            tracing::warn!(%base, "the event log does not continue the installed state; resetting it");
+            log.reset(base)?;
+        }
+        let last = log.last();
+        let stable_index = read_meta(&meta, STABLE_INDEX_KEY)?
+            .max(log.stable())
+            .max(state_index)
+            .max(base.index);
+        if stable_index > last.index || state_index > last.index {
             // Synced data went missing: this is not a torn tail, it is loss.
             return Err(StoreError::Corrupt(format!(
                 "stable index {stable_index}, state index {state_index}, but the log ends at {last}"
@@ -200,12 +228,7 @@ impl FjallStore {
             promised_epoch > 0 || last.index > 0 || stable_index > 0 || state_index > 0,
         )?;
 
-        let reclaimer = Reclaimer::start(log.clone())?;
-        if base.index > 0 {
-            // Tables a crash kept from being dropped.
-            reclaimer.drop_through(base.index);
-        }
-        Ok(FjallStore {
+        let mut store = FjallStore {
             db,
             log,
             meta,
@@ -216,7 +239,6 @@ impl FjallStore {
             state_index,
             base,
             durable_base: base.index,
-            reclaimer: Some(reclaimer),
             last,
             promised_epoch,
             joined,
@@ -224,7 +246,11 @@ impl FjallStore {
             stable_index,
             unsynced_entries: 0,
             dirty: false,
-        })
+            fjall_dirty: false,
+        };
+        // Segments a crash kept from being deleted.
+        store.log.drop_through(store.durable_base)?;
+        Ok(store)
     }
 
     /// Writes already-checked entries as one atomic batch (not yet durable).
@@ -232,99 +258,48 @@ impl FjallStore {
         let Some(last) = entries.last() else {
             return Ok(());
         };
-        let mut batch = self.db.batch();
-        records::write_records(&mut batch, &self.log, entries)?;
-        batch.commit()?;
-        rotate_full(&self.log)?;
+        self.log.append(entries)?;
         self.last = last.pos;
         self.unsynced_entries += entries.len() as u64;
         self.dirty = true;
         Ok(())
     }
 
-    /// One fsync of the whole journal, measured.
-    fn persist(&mut self) -> Result<(), StoreError> {
+    /// Makes everything durable: the log (one fdatasync, measured) and, if
+    /// `fjall_too`, fjall's journal (see the module docs for when).
+    fn persist(&mut self, fjall_too: bool) -> Result<(), StoreError> {
         let started = Instant::now();
-        self.db.persist(PersistMode::SyncAll)?;
+        self.log.sync()?;
         metrics::histogram!(m::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
         metrics::counter!(m::FSYNCS_TOTAL).increment(1);
+        if fjall_too {
+            self.db.persist(PersistMode::SyncAll)?;
+            self.durable_base = self.base.index;
+            self.fjall_dirty = false;
+        } else if self.fjall_dirty {
+            self.db.persist(PersistMode::Buffer)?;
+            self.fjall_dirty = false;
+        }
         self.dirty = false;
         self.unsynced_entries = 0;
-        if self.base.index > self.durable_base {
-            self.durable_base = self.base.index;
-            if let Some(reclaimer) = &self.reclaimer {
-                reclaimer.drop_through(self.durable_base);
+        if self.log.reclaimable(self.base.index) {
+            // Segments wholly below the base go, under a durable base.
+            if self.durable_base < self.base.index {
+                self.db.persist(PersistMode::SyncAll)?;
+                self.durable_base = self.base.index;
             }
+            self.log.drop_through(self.durable_base)?;
         }
         Ok(())
     }
 }
 
 impl Drop for FjallStore {
-    /// Waits for the reclaimer, which holds the log keyspace (and with it
-    /// fjall's directory lock): the directory can be opened again at once.
+    /// Hands fjall's journal to the OS: a store dropped and opened again
+    /// finds everything it was given (unsynced writes included).
     fn drop(&mut self) {
-        if let Some(reclaimer) = self.reclaimer.take() {
-            reclaimer.stop();
-        }
-    }
-}
-
-/// Least number of dead entries worth a `drop_range` (each one takes fjall's
-/// compaction lock and writes a new version of the tree).
-const RECLAIM_STEP: u64 = 4096;
-
-/// The background thread that drops whole log tables below the durable base.
-struct Reclaimer {
-    tx: mpsc::Sender<u64>,
-    thread: JoinHandle<()>,
-}
-
-impl Reclaimer {
-    fn start(log: Keyspace) -> Result<Reclaimer, StoreError> {
-        let (tx, rx) = mpsc::channel::<u64>();
-        let thread = std::thread::Builder::new()
-            .name("stablemq-log-reclaim".into())
-            .spawn(move || {
-                let mut dropped = 0;
-                while let Ok(mut through) = rx.recv() {
-                    // Only the newest base matters.
-                    while let Ok(newer) = rx.try_recv() {
-                        through = through.max(newer);
-                    }
-                    if through < dropped + RECLAIM_STEP && dropped > 0 {
-                        continue;
-                    }
-                    // Failing to reclaim loses no data: the store's own writes
-                    // will meet a failing disk soon enough. A record holding
-                    // entries after `through` stays whole.
-                    let reclaimed = match records::dead_range(&log, through) {
-                        Ok(range) => log
-                            .tree
-                            .drop_range::<Vec<u8>, _>(range)
-                            .map_err(|e| e.to_string()),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    match reclaimed {
-                        Ok(()) => dropped = through,
-                        Err(err) => {
-                            tracing::warn!(error = %err, "dropping compacted log tables failed")
-                        }
-                    }
-                }
-            })?;
-        Ok(Reclaimer { tx, thread })
-    }
-
-    /// Entries up to `index` are below a durable base: their tables may go.
-    fn drop_through(&self, index: u64) {
-        let _ = self.tx.send(index);
-    }
-
-    fn stop(self) {
-        drop(self.tx);
-        if self.thread.join().is_err() {
-            tracing::error!("log reclaimer thread panicked");
+        if let Err(err) = self.db.persist(PersistMode::Buffer) {
+            tracing::warn!(error = %err, "flushing the store's journal on close failed");
         }
     }
 }
@@ -346,7 +321,7 @@ impl EventStore for FjallStore {
             return Ok(Vec::new());
         }
         check_read(self.base, from)?;
-        let entries = records::read_entries(&self.log, from, to)?;
+        let entries = self.log.read_range(from, to)?;
         for (i, entry) in entries.iter().enumerate() {
             let expected = from + i as u64;
             if entry.pos.index != expected {
@@ -364,7 +339,7 @@ impl EventStore for FjallStore {
             return Ok(());
         }
         let batch_entries = self.unsynced_entries;
-        self.persist()?;
+        self.persist(false)?;
         metrics::histogram!(m::FSYNC_BATCH_MESSAGES).record(batch_entries as f64);
         Ok(())
     }
@@ -376,7 +351,7 @@ impl EventStore for FjallStore {
     fn read_from(&self, from: u64) -> Result<Vec<Entry>, StoreError> {
         check_read(self.base, from)?;
         let from = from.max(1);
-        let entries = records::read_entries(&self.log, from, u64::MAX)?;
+        let entries = self.log.read_range(from, u64::MAX)?;
         let mut prev = LogPosition::new(0, from - 1);
         for entry in &entries {
             // `open` removed any gap, so one now means the disk changed under us.
@@ -395,15 +370,10 @@ impl EventStore for FjallStore {
         if !check_truncate(self.stable_index, self.last, index)? {
             return Ok(());
         }
-        let mut batch = self.db.batch();
-        records::remove_from(&mut batch, &self.log, index + 1)?;
-        batch.commit()?;
-        self.persist()?;
-        self.last = if index == self.base.index {
-            self.base
-        } else {
-            records::read_position(&self.log, index)?
-        };
+        // Durable before it returns, with everything written before it.
+        self.log.truncate_after(index)?;
+        self.persist(false)?;
+        self.last = self.log.last();
         Ok(())
     }
 
@@ -418,7 +388,7 @@ impl EventStore for FjallStore {
     fn set_joined(&mut self) -> Result<(), StoreError> {
         if !self.joined {
             self.meta.insert(JOINED_KEY, 1u64.to_be_bytes())?;
-            self.persist()?;
+            self.persist(true)?;
             self.joined = true;
         }
         Ok(())
@@ -431,7 +401,7 @@ impl EventStore for FjallStore {
     fn set_promised_epoch(&mut self, epoch: u64) -> Result<(), StoreError> {
         if check_promise(self.promised_epoch, epoch)? {
             self.meta.insert(PROMISED_EPOCH_KEY, epoch.to_be_bytes())?;
-            self.persist()?;
+            self.persist(true)?;
             self.promised_epoch = epoch;
         }
         Ok(())
@@ -443,8 +413,8 @@ impl EventStore for FjallStore {
 
     fn set_stable_index(&mut self, index: u64) -> Result<(), StoreError> {
         if check_stable(self.stable_index, self.last, index)? {
-            // Buffered in the journal; the next fsync makes it durable.
-            self.meta.insert(STABLE_INDEX_KEY, index.to_be_bytes())?;
+            // A marker in the log; the next fsync makes it durable.
+            self.log.set_stable(index)?;
             self.stable_index = index;
             self.dirty = true;
         }
@@ -484,14 +454,16 @@ impl EventStore for FjallStore {
         let mut base = self.base;
         if batch.compact_through > base.index {
             // Moving the base is the whole deletion (see the module docs).
-            base = records::read_position(&self.log, batch.compact_through)?;
+            base = self.log.position(batch.compact_through)?;
             write.insert(&self.meta, LOG_BASE_KEY, encode_position(base));
         }
         write.commit()?;
         rotate_full(&self.state)?;
         self.state_index = batch.state_index;
         self.base = base;
+        self.log.set_base(base);
         self.dirty = true;
+        self.fjall_dirty = true;
         Ok(())
     }
 
@@ -539,7 +511,7 @@ impl EventStore for FjallStore {
         let base = if self.state_index == self.base.index {
             self.base
         } else {
-            records::read_position(&self.log, self.state_index)?
+            self.log.position(self.state_index)?
         };
         Ok(Box::new(FjallSnapshot {
             snapshot: self.db.snapshot(),
@@ -582,6 +554,7 @@ impl EventStore for FjallStore {
         write.commit()?;
         rotate_full(keyspace)?;
         self.dirty = true;
+        self.fjall_dirty = true;
         Ok(())
     }
 
@@ -597,18 +570,8 @@ impl EventStore for FjallStore {
                 "installing a state at {base}, which was not staged"
             )));
         };
-        let held = if base.index <= self.last.index {
-            Some(records::read_position(&self.log, base.index)?)
-        } else {
-            None
-        };
-        let keep = super::keeps_suffix(held, base);
+        let keep = super::keeps_suffix(held_at(&self.log, base.index)?, base);
         let mut write = self.db.batch();
-        // Entries up to the new base die with the base (see the module docs);
-        // a suffix that does not follow it must really go.
-        if !keep {
-            records::remove_from(&mut write, &self.log, base.index + 1)?;
-        }
         let stable = self.stable_index.max(base.index);
         write.insert(&self.meta, STATE_GEN_KEY, generation.to_be_bytes());
         write.insert(&self.meta, STATE_INDEX_KEY, base.index.to_be_bytes());
@@ -618,14 +581,21 @@ impl EventStore for FjallStore {
         let old = std::mem::replace(&mut self.state, staged);
         self.state_gen = generation;
         self.state_index = base.index;
-        if !keep {
-            self.last = base;
-        }
         self.base = base;
+        self.log.set_base(base);
         self.stable_index = stable;
         // Durable before the old state goes: a crash must find either the
         // old state named in meta, or the new one.
-        self.persist()?;
+        self.persist(true)?;
+        // Entries up to the new base die with the base (see the module
+        // docs); a log that does not continue it is reset, after the base
+        // is durable (`open` finishes it after a crash).
+        if !keep {
+            self.log.reset(base)?;
+            self.last = base;
+        }
+        self.log.set_stable(stable)?;
+        self.dirty = true;
         // Its files go once no pinned snapshot reads it any more.
         self.db.delete_keyspace(old)?;
         Ok(())
@@ -670,32 +640,6 @@ impl super::StateSnapshot for FjallSnapshot {
     }
 }
 
-fn encode_position(pos: LogPosition) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&pos.epoch.to_be_bytes());
-    out[8..].copy_from_slice(&pos.index.to_be_bytes());
-    out
-}
-
-/// The log base from `meta`; `(0,0)` when the log was never compacted.
-fn read_base(meta: &Keyspace) -> Result<LogPosition, StoreError> {
-    let Some(value) = meta.get(LOG_BASE_KEY)? else {
-        return Ok(LogPosition::ZERO);
-    };
-    let bytes: [u8; 16] = value.as_ref().try_into().map_err(|_| {
-        StoreError::Corrupt(format!(
-            "meta log_base has {} bytes, expected 16",
-            value.len()
-        ))
-    })?;
-    let (epoch, index) = bytes.split_at(8);
-    let word = |b: &[u8]| b.try_into().map(u64::from_be_bytes);
-    match (word(epoch), word(index)) {
-        (Ok(epoch), Ok(index)) => Ok(LogPosition::new(epoch, index)),
-        _ => Err(StoreError::Corrupt("meta log_base".into())),
-    }
-}
-
 /// Seals `keyspace`'s memtable once it is full. fjall asks its workers to
 /// do that, through the queue where a flush or a long compaction may be
 /// ahead (one worker, see [`WORKER_THREADS`]); meanwhile the memtable kept
@@ -708,40 +652,6 @@ fn rotate_full(keyspace: &Keyspace) -> Result<(), StoreError> {
         keyspace.rotate_memtable()?;
     }
     Ok(())
-}
-
-/// The store's identity (joined, incarnation), written durably at the first
-/// open. A disk without one is either new or predates the flag: if it holds
-/// anything (`holds_data`) it was part of a cluster, so it counts as joined
-/// with incarnation 0 (the upgrade path); if it holds nothing it has promised
-/// and acked nothing, so it is as good as new and must join. That is also
-/// why the identity need not be in the same write as the keyspaces' creation:
-/// a crash between the two leaves a disk that holds nothing and no identity,
-/// which the next open treats as new, exactly as it would have been.
-fn open_identity(
-    db: &Database,
-    meta: &Keyspace,
-    holds_data: bool,
-) -> Result<(bool, u64), StoreError> {
-    if meta.get(JOINED_KEY)?.is_some() {
-        let joined = match read_meta(meta, JOINED_KEY)? {
-            0 => false,
-            1 => true,
-            other => return Err(StoreError::Corrupt(format!("meta joined = {other}"))),
-        };
-        return Ok((joined, read_meta(meta, INCARNATION_KEY)?));
-    }
-    let (joined, incarnation) = if holds_data {
-        (true, 0)
-    } else {
-        (false, super::new_incarnation(0))
-    };
-    let mut write = db.batch();
-    write.insert(meta, JOINED_KEY, u64::from(joined).to_be_bytes());
-    write.insert(meta, INCARNATION_KEY, incarnation.to_be_bytes());
-    write.commit()?;
-    db.persist(PersistMode::SyncAll)?;
-    Ok((joined, incarnation))
 }
 
 /// The keyspace holding the state of `generation`: the first one keeps
@@ -786,37 +696,12 @@ fn drop_stale_states(db: &Database, live: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// A missing meta key means "never set" (0); any other length is corruption.
-fn read_meta(meta: &Keyspace, key: &[u8]) -> Result<u64, StoreError> {
-    let Some(value) = meta.get(key)? else {
-        return Ok(0);
-    };
-    let bytes: [u8; 8] = value.as_ref().try_into().map_err(|_| {
-        StoreError::Corrupt(format!(
-            "meta {:?} has {} bytes, expected 8",
-            String::from_utf8_lossy(key),
-            value.len()
-        ))
-    })?;
-    Ok(u64::from_be_bytes(bytes))
-}
-
-/// Scans the log after the base and drops everything after the first hole.
-/// Returns the last index of the surviving contiguous run.
-fn truncate_at_first_gap(db: &Database, log: &Keyspace, base: u64) -> Result<u64, StoreError> {
-    let (last, gap_at) = records::contiguous_end(log, base)?;
-    if let Some(found) = gap_at {
-        tracing::warn!(
-            expected = last + 1,
-            found,
-            "event log has a gap after a crash; dropping every entry after index {last}"
-        );
-        let mut batch = db.batch();
-        records::remove_from(&mut batch, log, last + 1)?;
-        batch.commit()?;
-        db.persist(PersistMode::SyncAll)?;
+/// The position the log holds at `index`, if it holds one there.
+fn held_at(log: &SegmentLog, index: u64) -> Result<Option<LogPosition>, StoreError> {
+    if index > log.last().index || index < log.start().index {
+        return Ok(None);
     }
-    Ok(last)
+    log.position(index).map(Some)
 }
 
 #[cfg(test)]

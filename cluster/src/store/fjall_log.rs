@@ -21,12 +21,17 @@
 //!   two kinds sort together: an 8-byte key is a prefix of, so sorts before,
 //!   any 16-byte key with the same first index.
 //!
-//! Records never overlap, and each entry is in exactly one: appends make
-//! new records after the last one, and removing a suffix rewrites the
-//! record it cuts through as a shorter one (in the same atomic batch).
+//! Records never overlap, and each entry is in exactly one: appends made
+//! new records after the last one, and removing a suffix rewrote the
+//! record it cut through as a shorter one (in the same atomic batch).
+//!
+//! The log is now in segment files ([`super::segment_log`]); this keyspace
+//! is only read, once, by the first open of a store written before them,
+//! which moves its entries there (`fjall.rs`, `migrate`). Writing is kept
+//! for the tests that build such a store.
 
+#[cfg(test)]
 use std::io::Read;
-use std::ops::Bound;
 
 use bytes::Bytes;
 use fjall::Keyspace;
@@ -34,6 +39,7 @@ use fjall::Keyspace;
 use super::StoreError;
 use crate::position::{Entry, LogPosition};
 
+#[cfg(test)]
 /// Payload bytes in one record at most (a single larger entry gets a record
 /// of its own): big enough to amortise the per-record costs, small enough
 /// that one record is never a big block to write, or to read back whole for
@@ -86,6 +92,7 @@ pub(super) fn parse_key(key: &[u8]) -> Result<(u64, u64), StoreError> {
     }
 }
 
+#[cfg(test)]
 /// Appends `entries` (consecutive, already checked) to `batch` as records.
 pub(super) fn write_records(
     batch: &mut fjall::OwnedWriteBatch,
@@ -108,6 +115,7 @@ pub(super) fn write_records(
     Ok(())
 }
 
+#[cfg(test)]
 /// A record's value, built straight into the slice fjall keeps (one
 /// allocation, each payload copied once).
 pub(super) fn encode_record(entries: &[Entry]) -> Result<fjall::Slice, StoreError> {
@@ -130,6 +138,7 @@ pub(super) fn encode_record(entries: &[Entry]) -> Result<fjall::Slice, StoreErro
     Ok(fjall::Slice::from_reader(&mut reader, len)?)
 }
 
+#[cfg(test)]
 /// Reads out a record's value from its entries (see [`encode_record`]).
 struct RecordReader<'a> {
     /// Entries not fully read yet; the first is the current one.
@@ -140,6 +149,7 @@ struct RecordReader<'a> {
     at: usize,
 }
 
+#[cfg(test)]
 impl Read for RecordReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let Some(entry) = self.entries.first() else {
@@ -240,37 +250,20 @@ pub(super) fn decode_legacy(index: u64, value: &[u8]) -> Result<Entry, StoreErro
     })
 }
 
-/// One stored record, as read.
-struct Record {
-    key: fjall::Slice,
-    first: u64,
-    last: u64,
-    value: fjall::Slice,
-}
-
-/// The record holding `index`, if any.
-fn record_at(log: &Keyspace, index: u64) -> Result<Option<Record>, StoreError> {
+/// The first index of the record holding `index`, if any.
+fn record_at(log: &Keyspace, index: u64) -> Result<Option<u64>, StoreError> {
     let Some(guard) = log.range(..=record_key(index, u64::MAX)).next_back() else {
         return Ok(None);
     };
-    let (key, value) = guard.into_inner()?;
-    let (first, last) = parse_key(&key)?;
-    Ok((last >= index).then_some(Record {
-        key,
-        first,
-        last,
-        value,
-    }))
+    let (first, last) = parse_key(&guard.key()?)?;
+    Ok((last >= index).then_some(first))
 }
-
-/// A range of log keys.
-pub(super) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
 /// Where a forward scan for the entries from `from` on starts: the start of
 /// the record holding `from`, else `from` itself.
 fn scan_start(log: &Keyspace, from: u64) -> Result<[u8; LEGACY_KEY], StoreError> {
     Ok(match record_at(log, from)? {
-        Some(record) => start_key(record.first),
+        Some(first) => start_key(first),
         None => start_key(from),
     })
 }
@@ -296,27 +289,6 @@ pub(super) fn read_entries(log: &Keyspace, from: u64, to: u64) -> Result<Vec<Ent
     Ok(out)
 }
 
-/// The position of the entry at `index` (which must exist), or `(0,0)` for 0.
-pub(super) fn read_position(log: &Keyspace, index: u64) -> Result<LogPosition, StoreError> {
-    if index == 0 {
-        return Ok(LogPosition::ZERO);
-    }
-    let vanished = || StoreError::Corrupt(format!("log entry {index} vanished"));
-    let record = record_at(log, index)?.ok_or_else(vanished)?;
-    if record.key.len() == LEGACY_KEY {
-        return Ok(decode_legacy(index, &record.value)?.pos);
-    }
-    let mut at = 0;
-    for i in record.first..=record.last {
-        let (epoch, len) = entry_header(&record.value, at, i)?;
-        if i == index {
-            return Ok(LogPosition::new(epoch, index));
-        }
-        at += ENTRY_HEADER + len;
-    }
-    Err(vanished())
-}
-
 /// The last index of the contiguous run of entries after `base`, and where
 /// the first hole after it is (the first index present beyond it), if any.
 pub(super) fn contiguous_end(log: &Keyspace, base: u64) -> Result<(u64, Option<u64>), StoreError> {
@@ -333,48 +305,6 @@ pub(super) fn contiguous_end(log: &Keyspace, base: u64) -> Result<(u64, Option<u
         last_seen = last;
     }
     Ok((last_seen, None))
-}
-
-/// Adds to `batch` the removal of every entry from `from` on: records
-/// starting there or later go, and the record cut through (if any) is
-/// rewritten without its tail.
-pub(super) fn remove_from(
-    batch: &mut fjall::OwnedWriteBatch,
-    log: &Keyspace,
-    from: u64,
-) -> Result<(), StoreError> {
-    if let Some(cut) = record_at(log, from)?
-        && cut.first < from
-    {
-        // Only a record key can hold more than one entry.
-        let mut kept = Vec::new();
-        decode_record(
-            cut.key.len(),
-            cut.first,
-            cut.last,
-            &cut.value,
-            cut.first,
-            &mut kept,
-        )?;
-        kept.truncate((from - cut.first) as usize);
-        batch.remove(log, cut.key);
-        write_records(batch, log, &kept)?;
-    }
-    for guard in log.range(start_key(from)..) {
-        batch.remove(log, guard.key()?);
-    }
-    Ok(())
-}
-
-/// The key range whose tables may be dropped once every entry up to
-/// `through` is dead: all of the records before `through`'s, and that one
-/// too unless it holds entries after `through`.
-pub(super) fn dead_range(log: &Keyspace, through: u64) -> Result<KeyRange, StoreError> {
-    let end = match record_at(log, through)? {
-        Some(r) if r.last > through => Bound::Excluded(start_key(r.first).to_vec()),
-        _ => Bound::Included(record_key(through, u64::MAX).to_vec()),
-    };
-    Ok((Bound::Unbounded, end))
 }
 
 #[cfg(test)]
@@ -461,34 +391,7 @@ pub(super) mod tests {
             .collect();
         assert_eq!(keys, vec![(1, 2), (3, 3), (4, 4), (5, 5)]);
         assert_eq!(read_entries(&log, 2, 4).unwrap(), written[1..4].to_vec());
-        assert_eq!(read_position(&log, 4).unwrap(), LogPosition::new(1, 4));
         assert_eq!(contiguous_end(&log, 0).unwrap(), (5, None));
         assert_eq!(contiguous_end(&log, 2).unwrap(), (5, None));
-    }
-
-    /// Dead tables are dropped up to the record that still holds a live
-    /// entry, never through it.
-    #[test]
-    fn the_dead_range_stops_before_a_record_with_live_entries() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = fjall::Database::builder(dir.path()).open().unwrap();
-        let log = db
-            .keyspace("log", fjall::KeyspaceCreateOptions::default)
-            .unwrap();
-        let mut batch = db.batch();
-        write_records(&mut batch, &log, &entries(1, 1..=3)).unwrap();
-        write_records(&mut batch, &log, &entries(1, 4..=6)).unwrap();
-        batch.commit().unwrap();
-        let (_, end) = dead_range(&log, 4).unwrap();
-        assert_eq!(end, Bound::Excluded(start_key(4).to_vec()));
-        let (_, end) = dead_range(&log, 3).unwrap();
-        assert_eq!(end, Bound::Included(record_key(3, u64::MAX).to_vec()));
-        let range = |end: Bound<Vec<u8>>| {
-            log.range::<Vec<u8>, _>((Bound::Unbounded, end))
-                .map(|g| parse_key(&g.key().unwrap()).unwrap())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(range(dead_range(&log, 5).unwrap().1), vec![(1, 3)]);
-        assert_eq!(range(dead_range(&log, 6).unwrap().1), vec![(1, 3), (4, 6)]);
     }
 }

@@ -1,5 +1,7 @@
-use super::records::tests::entries;
+use super::super::fjall_log as records;
+use super::super::fjall_meta::encode_position;
 use super::*;
+use records::tests::entries;
 
 #[test]
 fn a_new_disk_is_not_joined_and_joining_survives_a_reopen() {
@@ -60,80 +62,109 @@ fn a_disk_that_predates_the_flag_is_joined_if_it_holds_data() {
     assert!(store.incarnation() > 0);
 }
 
-#[test]
-fn gap_is_truncated_on_open() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mut store = FjallStore::open(dir.path()).unwrap();
-        // Three records: 1..=2, 3, 4..=5.
-        store.append(&entries(1, 1..=2)).unwrap();
-        store.append(&entries(1, 3..=3)).unwrap();
-        store.append(&entries(1, 4..=5)).unwrap();
-        store.sync().unwrap();
-        // Punch a hole behind the store's back, as a lost write would.
-        store.log.remove(records::record_key(3, 3)).unwrap();
-        store.db.persist(PersistMode::SyncAll).unwrap();
-    }
-    let store = FjallStore::open(dir.path()).unwrap();
-    assert_eq!(store.last_position(), LogPosition::new(1, 2));
-    assert_eq!(store.read_from(1).unwrap(), entries(1, 1..=2));
-    assert!(store.log.get(records::record_key(4, 5)).unwrap().is_none());
-}
-
-#[test]
-fn corrupt_entry_fails_open_or_read() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mut store = FjallStore::open(dir.path()).unwrap();
-        store.append(&entries(1, 1..=1)).unwrap();
-        store.append(&entries(1, 2..=2)).unwrap();
-        store.sync().unwrap();
-        store
-            .log
-            .insert(records::record_key(2, 2), [1u8, 2, 3])
-            .unwrap();
-        store.db.persist(PersistMode::SyncAll).unwrap();
-    }
-    match FjallStore::open(dir.path()) {
-        Err(StoreError::Corrupt(_)) => {}
-        Ok(store) => assert!(matches!(store.read_from(1), Err(StoreError::Corrupt(_)))),
-        Err(other) => panic!("expected Corrupt, got {other}"),
-    }
-}
-
-/// A data dir written before records existed (one key per entry, the
-/// index alone, valued epoch then payload) opens and reads as before,
-/// and records appended after its entries read together with them.
-#[test]
-fn a_log_of_one_key_per_entry_still_opens_and_continues() {
-    let dir = tempfile::tempdir().unwrap();
-    let old = entries(2, 1..=3);
-    {
-        let store = FjallStore::open(dir.path()).unwrap();
-        for entry in &old {
+/// Writes `entries` into a fjall `log` keyspace as a store written before
+/// segments existed did: records, or one key per entry (index alone, valued
+/// epoch then payload) when `one_key_each`.
+fn write_old_log(dir: &Path, entries: &[Entry], one_key_each: bool) {
+    let db = Database::builder(dir).open().unwrap();
+    let log = db
+        .keyspace(LOG_KEYSPACE, KeyspaceCreateOptions::default)
+        .unwrap();
+    if one_key_each {
+        for entry in entries {
             let mut value = entry.pos.epoch.to_be_bytes().to_vec();
             value.extend_from_slice(&entry.payload);
-            store
-                .log
-                .insert(entry.pos.index.to_be_bytes(), value)
-                .unwrap();
+            log.insert(entry.pos.index.to_be_bytes(), value).unwrap();
         }
-        store.db.persist(PersistMode::SyncAll).unwrap();
+    } else {
+        for run in entries.chunks(2) {
+            let mut batch = db.batch();
+            records::write_records(&mut batch, &log, run).unwrap();
+            batch.commit().unwrap();
+        }
     }
-    let mut store = FjallStore::open(dir.path()).unwrap();
-    assert_eq!(store.last_position(), LogPosition::new(2, 3));
-    assert_eq!(store.read_from(1).unwrap(), old);
-    store.append(&entries(3, 4..=6)).unwrap();
-    store.sync().unwrap();
+    db.persist(PersistMode::SyncAll).unwrap();
+}
+
+/// A data dir whose log is in fjall (both old layouts: one key per entry,
+/// then records) opens with its log moved into segments, the `log`
+/// keyspace gone, and goes on from there across restarts.
+#[test]
+fn a_log_in_fjall_is_moved_into_segments_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = entries(2, 1..=3);
+    let newer = entries(3, 4..=7);
+    write_old_log(dir.path(), &old, true);
+    write_old_log(dir.path(), &newer, false);
     let mut all = old.clone();
-    all.extend(entries(3, 4..=6));
-    assert_eq!(store.read_range(2, 5).unwrap(), all[1..5].to_vec());
-    // A suffix cut through the record and across the old keys.
+    all.extend(newer);
+    let mut store = FjallStore::open(dir.path()).unwrap();
+    assert!(!store.db.keyspace_exists(LOG_KEYSPACE));
+    assert!(dir.path().join(SEGMENTS_DIR).is_dir());
+    assert!(store.joined());
+    assert_eq!(store.last_position(), LogPosition::new(3, 7));
+    assert_eq!(store.read_from(1).unwrap(), all);
+    store.append(&entries(3, 8..=9)).unwrap();
+    store.sync().unwrap();
     store.truncate_after(2).unwrap();
-    assert_eq!(store.last_position(), LogPosition::new(2, 2));
     drop(store);
     let store = FjallStore::open(dir.path()).unwrap();
     assert_eq!(store.read_from(1).unwrap(), all[..2].to_vec());
+}
+
+/// A hole in an old fjall log (a crash lost part of an unsynced batch):
+/// only the run before it is moved.
+#[test]
+fn a_gap_in_an_old_log_is_cut_when_it_is_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut written = entries(1, 1..=2);
+    written.extend(entries(1, 4..=5));
+    write_old_log(dir.path(), &written, false);
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(store.last_position(), LogPosition::new(1, 2));
+    assert_eq!(store.read_from(1).unwrap(), entries(1, 1..=2));
+}
+
+/// A crash during the move (the segments half built) starts it over.
+#[test]
+fn a_move_cut_short_by_a_crash_starts_over() {
+    let dir = tempfile::tempdir().unwrap();
+    write_old_log(dir.path(), &entries(1, 1..=4), false);
+    let tmp = dir.path().join(MIGRATING_DIR);
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::write(tmp.join("00000000000000000001.seg"), b"half").unwrap();
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert!(!tmp.exists());
+    assert_eq!(store.read_from(1).unwrap(), entries(1, 1..=4));
+}
+
+/// A damaged record the store synced long ago (in a segment that newer
+/// ones follow) is corruption, not a torn tail: the store refuses to open.
+#[test]
+fn a_damaged_synced_record_fails_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = FjallStore::open(dir.path()).unwrap();
+        store.append(&entries(1, 1..=2)).unwrap();
+        store.sync().unwrap();
+        store.set_stable_index(1).unwrap();
+        // A truncation starts a new segment.
+        store.truncate_after(1).unwrap();
+        store.append(&entries(1, 2..=3)).unwrap();
+        store.sync().unwrap();
+    }
+    let first = dir
+        .path()
+        .join(SEGMENTS_DIR)
+        .join("00000000000000000001.seg");
+    let mut bytes = std::fs::read(&first).unwrap();
+    // A bit of the first record's first payload.
+    bytes[super::super::segment_record::SEGMENT_HEADER + 32 + 12] ^= 1;
+    std::fs::write(&first, bytes).unwrap();
+    assert!(matches!(
+        FjallStore::open(dir.path()),
+        Err(StoreError::Corrupt(_))
+    ));
 }
 
 /// Truncating inside a record keeps its head, across a restart.
@@ -155,6 +186,38 @@ fn truncating_inside_a_record_keeps_its_head() {
     expected.extend(entries(2, 4..=5));
     assert_eq!(store.read_from(1).unwrap(), expected);
     assert_eq!(store.read_range(3, 4).unwrap(), expected[2..4].to_vec());
+}
+
+/// A snapshot install persists the new base, then resets a log that does
+/// not continue it; a crash in between is finished by the next open.
+#[test]
+fn an_install_cut_short_before_the_log_reset_is_finished_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = LogPosition::new(2, 3);
+    {
+        let mut store = FjallStore::open(dir.path()).unwrap();
+        store.append(&entries(1, 1..=5)).unwrap();
+        store.sync().unwrap();
+        // What `install_state` writes to fjall before it resets the log.
+        store
+            .meta
+            .insert(LOG_BASE_KEY, encode_position(base))
+            .unwrap();
+        store
+            .meta
+            .insert(STATE_INDEX_KEY, base.index.to_be_bytes())
+            .unwrap();
+        store.db.persist(PersistMode::SyncAll).unwrap();
+    }
+    let mut store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(store.log_base(), base);
+    assert_eq!(store.last_position(), base);
+    assert_eq!(store.stable_index(), 3);
+    store.append(&entries(2, 4..=4)).unwrap();
+    store.sync().unwrap();
+    drop(store);
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(store.read_from(4).unwrap(), entries(2, 4..=4));
 }
 
 /// The state keyspaces on disk, by name, sorted.

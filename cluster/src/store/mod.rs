@@ -1,7 +1,7 @@
 //! Synchronous storage of the log.
 //!
-//! The trait is deliberately synchronous and single-owner (`&mut self`): fjall
-//! blocks on fsync, so a store is always driven from one dedicated thread that
+//! The trait is deliberately synchronous and single-owner (`&mut self`): the
+//! disk store blocks on fsync, so a store is always driven from one dedicated thread that
 //! owns it, and results go back over channels (see [`crate::LocalLog`]). The same
 //! trait will back the remote event-store nodes in the cluster issue.
 //!
@@ -10,10 +10,13 @@
 
 mod fjall;
 mod fjall_log;
+mod fjall_meta;
 mod follow;
 mod memory;
 pub(crate) mod reducer_thread;
 mod runner;
+mod segment_log;
+mod segment_record;
 mod state;
 
 pub use self::fjall::FjallStore;
@@ -34,8 +37,8 @@ use crate::position::{Entry, LogPosition};
 /// `Misuse` are rejections that leave the store unchanged.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The operating system refused something outside fjall (e.g. spawning the
-    /// store thread).
+    /// The operating system refused something outside fjall (the log's
+    /// segment files, spawning the store thread).
     #[error("store I/O error: {0}")]
     Io(#[from] std::io::Error),
     /// fjall failed; usually hardware or a full disk.

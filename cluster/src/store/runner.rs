@@ -1,7 +1,7 @@
 //! Carries out a [`StoreNode`](crate::replication::StoreNode)'s disk commands on
 //! a real [`EventStore`], on a dedicated thread.
 //!
-//! fjall blocks on fsync, so, as with [`crate::LocalLog`], one thread owns the
+//! The store blocks on fsync, so, as with [`crate::LocalLog`], one thread owns the
 //! store and everything else talks to it over a channel. The node emits one
 //! `Persist(ops)` at a time and queues whatever arrives meanwhile into the next
 //! one, so group commit is already done by the node: the runner applies a
@@ -16,8 +16,8 @@
 //!
 //! `Stable(i)` is recorded *after* the batch's fsync and rides on the next one:
 //! the stable index on disk then never exceeds the durable log, whatever order
-//! fjall's keyspaces reach the disk in (`FjallStore::open` refuses a stable index
-//! beyond the log as corruption). A stable index that lags after a crash is
+//! the log's segment file and fjall's journal reach the disk in
+//! (`FjallStore::open` refuses a stable index beyond the log as corruption). A stable index that lags after a crash is
 //! harmless: it is a hint, and stability itself lives on a quorum.
 //!
 //! Any store error is final: the runner reports `DiskFailed` once and stops,
