@@ -80,7 +80,9 @@ pub struct Got {
 pub struct Session {
     id: ConnId,
     master: mpsc::Sender<MasterMsg>,
-    rx: mpsc::UnboundedReceiver<ToConn>,
+    rx: crate::server::outbox::OutboxRx,
+    /// The rest of the last batch from the master, in order.
+    received: std::collections::VecDeque<ToConn>,
     /// Channel 1 is open (a refusal closes it; the next call reopens it).
     ch_open: bool,
     /// confirm.select was sent on the open channel.
@@ -93,11 +95,12 @@ impl Session {
     /// Open a session as `user` on `vhost`.
     pub async fn open(state: &AppState, user: &str, vhost: &str) -> Result<Session, SessionError> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = crate::server::outbox::channel();
         let mut s = Session {
             id,
             master: state.master.clone(),
             rx,
+            received: std::collections::VecDeque::new(),
             ch_open: false,
             confirming: false,
             publish_seq: 0,
@@ -145,8 +148,20 @@ impl Session {
     /// The next message for this session; refusals become errors.
     async fn recv(&mut self) -> Result<ToConn, SessionError> {
         loop {
-            let m = match tokio::time::timeout(REPLY_TIMEOUT, self.rx.recv()).await {
-                Ok(Some(m)) => m,
+            if let Some(m) = self.received.pop_front() {
+                match m {
+                    ToConn::Alarm(_) => continue,
+                    ToConn::CloseChannel(_, e) => {
+                        self.ch_open = false;
+                        self.confirming = false;
+                        return Err(SessionError::Amqp(e));
+                    }
+                    ToConn::CloseConnection(e) => return Err(SessionError::Amqp(e)),
+                    other => return Ok(other),
+                }
+            }
+            let batch = match tokio::time::timeout(REPLY_TIMEOUT, self.rx.recv()).await {
+                Ok(Some(b)) => b,
                 Ok(None) => return Err(SessionError::Unavailable("the broker closed the session")),
                 Err(_) => {
                     return Err(SessionError::Unavailable(
@@ -154,16 +169,7 @@ impl Session {
                     ));
                 }
             };
-            match m {
-                ToConn::Alarm(_) => continue,
-                ToConn::CloseChannel(_, e) => {
-                    self.ch_open = false;
-                    self.confirming = false;
-                    return Err(SessionError::Amqp(e));
-                }
-                ToConn::CloseConnection(e) => return Err(SessionError::Amqp(e)),
-                other => return Ok(other),
-            }
+            self.received.extend(batch);
         }
     }
 

@@ -27,7 +27,7 @@ pub async fn run(
     users: crate::users::Snapshot,
     cluster_name: watch::Receiver<String>,
 ) {
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<ToConn>();
+    let (out_tx, mut out_rx) = super::outbox::channel();
     if master.send(MasterMsg::Register(id, out_tx)).await.is_err() {
         return;
     }
@@ -45,7 +45,7 @@ pub async fn run(
     // What one pass (one socket read, usually) has for the master: sent
     // together once the pass's actions are carried out.
     let mut inputs: Vec<Input> = Vec::new();
-    let mut inbox = Vec::with_capacity(256);
+    let mut inbox: Vec<Vec<ToConn>> = Vec::with_capacity(64);
     let mut enc = Encoder::default();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut reading = true;
@@ -68,14 +68,17 @@ pub async fn run(
                     }
                 }
             }
-            n = out_rx.recv_many(&mut inbox, 256), if outbox_open => {
+            n = out_rx.recv_many(&mut inbox, 64), if outbox_open => {
                 if n == 0 {
                     // The master dropped us (it closed the connection); the close
                     // handshake goes on without it.
                     outbox_open = false;
                 }
-                for m in inbox.drain(..) {
-                    conn.on_master(m, &mut actions);
+                // Each batch is one dispatch's messages for us, in order.
+                for batch in inbox.drain(..) {
+                    for m in batch {
+                        conn.on_master(m, &mut actions);
+                    }
                 }
             }
             _ = tick.tick() => conn.on_tick(Instant::now(), &mut actions),

@@ -6,6 +6,7 @@
 //! engine wins an election, and falls back to a replica rebuilt from the stable
 //! log when deposed.
 
+use super::outbox::{self, OutboxTx, Outboxes};
 use super::replica::{self, Core};
 use crate::config::Config;
 use crate::error::{AmqpError, ReplyCode};
@@ -16,10 +17,6 @@ use crate::metrics as m;
 use bytes::Bytes;
 use stablemq_cluster::LocalLog;
 use stablemq_cluster::driver::{BrokerEvent, BrokerHandle};
-use std::collections::HashMap;
-
-/// Connection ids are small counters: a plain multiplicative hash suffices.
-type ConnMap<V> = HashMap<ConnId, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -35,7 +32,7 @@ pub enum MasterMsg {
     /// in the master's input budget ([`InputCredit`]) until they are handled.
     Inputs(Vec<Input>, tokio::sync::OwnedSemaphorePermit),
     /// A new connection's outbox.
-    Register(ConnId, mpsc::UnboundedSender<ToConn>),
+    Register(ConnId, OutboxTx),
     /// Stop and hand back the local log (if any) for flushing.
     Shutdown(oneshot::Sender<Option<LocalLog>>),
     /// A read of the state for the management API, run between two inputs
@@ -151,7 +148,7 @@ pub async fn run(
     cluster_name: watch::Sender<String>,
 ) {
     let users = Arc::new(users);
-    let mut outboxes: ConnMap<mpsc::UnboundedSender<ToConn>> = ConnMap::default();
+    let mut outboxes = Outboxes::default();
     let mut batch = Vec::with_capacity(512);
     // The master's output buffer of the previous dispatch, handed back so
     // that a steady load allocates no new one.
@@ -217,11 +214,11 @@ pub async fn run(
                         }
                         MasterMsg::Register(id, tx) => {
                             if matches!(core, Core::Following(_)) {
-                                let _ = tx.send(ToConn::CloseConnection(not_master()));
+                                outbox::send_one(&tx, ToConn::CloseConnection(not_master()));
                                 continue;
                             }
                             if alarm.is_some() {
-                                let _ = tx.send(ToConn::Alarm(alarm.clone()));
+                                outbox::send_one(&tx, ToConn::Alarm(alarm.clone()));
                             }
                             outboxes.insert(id, tx);
                         }
@@ -285,9 +282,7 @@ pub async fn run(
                         None => tracing::info!("resource alarm cleared"),
                     }
                     alarm = now;
-                    for tx in outboxes.values() {
-                        let _ = tx.send(ToConn::Alarm(alarm.clone()));
-                    }
+                    outboxes.broadcast(|| ToConn::Alarm(alarm.clone()));
                 }
             }
         }
@@ -300,7 +295,7 @@ fn on_input(
     core: &mut Core,
     dirty: &mut bool,
     backend: &mut Backend,
-    outboxes: &mut ConnMap<mpsc::UnboundedSender<ToConn>>,
+    outboxes: &mut Outboxes,
     spare: &mut Vec<Output>,
 ) {
     let gone = match &i {
@@ -320,7 +315,7 @@ fn on_input(
         // Whatever the master still had for it goes out before its outbox
         // is forgotten.
         flush(core, dirty, backend, outboxes, spare);
-        outboxes.remove(&c);
+        outboxes.remove(c);
     }
 }
 
@@ -353,7 +348,7 @@ fn on_log_event(
     event: BrokerEvent,
     config: &Arc<Config>,
     backend: &mut Backend,
-    outboxes: &mut ConnMap<mpsc::UnboundedSender<ToConn>>,
+    outboxes: &mut Outboxes,
     spare: &mut Vec<Output>,
 ) -> Core {
     match (core, event) {
@@ -407,9 +402,7 @@ fn on_log_event(
             // their connection close (320) and republish.
             tracing::warn!(epoch, "deposed: closing every client connection (320)");
             set_serving(backend, false);
-            for (_, tx) in outboxes.drain() {
-                let _ = tx.send(ToConn::CloseConnection(not_master()));
-            }
+            outboxes.close_all(|| ToConn::CloseConnection(not_master()));
             drop(core);
             // The engine restarts as a fresh slave: the stable state arrives
             // again through Apply, from index 1.
@@ -440,7 +433,7 @@ fn flush(
     core: &mut Core,
     dirty: &mut bool,
     backend: &mut Backend,
-    outboxes: &mut ConnMap<mpsc::UnboundedSender<ToConn>>,
+    outboxes: &mut Outboxes,
     spare: &mut Vec<Output>,
 ) {
     if !std::mem::take(dirty) {
@@ -456,7 +449,7 @@ fn flush(
 fn dispatch(
     master: &mut Master,
     backend: &mut Backend,
-    outboxes: &mut ConnMap<mpsc::UnboundedSender<ToConn>>,
+    outboxes: &mut Outboxes,
     spare: &mut Vec<Output>,
 ) {
     let mut outputs = master.swap_outputs(std::mem::take(spare));
@@ -472,17 +465,11 @@ fn dispatch(
                 backend.append(index, payload);
                 index += 1;
             }
-            Output::ToConn(conn, msg) => {
-                let closing = matches!(msg, ToConn::CloseConnection(_));
-                if let Some(tx) = outboxes.get(&conn) {
-                    let _ = tx.send(msg);
-                }
-                if closing {
-                    outboxes.remove(&conn);
-                }
-            }
+            Output::ToConn(conn, msg) => outboxes.push(conn, msg),
         }
     }
+    // Each connection gets what this dispatch has for it in one send.
+    outboxes.send_all();
     *spare = outputs;
     if appends > 0 && matches!(backend, Backend::Local { .. }) {
         // The replication driver times its own appends; the single node's

@@ -6,6 +6,7 @@ mod cluster_node;
 mod conn_task;
 mod listen;
 mod master_task;
+pub(crate) mod outbox;
 mod proxy;
 mod replica;
 
