@@ -254,6 +254,77 @@ pub fn restore(config_vhosts: &[String], state: &dyn StateRead) -> Result<Broker
     Ok(broker)
 }
 
+/// [`restore`] from a state that arrives in chunks, in key order (a store's
+/// snapshot streamed to a slave): definitions (`d`) sort before messages
+/// (`m`) and the highest id (`x`) comes last, so each chunk is applied as it
+/// comes and the whole state is never held at once, only the broker it
+/// makes (whose queues page out what is over their RAM budget as they fill).
+pub struct RestoreBuilder {
+    broker: Broker,
+    /// The last key fed, to refuse a state out of order.
+    last: Option<Bytes>,
+}
+
+impl RestoreBuilder {
+    /// An empty broker with `config_vhosts`, as [`restore`] starts.
+    pub fn new(config_vhosts: &[String]) -> RestoreBuilder {
+        let mut broker = Broker::new();
+        for vhost in config_vhosts {
+            broker.apply(
+                &Event::VhostCreated {
+                    vhost: vhost.clone(),
+                },
+                0,
+            );
+        }
+        RestoreBuilder { broker, last: None }
+    }
+
+    /// Apply the next pairs of the state; keys must ascend across calls.
+    pub fn feed(&mut self, pairs: Vec<(Bytes, Bytes)>) -> Result<(), RestoreError> {
+        for (key, value) in pairs {
+            if self.last.as_ref().is_some_and(|l| *l >= key) {
+                return Err(RestoreError::Corrupt(format!(
+                    "state key {key:?} out of order"
+                )));
+            }
+            match key.first() {
+                Some(&DEFINITION_TAG) => {
+                    let event = Event::decode(&value)
+                        .map_err(|e| RestoreError::Corrupt(format!("definition {key:?}: {e}")))?;
+                    self.broker.apply(&event, 0);
+                }
+                Some(&MESSAGE_TAG) => {
+                    restore_messages(&mut self.broker, vec![(key.clone(), value)])?
+                }
+                _ if key.as_ref() == MAX_MSG_ID_KEY => {
+                    let max = value
+                        .as_ref()
+                        .try_into()
+                        .map(u64::from_be_bytes)
+                        .map_err(|_| {
+                            RestoreError::Corrupt(format!(
+                                "max message id of {} bytes",
+                                value.len()
+                            ))
+                        })?;
+                    self.broker.max_msg_id = max;
+                }
+                // [`restore`] reads only these three: anything else is not
+                // part of the broker.
+                _ => {}
+            }
+            self.last = Some(key);
+        }
+        Ok(())
+    }
+
+    /// The broker the whole state makes.
+    pub fn finish(self) -> Broker {
+        self.broker
+    }
+}
+
 /// Messages read per page at restore: 256 keeps a page of 64 KiB bodies at
 /// 16 MiB.
 const RESTORE_PAGE: usize = 256;

@@ -8,6 +8,7 @@
 
 use super::outbox::{self, OutboxTx, Outboxes};
 use super::replica::{self, Core};
+use crate::broker::state::RestoreBuilder;
 use crate::config::Config;
 use crate::error::{AmqpError, ReplyCode};
 use crate::management::CoreView;
@@ -153,6 +154,9 @@ pub async fn run(
     // The master's output buffer of the previous dispatch, handed back so
     // that a steady load allocates no new one.
     let mut spare: Vec<Output> = Vec::with_capacity(1024);
+    // A store's state arriving chunk by chunk (snapshot catch-up), built
+    // into a broker as it comes.
+    let mut restoring: Option<RestoreBuilder> = None;
     if let Backend::Local { log, .. } = &backend {
         m::single_node_status(log.epoch());
     }
@@ -264,7 +268,15 @@ pub async fn run(
                 flush(&mut core, &mut dirty, &mut backend, &mut outboxes, &mut spare);
             }
             Some(event) = backend.next() => {
-                core = on_log_event(core, event, &config, &mut backend, &mut outboxes, &mut spare);
+                core = on_log_event(
+                    core,
+                    event,
+                    &config,
+                    &mut backend,
+                    &mut outboxes,
+                    &mut spare,
+                    &mut restoring,
+                );
             }
             _ = tick.tick() => {
                 if let Core::Serving(master) = &mut core {
@@ -350,7 +362,16 @@ fn on_log_event(
     backend: &mut Backend,
     outboxes: &mut Outboxes,
     spare: &mut Vec<Output>,
+    restoring: &mut Option<RestoreBuilder>,
 ) -> Core {
+    if !matches!(
+        event,
+        BrokerEvent::Restore { .. } | BrokerEvent::Campaign { .. }
+    ) {
+        // A transfer the engine abandoned (it caught up otherwise, or its
+        // role changed): its partial state goes.
+        *restoring = None;
+    }
     match (core, event) {
         (Core::Serving(mut master), BrokerEvent::Stable(index)) => {
             master.set_now(now_ms());
@@ -362,25 +383,45 @@ fn on_log_event(
             replica::apply_entries(&mut broker, &entries);
             Core::Following(broker)
         }
-        (Core::Following(_), BrokerEvent::Restore { base, pairs }) => {
+        (
+            Core::Following(broker),
+            BrokerEvent::Restore {
+                base,
+                first,
+                pairs,
+                done,
+            },
+        ) => {
             // A store compacted the entries this replica needed: its state
             // of the stable log up to `base` replaces ours wholesale, and
             // `Apply` continues after it (state + suffix == full replay, I4).
+            // It arrives in chunks, in key order, each built into the new
+            // broker as it comes, so the whole state is never held twice.
             // No configured vhosts: a replica starts from nothing and gets
             // them from the log, as the store's reducer did.
-            let state: std::collections::BTreeMap<_, _> = pairs.into_iter().collect();
-            match crate::broker::state::restore(&[], &state) {
-                Ok(broker) => {
-                    tracing::info!(%base, "replica restored from a store's snapshot");
-                    Core::Following(broker)
-                }
-                Err(err) => {
-                    // The stores' state does not decode: serving from a
-                    // guess would break I4. Stop; another node can serve.
-                    tracing::error!(%base, "snapshot state does not decode: {err}; exiting");
-                    std::process::exit(70);
-                }
+            if first {
+                *restoring = Some(RestoreBuilder::new(&[]));
             }
+            let Some(builder) = restoring.as_mut() else {
+                // The engine takes a later chunk only after the first.
+                tracing::error!(%base, "a snapshot chunk without its start; exiting");
+                std::process::exit(70);
+            };
+            if let Err(err) = builder.feed(pairs) {
+                // The stores' state does not decode: serving from a
+                // guess would break I4. Stop; another node can serve.
+                tracing::error!(%base, "snapshot state does not decode: {err}; exiting");
+                std::process::exit(70);
+            }
+            if !done {
+                return Core::Following(broker);
+            }
+            let Some(builder) = restoring.take() else {
+                return Core::Following(broker);
+            };
+            drop(broker);
+            tracing::info!(%base, "replica restored from a store's snapshot");
+            Core::Following(builder.finish())
         }
         (Core::Following(mut broker), BrokerEvent::BecameMaster { epoch, stable }) => {
             if epoch > 1 {

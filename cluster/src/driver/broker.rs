@@ -35,14 +35,20 @@ pub enum BrokerEvent {
     /// Slave, or a candidate taking over: apply these stable entries in order
     /// (skip epoch markers, [`crate::replication::is_epoch_marker`]).
     Apply(Vec<Entry>),
-    /// Slave, or a candidate taking over: replace the whole broker state with
-    /// this state of the stable log up to `base` (a store compacted the
-    /// entries this node needed); `Apply` continues from `base.index + 1`.
+    /// Slave, or a candidate taking over: one chunk of a store's state of
+    /// the stable log up to `base` (a store compacted the entries this node
+    /// needed), in key order. `first` starts it (drop a partial one); once
+    /// `done`, the state replaces the whole broker state, and `Apply`
+    /// continues from `base.index + 1`.
     Restore {
         /// The last entry the state covers.
         base: crate::position::LogPosition,
-        /// The store's materialized state, in key order.
+        /// These pairs start the state.
+        first: bool,
+        /// The chunk's pairs, in key order, after every earlier chunk's.
         pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
+        /// The last chunk.
+        done: bool,
     },
     /// This node started an election.
     Campaign {
@@ -405,16 +411,27 @@ impl Running {
                     continue;
                 }
                 BrokerCommand::Apply(entries) => BrokerEvent::Apply(entries),
-                BrokerCommand::Restore { base, pairs } => {
-                    tracing::info!(
-                        node = me.node,
-                        %base,
-                        pairs = pairs.len(),
-                        "caught up by snapshot: restoring the broker state"
-                    );
-                    metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "broker")
-                        .increment(1);
-                    BrokerEvent::Restore { base, pairs }
+                BrokerCommand::Restore {
+                    base,
+                    first,
+                    pairs,
+                    done,
+                } => {
+                    if done {
+                        tracing::info!(
+                            node = me.node,
+                            %base,
+                            "caught up by snapshot: restoring the broker state"
+                        );
+                        metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "broker")
+                            .increment(1);
+                    }
+                    BrokerEvent::Restore {
+                        base,
+                        first,
+                        pairs,
+                        done,
+                    }
                 }
                 BrokerCommand::Stable(index) => {
                     while let Some(&(last, at)) = self.unstable.front() {

@@ -54,14 +54,21 @@ pub enum BrokerCommand {
     /// them, in order. Consecutive with the previous `Apply`. Epoch markers
     /// ([`super::is_epoch_marker`]) are included and must be skipped.
     Apply(Vec<Entry>),
-    /// Slave or candidate: replace the broker's state with `pairs`, a store's
-    /// materialized state of the stable log up to `base` (the entries the
-    /// node needs were compacted). `Apply` continues from `base.index + 1`.
+    /// Slave or candidate: one chunk of a store's materialized state of the
+    /// stable log up to `base` (the entries the node needs were compacted),
+    /// as it arrives, so no one holds the whole state at once. `first`
+    /// starts it (drop whatever an earlier, abandoned transfer delivered);
+    /// `done`: it is complete and replaces the broker's state. `Apply`
+    /// continues from `base.index + 1`.
     Restore {
         /// The last entry the state covers.
         base: LogPosition,
-        /// The state, in key order.
+        /// These pairs start the state.
+        first: bool,
+        /// The chunk's pairs, in key order, after every earlier chunk's.
         pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
+        /// The last chunk.
+        done: bool,
     },
     /// Master: every entry up to this index is stable; release the confirms and
     /// replies waiting for it. Strictly increasing within one mastership.
@@ -159,10 +166,6 @@ pub struct BrokerNode {
     pub(super) catch_up_turn: usize,
     /// A store's state being received (catch-up below a store's log base).
     pub(super) snapshot_rx: Option<SnapshotRx>,
-    /// The pairs of that state received so far. A broker rebuilds its whole
-    /// state in memory from them anyway (`BrokerCommand::Restore`), so it
-    /// collects them; a store stages each chunk on disk instead.
-    pub(super) snapshot_pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
     /// A slave's pre-vote under way (see [`PreVoteRound`]); dropped whenever
     /// the node becomes a slave of a master, a candidate or master.
     pub(super) prevote: Option<PreVoteRound>,
@@ -185,7 +188,6 @@ impl BrokerNode {
             catch_up_sent_ms: None,
             catch_up_turn: 0,
             snapshot_rx: None,
-            snapshot_pairs: Vec::new(),
             prevote: None,
             role: Role::Slave {
                 master: None,
@@ -527,7 +529,6 @@ impl BrokerNode {
             }
             // The source went silent: ask the next store from scratch.
             self.snapshot_rx = None;
-            self.snapshot_pairs = Vec::new();
         }
         let store = self.cfg.stores[self.catch_up_turn % self.cfg.stores.len()];
         self.catch_up_turn = self.catch_up_turn.wrapping_add(1);
@@ -609,15 +610,18 @@ impl BrokerNode {
         match SnapshotRx::on_chunk(&mut self.snapshot_rx, from, have, base, after, pairs, done) {
             ChunkOutcome::Ignored => {}
             ChunkOutcome::Taken {
+                base,
                 first,
                 pairs,
                 next: Some((to, msg)),
-                ..
             } => {
-                if first {
-                    self.snapshot_pairs.clear();
-                }
-                self.snapshot_pairs.extend(pairs);
+                // Each chunk goes to the broker as it comes.
+                out.push(BrokerCommand::Restore {
+                    base,
+                    first,
+                    pairs,
+                    done: false,
+                });
                 self.catch_up_sent_ms = Some(now);
                 out.push(BrokerCommand::Send { to, msg });
             }
@@ -627,17 +631,17 @@ impl BrokerNode {
                 pairs,
                 next: None,
             } => {
-                if first {
-                    self.snapshot_pairs.clear();
-                }
-                let mut all = std::mem::take(&mut self.snapshot_pairs);
-                all.extend(pairs);
                 // A stable entry of epoch e proves a master of e existed (see
                 // `on_stable_entries`).
                 self.observe_epoch(now, base.epoch, out);
                 self.log.reset_to(base);
                 self.applied = base.index;
-                out.push(BrokerCommand::Restore { base, pairs: all });
+                out.push(BrokerCommand::Restore {
+                    base,
+                    first,
+                    pairs,
+                    done: true,
+                });
                 match self.role {
                     Role::Slave { .. } => self.catch_up(now, true, out),
                     Role::Candidate(_) => self.fetch_after_snapshot(now, out),

@@ -138,7 +138,6 @@ impl BrokerNode {
                     Some((to, msg)) => out.push(BrokerCommand::Send { to, msg }),
                     None => {
                         self.snapshot_rx = None;
-                        self.snapshot_pairs = Vec::new();
                         out.push(fetch(&self.cfg, *source, epoch, *next, target.index));
                     }
                 }

@@ -473,16 +473,26 @@ fn a_slave_below_a_stores_base_restores_its_state_then_applies_the_suffix() {
             },
         )
     };
+    // Each chunk goes to the broker as it comes.
     assert_eq!(
         b.step(2, chunk(None, "a", false)),
-        vec![send(
-            store,
-            Message::SnapshotRequest {
+        vec![
+            BrokerCommand::Restore {
                 base,
-                after: Some(Bytes::from("a"))
-            }
-        )]
+                first: true,
+                pairs: vec![kv("a")],
+                done: false,
+            },
+            send(
+                store,
+                Message::SnapshotRequest {
+                    base,
+                    after: Some(Bytes::from("a"))
+                }
+            )
+        ]
     );
+    assert_eq!(b.applied(), 0, "nothing replaced until the last chunk");
     // A duplicate of a later chunk from elsewhere changes nothing.
     assert!(
         b.step(
@@ -505,7 +515,9 @@ fn a_slave_below_a_stores_base_restores_its_state_then_applies_the_suffix() {
         vec![
             BrokerCommand::Restore {
                 base,
-                pairs: vec![kv("a"), kv("b")]
+                first: false,
+                pairs: vec![kv("b")],
+                done: true,
             },
             send(
                 Endpoint::store(2),

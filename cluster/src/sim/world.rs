@@ -165,6 +165,9 @@ pub struct World {
     masters: Masters,
     /// Highest index applied by each broker incarnation (I4).
     applied: BTreeMap<Incarnation, u64>,
+    /// A snapshot each broker is receiving, chunk by chunk (`Restore` with
+    /// `done: false`): its base and the pairs so far, checked whole when done.
+    restoring: BTreeMap<Incarnation, (LogPosition, Vec<(bytes::Bytes, bytes::Bytes)>)>,
     oracle: Oracle,
     pub(super) stats: SimStats,
     /// Off once the final recovery starts.
@@ -220,6 +223,7 @@ impl World {
             history: History::default(),
             masters: Masters::default(),
             applied: BTreeMap::new(),
+            restoring: BTreeMap::new(),
             oracle: Oracle::default(),
             stats: SimStats::default(),
             faults_on: true,
@@ -447,10 +451,38 @@ impl World {
                     self.oracle.abandon(who);
                 }
                 BrokerCommand::Campaign { .. } => self.stats.campaigns += 1,
-                BrokerCommand::Restore { base, pairs } => {
-                    self.stats.broker_snapshots += 1;
-                    let applied = self.applied.entry(who).or_default();
-                    i4::on_restore(applied, base, &pairs, &self.history, &mut self.replay)?;
+                BrokerCommand::Restore {
+                    base,
+                    first,
+                    pairs,
+                    done,
+                } => {
+                    if first {
+                        self.restoring.insert(who, (base, Vec::new()));
+                    }
+                    let Some((held, so_far)) = self.restoring.get_mut(&who) else {
+                        return Err(Violation::new(
+                            "I4",
+                            format!(
+                                "broker {who:?} got a chunk of the state at {base} before its first"
+                            ),
+                        ));
+                    };
+                    if *held != base {
+                        return Err(Violation::new(
+                            "I4",
+                            format!(
+                                "broker {who:?} mixed chunks of the states at {held} and {base}"
+                            ),
+                        ));
+                    }
+                    so_far.extend(pairs);
+                    if done {
+                        let (_, all) = self.restoring.remove(&who).unwrap_or_default();
+                        self.stats.broker_snapshots += 1;
+                        let applied = self.applied.entry(who).or_default();
+                        i4::on_restore(applied, base, &all, &self.history, &mut self.replay)?;
+                    }
                 }
             }
         }

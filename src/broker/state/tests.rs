@@ -258,6 +258,7 @@ proptest! {
         batches in proptest::collection::vec((1..9usize, proptest::bool::weighted(0.2)), 1..6),
         split_pct in 0..=100usize,
         retention in 0..5u64,
+        chunk in 1..8usize,
     ) {
         let events = to_events(&gens);
         let expected = summary(&apply_all(&events));
@@ -266,7 +267,17 @@ proptest! {
         let store = materialize(&events, &batches, retention);
         let restored = restore(&config_vhosts(), &state_of(&store)).unwrap();
         prop_assert_eq!(summary(&restored), expected.clone());
+        prop_assert_eq!(restored.max_msg_id, apply_all(&events).max_msg_id);
         prop_assert_eq!(store.state_index(), events.len() as u64);
+        // The same state streamed in chunks, as a slave gets a snapshot.
+        let mut builder = RestoreBuilder::new(&config_vhosts());
+        let pairs: Vec<_> = state_of(&store).into_iter().collect();
+        for part in pairs.chunks(chunk) {
+            builder.feed(part.to_vec()).unwrap();
+        }
+        let streamed = builder.finish();
+        prop_assert_eq!(summary(&streamed), expected.clone());
+        prop_assert_eq!(streamed.max_msg_id, restored.max_msg_id);
 
         // A prefix reduced, the rest applied on top (a restart's suffix).
         let split = events.len() * split_pct / 100;
@@ -319,6 +330,17 @@ fn publish_and_ack_in_one_batch_leave_no_message_in_the_state() {
     assert_eq!(store.log_base().index, 4);
     let restored = restore(&config_vhosts(), &state).unwrap();
     assert_eq!(restored.queue("/", "q").unwrap().ready_ids(), vec![2]);
+}
+
+#[test]
+fn a_streamed_state_out_of_order_is_an_error() {
+    let mut builder = RestoreBuilder::new(&config_vhosts());
+    let pair = |k: &[u8]| (Bytes::copy_from_slice(k), Bytes::from(vec![0u8; 8]));
+    builder.feed(vec![pair(b"x")]).unwrap();
+    assert!(matches!(
+        builder.feed(vec![pair(b"m")]),
+        Err(RestoreError::Corrupt(_))
+    ));
 }
 
 #[test]
