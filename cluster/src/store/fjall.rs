@@ -57,10 +57,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use bytes::Bytes;
-use fjall::config::PartitioningPolicy;
 use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use super::fjall_meta::{encode_position, migrate, open_identity, read_base, read_meta};
+use super::fjall_state::{FjallSnapshot, drop_stale_states, state_keyspace_name, state_options};
 use super::segment_log::{SEGMENT_BYTES, SegmentLog};
 use super::state::check_materialize;
 use super::{
@@ -82,7 +82,7 @@ const JOURNAL_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// for their flush (then it stalls writers), so the log and the state can
 /// take 2 x 5 x this much while a backlog fills faster than the disk takes it.
 /// fjall's database-wide `max_write_buffer_size` is not enforced (3.1).
-const MEMTABLE_BYTES_MAX: u64 = 8 * 1024 * 1024;
+pub(super) const MEMTABLE_BYTES_MAX: u64 = 8 * 1024 * 1024;
 /// fjall's background threads (flushes and compactions). fjall's default is
 /// one per core up to 4, but with more than one, worker 0 never compacts: it
 /// hands every `Compact` message it receives back to the shared queue and
@@ -102,7 +102,7 @@ const WORKER_THREADS: usize = 1;
 const BLOCK_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 pub(super) const LOG_KEYSPACE: &str = "log";
 const META_KEYSPACE: &str = "meta";
-const STATE_KEYSPACE: &str = "state";
+pub(super) const STATE_KEYSPACE: &str = "state";
 const PROMISED_EPOCH_KEY: &[u8] = b"promised_epoch";
 const STABLE_INDEX_KEY: &[u8] = b"stable_index";
 const STATE_INDEX_KEY: &[u8] = b"state_index";
@@ -602,44 +602,6 @@ impl EventStore for FjallStore {
     }
 }
 
-/// A frozen view of a [`FjallStore`]'s state (a fjall snapshot, which keeps
-/// the versions it sees from being compacted away until it is dropped).
-struct FjallSnapshot {
-    snapshot: fjall::Snapshot,
-    state: Keyspace,
-    base: LogPosition,
-}
-
-impl super::StateSnapshot for FjallSnapshot {
-    fn base(&self) -> LogPosition {
-        self.base
-    }
-
-    fn chunk(
-        &self,
-        after: Option<&[u8]>,
-        max_bytes: usize,
-    ) -> Result<(Vec<(Bytes, Bytes)>, bool), StoreError> {
-        use fjall::Readable;
-        use std::ops::Bound;
-        let lower: Bound<&[u8]> = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut out = Vec::new();
-        let mut size = 0;
-        for guard in self
-            .snapshot
-            .range::<&[u8], _>(&self.state, (lower, Bound::Unbounded))
-        {
-            if !out.is_empty() && size >= max_bytes {
-                return Ok((out, false));
-            }
-            let (key, value) = guard.into_inner()?;
-            size += key.len() + value.len();
-            out.push((Bytes::copy_from_slice(&key), Bytes::copy_from_slice(&value)));
-        }
-        Ok((out, true))
-    }
-}
-
 /// Seals `keyspace`'s memtable once it is full. fjall asks its workers to
 /// do that, through the queue where a flush or a long compaction may be
 /// ahead (one worker, see [`WORKER_THREADS`]); meanwhile the memtable kept
@@ -650,48 +612,6 @@ impl super::StateSnapshot for FjallSnapshot {
 fn rotate_full(keyspace: &Keyspace) -> Result<(), StoreError> {
     if keyspace.tree.active_memtable().size() > MEMTABLE_BYTES_MAX {
         keyspace.rotate_memtable()?;
-    }
-    Ok(())
-}
-
-/// The keyspace holding the state of `generation`: the first one keeps
-/// the name stores had before snapshots were staged.
-fn state_keyspace_name(generation: u64) -> String {
-    if generation == 0 {
-        STATE_KEYSPACE.to_owned()
-    } else {
-        format!("{STATE_KEYSPACE}.{generation}")
-    }
-}
-
-/// The state keyspace's options: memtables bounded like the log's, and the
-/// block index partitioned at every level, not only at fjall's default (the
-/// last). A table writer keeps each data block's last key until its index
-/// is written, and a key longer than 20 bytes (every message key: tag,
-/// vhost, queue, id) is a view into the whole decompressed block compaction
-/// read it from. A full index holds those blocks for a whole output table:
-/// with compressible bodies that was 280 MiB of a 3M-message fill's peak
-/// (heaptrack, S6). A partition goes to disk every few KiB.
-fn state_options() -> KeyspaceCreateOptions {
-    KeyspaceCreateOptions::default()
-        .max_memtable_size(MEMTABLE_BYTES_MAX)
-        .index_block_partitioning_policy(PartitioningPolicy::all(true))
-}
-
-/// Deletes every state keyspace but `live`: a staged state a crash (or a
-/// close) interrupted, or an old state whose deletion a crash interrupted.
-fn drop_stale_states(db: &Database, live: &str) -> Result<(), StoreError> {
-    let prefix = format!("{STATE_KEYSPACE}.");
-    for name in db.list_keyspace_names() {
-        let name: &str = name.as_ref();
-        if name != live && (name == STATE_KEYSPACE || name.starts_with(&prefix)) {
-            tracing::info!(
-                keyspace = name,
-                "dropping a stale state (a snapshot install a crash interrupted)"
-            );
-            let stale = db.keyspace(name, state_options)?;
-            db.delete_keyspace(stale)?;
-        }
     }
     Ok(())
 }

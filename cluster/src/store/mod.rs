@@ -11,6 +11,7 @@
 mod fjall;
 mod fjall_log;
 mod fjall_meta;
+mod fjall_state;
 mod follow;
 mod memory;
 pub(crate) mod reducer_thread;

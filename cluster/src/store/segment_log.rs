@@ -15,7 +15,9 @@
 //! segment says. A segment is created at [`SEGMENT_BYTES`] (sparse, with
 //! `set_len`), written from its header on, and the next one is started when
 //! a record does not fit, after the full one is synced: only the newest
-//! segment can have a torn tail.
+//! segment can have a torn tail. A compacted file is kept (one at most, as
+//! `spare.seg.free`) and reused as the next segment, so that commits mostly
+//! overwrite blocks the filesystem has already allocated.
 //!
 //! Crash recovery ([`SegmentLog::open`]) replays every record: entries must
 //! continue the log, a `Truncate` marker cuts it, a `Stable` marker records
@@ -46,6 +48,9 @@ use crate::position::{Entry, LogPosition};
 /// A segment's size on creation (a bigger record gets a bigger segment).
 pub(super) const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 const SUFFIX: &str = ".seg";
+/// A compacted segment file kept to be reused as the next one; not a
+/// segment name, so listing skips it.
+const SPARE: &str = "spare.seg.free";
 
 /// One record as the index knows it.
 #[derive(Clone, Copy, Debug)]
@@ -65,6 +70,9 @@ struct Record {
 /// One segment file.
 struct Segment {
     seq: u64,
+    /// Drawn when the file was started; names its records (see
+    /// `segment_record`).
+    nonce: u64,
     path: PathBuf,
     file: File,
     /// The entry before this segment's first one.
@@ -103,6 +111,8 @@ pub(super) struct SegmentLog {
     buf: Vec<u8>,
     /// Written since the last fdatasync.
     dirty: bool,
+    /// A compacted segment waits under [`SPARE`] to be reused.
+    has_spare: bool,
 }
 
 fn io(what: &str, path: &Path, err: std::io::Error) -> StoreError {
@@ -166,6 +176,7 @@ impl SegmentLog {
             segment_bytes,
             buf: Vec::new(),
             dirty: false,
+            has_spare: false,
         };
         let mut seqs = list(dir)?;
         if let Some(&seq) = seqs.last()
@@ -173,10 +184,17 @@ impl SegmentLog {
         {
             seqs.pop();
         }
+        let spare = dir.join(SPARE);
         let Some(&newest) = seqs.last() else {
+            // A spare without segments (a crash in `reset`) might hold
+            // records of segment 1 itself: never reuse it for a new log.
+            if spare.exists() {
+                std::fs::remove_file(&spare).map_err(|e| io("removing", &spare, e))?;
+            }
             log.create_segment(1, start, 0)?;
             return Ok(log);
         };
+        log.has_spare = spare.exists();
         for seq in seqs {
             log.replay(seq, seq == newest)?;
         }
@@ -220,7 +238,7 @@ impl SegmentLog {
         let cap = file.metadata().map_err(|e| io("reading", &path, e))?.len();
         let mut header = [0u8; rec::SEGMENT_HEADER];
         let read = read_at(&file, &mut header, 0).map_err(|e| io("reading", &path, e))?;
-        let prev = rec::decode_segment_header(seq, &header[..read])?;
+        let (prev, nonce) = rec::decode_segment_header(seq, &header[..read])?;
         if let Some(before) = self.segments.last() {
             if prev != self.last || seq <= before.seq {
                 return Err(StoreError::Corrupt(format!(
@@ -233,6 +251,7 @@ impl SegmentLog {
         }
         self.segments.push(Segment {
             seq,
+            nonce,
             path: path.clone(),
             file,
             prev,
@@ -247,7 +266,7 @@ impl SegmentLog {
             let room = cap.saturating_sub(at);
             let n = read_at(&self.current().file, &mut head, at)
                 .map_err(|e| io("reading", &path, e))?;
-            let torn = match rec::scan_head(seq, &head[..n], room) {
+            let torn = match rec::scan_head(nonce, &head[..n], room) {
                 Scanned::End => break,
                 Scanned::Torn(why) => why,
                 Scanned::Record(h) => {
@@ -257,7 +276,7 @@ impl SegmentLog {
                         .file
                         .read_exact_at(&mut body, body_at)
                         .map_err(|e| io("reading", &path, e))?;
-                    if rec::check_body(seq, &head, &body) {
+                    if rec::check_body(nonce, &head, &body) {
                         self.apply(h, body_at, Bytes::from(body))?;
                         self.current_mut().end = body_at + h.body as u64;
                         continue;
@@ -339,19 +358,29 @@ impl SegmentLog {
     fn create_segment(&mut self, seq: u64, prev: LogPosition, room: u64) -> Result<(), StoreError> {
         let path = segment_path(&self.dir, seq);
         let cap = self.segment_bytes.max(rec::SEGMENT_HEADER as u64 + room);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| io("creating", &path, e))?;
-        file.write_all_at(&rec::encode_segment_header(seq, prev), 0)
-            .and_then(|()| file.set_len(cap))
-            .and_then(|()| file.sync_all())
-            .map_err(|e| io("creating", &path, e))?;
+        // Never 0: a header of zeros is the end of a segment.
+        let nonce = rand::random::<u64>() | 1;
+        let header = rec::encode_segment_header(seq, nonce, prev);
+        let file = match self.take_spare(cap, &header, &path)? {
+            Some(file) => file,
+            None => {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|e| io("creating", &path, e))?;
+                file.write_all_at(&header, 0)
+                    .and_then(|()| file.set_len(cap))
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| io("creating", &path, e))?;
+                file
+            }
+        };
         sync_dir(&self.dir)?;
         self.segments.push(Segment {
             seq,
+            nonce,
             path,
             file,
             prev,
@@ -362,6 +391,45 @@ impl SegmentLog {
         });
         self.last = prev;
         Ok(())
+    }
+
+    /// The spare file (a compacted segment kept for reuse) as the segment
+    /// at `path`, if there is one of size `cap`: its new header is written
+    /// and synced under the spare's name, then it is renamed, so a file named
+    /// as a segment always has a whole header. What the file held before
+    /// reads as the end of the segment (each record carries its segment's
+    /// nonce).
+    /// Why reuse: overwriting blocks a file already has makes an
+    /// `fdatasync` flush data only; writing into a new (sparse) file also
+    /// allocates blocks, a metadata change that costs a filesystem journal
+    /// commit on every commit fsync, shared by every store on the disk.
+    fn take_spare(
+        &mut self,
+        cap: u64,
+        header: &[u8],
+        path: &Path,
+    ) -> Result<Option<File>, StoreError> {
+        if !self.has_spare {
+            return Ok(None);
+        }
+        self.has_spare = false;
+        let spare = self.dir.join(SPARE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&spare)
+            .map_err(|e| io("opening", &spare, e))?;
+        let len = file.metadata().map_err(|e| io("reading", &spare, e))?.len();
+        if len != cap {
+            drop(file);
+            std::fs::remove_file(&spare).map_err(|e| io("removing", &spare, e))?;
+            return Ok(None);
+        }
+        file.write_all_at(header, 0)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| io("reusing", &spare, e))?;
+        std::fs::rename(&spare, path).map_err(|e| io("reusing", &spare, e))?;
+        Ok(Some(file))
     }
 
     /// Syncs the current segment and starts the next one after the log's
@@ -403,8 +471,8 @@ impl SegmentLog {
     fn write_marker(&mut self, kind: Kind, index: u64) -> Result<(), StoreError> {
         self.ensure_room(RECORD_HEADER as u64)?;
         self.buf.clear();
-        let seq = self.current().seq;
-        rec::encode_marker(&mut self.buf, seq, kind, index);
+        let nonce = self.current().nonce;
+        rec::encode_marker(&mut self.buf, nonce, kind, index);
         self.write_buf().map(|_| ())
     }
 
@@ -425,8 +493,8 @@ impl SegmentLog {
             let body = bytes + n * rec::ENTRY_HEADER;
             self.ensure_room((RECORD_HEADER + body) as u64)?;
             self.buf.clear();
-            let seq = self.current().seq;
-            rec::encode_entries(&mut self.buf, seq, run)?;
+            let nonce = self.current().nonce;
+            rec::encode_entries(&mut self.buf, nonce, run)?;
             let body_at = self.write_buf()?;
             let last = run[n - 1].pos;
             let seg = self.current_mut();
@@ -524,7 +592,14 @@ impl SegmentLog {
         while self.reclaimable(base) {
             // Oldest first, each durably: what a crash leaves is a suffix.
             let seg = self.segments.remove(0);
-            std::fs::remove_file(&seg.path).map_err(|e| io("removing", &seg.path, e))?;
+            if !self.has_spare && seg.cap == self.segment_bytes {
+                // Kept for the next segment (see `take_spare`).
+                let spare = self.dir.join(SPARE);
+                std::fs::rename(&seg.path, &spare).map_err(|e| io("renaming", &seg.path, e))?;
+                self.has_spare = true;
+            } else {
+                std::fs::remove_file(&seg.path).map_err(|e| io("removing", &seg.path, e))?;
+            }
             sync_dir(&self.dir)?;
         }
         Ok(())

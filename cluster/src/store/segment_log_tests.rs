@@ -264,3 +264,40 @@ fn a_segment_whose_creation_was_cut_short_is_removed() {
         Err(StoreError::Corrupt(_))
     ));
 }
+
+/// A compacted file is reused as the next segment, and what it held before
+/// never reads as records of its new life.
+#[test]
+fn a_compacted_file_is_reused_and_its_old_records_stay_dead() {
+    let dir = tempfile::tempdir().unwrap();
+    let spare = dir.path().join(SPARE);
+    let mut log = open(dir.path());
+    for i in 1..=30 {
+        log.append(&entries(1, i..=i)).unwrap();
+    }
+    log.sync().unwrap();
+    let base = LogPosition::new(1, 25);
+    log.set_base(base);
+    log.drop_through(25).unwrap();
+    assert!(spare.exists());
+    for i in 31..=45 {
+        log.append(&entries(1, i..=i)).unwrap();
+    }
+    log.sync().unwrap();
+    assert!(!spare.exists(), "the spare became a segment");
+    drop(log);
+    let log = SegmentLog::open(dir.path(), base, SMALL).unwrap();
+    assert_eq!(log.last(), LogPosition::new(1, 45));
+    assert_eq!(log.read_range(26, 99).unwrap(), entries(1, 26..=45));
+    // A log started from nothing never takes a spare it finds.
+    drop(log);
+    let other = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        seg_file(dir.path(), 1 + files(dir.path())[0]),
+        other.path().join(SPARE),
+    )
+    .unwrap();
+    let log = open(other.path());
+    assert!(!other.path().join(SPARE).exists());
+    assert_eq!(log.last(), LogPosition::ZERO);
+}

@@ -3,20 +3,22 @@
 //!
 //! Segment header ([`SEGMENT_HEADER`] bytes): the magic `SMQSEG01`, the
 //! segment's sequence number, the position of the entry just before the
-//! segment's first one (epoch then index), and a CRC32 of those 32 bytes.
-//! All integers are little-endian.
+//! segment's first one (epoch then index), the segment's *nonce* (random,
+//! drawn when the file is started) and a CRC32 of those 40 bytes. All
+//! integers are little-endian.
 //!
 //! Record header ([`RECORD_HEADER`] bytes): body length (`u32`), CRC32
 //! (`u32`) of everything after it (the rest of the header and the body), the
 //! kind (`u8`, three bytes of padding), a count (`u32`), an index (`u64`)
-//! and the segment's sequence number (`u64`).
+//! and the segment's nonce (`u64`), which also salts the CRC.
 //! - [`Kind::Entries`]: `count` entries from `index` on; the body holds, per
 //!   entry, its epoch (`u64`), payload length (`u32`) and payload.
 //! - [`Kind::Stable`]: the stable index is `index` from here on; no body.
 //! - [`Kind::Truncate`]: every entry after `index` is gone; no body.
 //!
 //! The end of a segment's records is the first header of zeros, or of
-//! another segment's sequence number (bytes a reused file held before).
+//! another nonce: bytes a reused file held before, or a record forged in a
+//! message body, which cannot know the nonce.
 //! A header that is neither, but whose record does not check out (short,
 //! CRC mismatch, unknown kind), is a torn write.
 
@@ -26,7 +28,7 @@ use super::StoreError;
 use crate::position::{Entry, LogPosition};
 
 /// Bytes of a segment's header.
-pub(super) const SEGMENT_HEADER: usize = 40;
+pub(super) const SEGMENT_HEADER: usize = 48;
 /// Bytes of a record's header.
 pub(super) const RECORD_HEADER: usize = 32;
 /// Bytes in front of each payload in an entries record: epoch and length.
@@ -88,19 +90,25 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// A segment's header.
-pub(super) fn encode_segment_header(seq: u64, prev: LogPosition) -> [u8; SEGMENT_HEADER] {
+pub(super) fn encode_segment_header(
+    seq: u64,
+    nonce: u64,
+    prev: LogPosition,
+) -> [u8; SEGMENT_HEADER] {
     let mut h = [0u8; SEGMENT_HEADER];
     h[..8].copy_from_slice(SEGMENT_MAGIC);
     h[8..16].copy_from_slice(&seq.to_le_bytes());
     h[16..24].copy_from_slice(&prev.epoch.to_le_bytes());
     h[24..32].copy_from_slice(&prev.index.to_le_bytes());
-    let sum = crc(seq, &h[..32]);
-    h[32..36].copy_from_slice(&sum.to_le_bytes());
+    h[32..40].copy_from_slice(&nonce.to_le_bytes());
+    let sum = crc(seq, &h[..40]);
+    h[40..44].copy_from_slice(&sum.to_le_bytes());
     h
 }
 
-/// The position before segment `seq`'s first entry, from its header.
-pub(super) fn decode_segment_header(seq: u64, h: &[u8]) -> Result<LogPosition, StoreError> {
+/// The position before segment `seq`'s first entry and its nonce, from its
+/// header.
+pub(super) fn decode_segment_header(seq: u64, h: &[u8]) -> Result<(LogPosition, u64), StoreError> {
     let bad = |why: &str| StoreError::Corrupt(format!("log segment {seq}: {why}"));
     if h.len() < SEGMENT_HEADER {
         return Err(bad("shorter than its header"));
@@ -108,13 +116,16 @@ pub(super) fn decode_segment_header(seq: u64, h: &[u8]) -> Result<LogPosition, S
     if &h[..8] != SEGMENT_MAGIC {
         return Err(bad("not a segment (bad magic)"));
     }
-    if u64_at(h, 8) != seq || u32_at(h, 32) != crc(seq, &h[..32]) {
+    if u64_at(h, 8) != seq || u32_at(h, 40) != crc(seq, &h[..40]) {
         return Err(bad("header does not check out"));
     }
-    Ok(LogPosition::new(u64_at(h, 16), u64_at(h, 24)))
+    Ok((
+        LogPosition::new(u64_at(h, 16), u64_at(h, 24)),
+        u64_at(h, 32),
+    ))
 }
 
-/// Appends to `out` one record of segment `seq` holding `entries` (at least
+/// Appends to `out` one record of the segment of nonce `seq` holding `entries` (at least
 /// one, consecutive).
 pub(super) fn encode_entries(
     out: &mut Vec<u8>,
@@ -171,7 +182,7 @@ fn finish_header(
 }
 
 /// The header at the start of `head` (at least [`RECORD_HEADER`] bytes) in
-/// segment `seq`, whose file has `room` bytes from this offset on. The body
+/// the segment of nonce `seq`, whose file has `room` bytes from this offset on. The body
 /// is checked separately ([`check_body`]) once read.
 pub(super) fn scan_head(seq: u64, head: &[u8], room: u64) -> Scanned {
     if head.len() < RECORD_HEADER {
@@ -311,10 +322,10 @@ mod tests {
 
     #[test]
     fn segment_headers_check_their_sequence_and_crc() {
-        let h = encode_segment_header(9, LogPosition::new(2, 41));
+        let h = encode_segment_header(9, 77, LogPosition::new(2, 41));
         assert_eq!(
             decode_segment_header(9, &h).unwrap(),
-            LogPosition::new(2, 41)
+            (LogPosition::new(2, 41), 77)
         );
         assert!(decode_segment_header(8, &h).is_err());
         let mut bad = h;
