@@ -12,7 +12,7 @@
 //! Files are named `<seq>.seg` (20 decimal digits), oldest first; the format
 //! is in [`super::segment_record`]. Each segment's header holds the position
 //! of the entry before its first one, so the log starts where the oldest
-//! segment says. A segment is created at [`SEGMENT_BYTES`] (sparse, with
+//! segment says. A segment is created at [`SEGMENT_BYTES`] (32 MiB, sparse, with
 //! `set_len`), written from its header on, and the next one is started when
 //! a record does not fit, after the full one is synced: only the newest
 //! segment can have a torn tail. A compacted file is kept (one at most, as
@@ -46,7 +46,11 @@ use super::segment_record::{self as rec, Kind, RECORD_BYTES_MAX, RECORD_HEADER, 
 use crate::position::{Entry, LogPosition};
 
 /// A segment's size on creation (a bigger record gets a bigger segment).
-pub(super) const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// The log holds the current segment, the ones the base has not passed
+/// yet, and a spare: each is this long on disk (sparse until written), so
+/// this is the log's fixed overhead, traded against a rollover (two fsyncs)
+/// per segment.
+pub(super) const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
 const SUFFIX: &str = ".seg";
 /// A compacted segment file kept to be reused as the next one; not a
 /// segment name, so listing skips it.
