@@ -40,11 +40,8 @@ use super::StoreError;
 use crate::position::{Entry, LogPosition};
 
 #[cfg(test)]
-/// Payload bytes in one record at most (a single larger entry gets a record
-/// of its own): big enough to amortise the per-record costs, small enough
-/// that one record is never a big block to write, or to read back whole for
-/// one entry.
-const RECORD_BYTES_MAX: usize = 256 * 1024;
+/// The old format capped records as the segment log does.
+use super::segment_record::RECORD_BYTES_MAX;
 /// Bytes in front of each payload in a record: epoch and length.
 const ENTRY_HEADER: usize = 12;
 /// Key length of a one-entry key written before records existed.
@@ -101,12 +98,7 @@ pub(super) fn write_records(
 ) -> Result<(), StoreError> {
     let mut rest = entries;
     while !rest.is_empty() {
-        let mut bytes = 0;
-        let mut n = 0;
-        while n < rest.len() && (n == 0 || bytes + rest[n].payload.len() <= RECORD_BYTES_MAX) {
-            bytes += rest[n].payload.len();
-            n += 1;
-        }
+        let (n, _) = super::segment_record::next_run(rest);
         let (record, tail) = rest.split_at(n);
         rest = tail;
         let (first, last) = (record[0].pos.index, record[n - 1].pos.index);

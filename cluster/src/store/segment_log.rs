@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::StoreError;
-use super::segment_record::{self as rec, Kind, RECORD_BYTES_MAX, RECORD_HEADER, Scanned};
+use super::segment_record::{self as rec, Kind, RECORD_HEADER, Scanned};
 use crate::position::{Entry, LogPosition};
 
 /// A segment's size on creation (a bigger record gets a bigger segment).
@@ -481,17 +481,12 @@ impl SegmentLog {
     }
 
     /// Appends `entries` (already checked to continue the log), as records
-    /// of at most [`RECORD_BYTES_MAX`] payload bytes. Not durable until
+    /// of at most [`rec::RECORD_BYTES_MAX`] payload bytes. Not durable until
     /// [`SegmentLog::sync`].
     pub(super) fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
         let mut rest = entries;
         while !rest.is_empty() {
-            let mut bytes = 0;
-            let mut n = 0;
-            while n < rest.len() && (n == 0 || bytes + rest[n].payload.len() <= RECORD_BYTES_MAX) {
-                bytes += rest[n].payload.len();
-                n += 1;
-            }
+            let (n, bytes) = rec::next_run(rest);
             let (run, tail) = rest.split_at(n);
             rest = tail;
             let body = bytes + n * rec::ENTRY_HEADER;

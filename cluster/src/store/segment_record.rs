@@ -38,6 +38,18 @@ pub(super) const ENTRY_HEADER: usize = 12;
 pub(super) const RECORD_BYTES_MAX: usize = 256 * 1024;
 const SEGMENT_MAGIC: &[u8; 8] = b"SMQSEG01";
 
+/// How many of `entries` go in the next record, and their payload bytes:
+/// as many as fit in [`RECORD_BYTES_MAX`], and at least one.
+pub(super) fn next_run(entries: &[Entry]) -> (usize, usize) {
+    let mut bytes = 0;
+    let mut n = 0;
+    while n < entries.len() && (n == 0 || bytes + entries[n].payload.len() <= RECORD_BYTES_MAX) {
+        bytes += entries[n].payload.len();
+        n += 1;
+    }
+    (n, bytes)
+}
+
 /// What a record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
