@@ -24,10 +24,8 @@
 //! `docs/replication.md`.
 
 mod broker;
-mod election;
 mod log;
 mod messages;
-mod prevote;
 mod replicator;
 mod rng;
 mod snapshot;

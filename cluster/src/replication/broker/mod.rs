@@ -7,126 +7,37 @@
 //! acts on the commands: `Apply` entries (slave), release confirms up to
 //! `Stable` (master), serve clients after `BecameMaster`, drop its clients and
 //! rebuild from the stable log after `SteppedDown`.
+//!
+//! This module holds the node, its roles and the dispatch of inputs; each
+//! role's protocol has a module of its own: `slave` (following the master,
+//! catching up from the stores), `restore` (installing a store's state),
+//! `prevote` and `election` (becoming master), and, for the master,
+//! `replication::replicator`. `io` holds the inputs and commands.
 
 use bytes::Bytes;
 
 use crate::position::{Entry, LogPosition};
+use crate::replication::log::MemLog;
+use crate::replication::messages::{Endpoint, Message, Service};
+use crate::replication::replicator::Replicator;
+use crate::replication::rng::SplitMix64;
+use crate::replication::snapshot::SnapshotRx;
+use crate::replication::{Config, NodeId};
 
-use super::election::Candidate;
-use super::log::{MemLog, entries_follow, mismatch_hint};
-use super::messages::{Endpoint, Message, RejectReason, Service};
-use super::prevote::PreVoteRound;
-use super::replicator::Replicator;
-use super::rng::SplitMix64;
-use super::snapshot::{ChunkOutcome, SnapshotRx};
-use super::{Config, NodeId};
+use election::Candidate;
+use prevote::PreVoteRound;
 
-/// What drives a broker node.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BrokerInput {
-    /// A message from a peer.
-    Receive {
-        /// The sender.
-        from: Endpoint,
-        /// The message.
-        msg: Message,
-    },
-    /// Time passed: check the election timeout, resend what is overdue, send
-    /// heartbeats. Call it every few milliseconds (well under `heartbeat_ms`).
-    Tick,
-    /// Entries were appended: send them. Call it after a run of
-    /// [`BrokerNode::append`] calls, so one Append carries all of them (the batch
-    /// is whatever the client produced meanwhile, never a fixed sleep).
-    Flush,
-}
+mod election;
+mod io;
+mod prevote;
+mod restore;
+mod slave;
 
-/// What a broker node asks its driver (and the broker) to do.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BrokerCommand {
-    /// Send a message.
-    Send {
-        /// The receiver.
-        to: Endpoint,
-        /// The message.
-        msg: Message,
-    },
-    /// Slave (or a candidate becoming master): these entries are stable; apply
-    /// them, in order. Consecutive with the previous `Apply`. Epoch markers
-    /// ([`super::is_epoch_marker`]) are included and must be skipped.
-    Apply(Vec<Entry>),
-    /// Slave or candidate: one chunk of a store's materialized state of the
-    /// stable log up to `base` (the entries the node needs were compacted),
-    /// as it arrives, so no one holds the whole state at once. `first`
-    /// starts it (drop whatever an earlier, abandoned transfer delivered);
-    /// `done`: it is complete and replaces the broker's state. `Apply`
-    /// continues from `base.index + 1`.
-    Restore {
-        /// The last entry the state covers.
-        base: LogPosition,
-        /// These pairs start the state.
-        first: bool,
-        /// The chunk's pairs, in key order, after every earlier chunk's.
-        pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
-        /// The last chunk.
-        done: bool,
-    },
-    /// Master: every entry up to this index is stable; release the confirms and
-    /// replies waiting for it. Strictly increasing within one mastership.
-    Stable(u64),
-    /// This node started an election for `epoch` (for metrics and logs).
-    Campaign {
-        /// The epoch it fenced the stores with.
-        epoch: u64,
-    },
-    /// The epoch-start marker is stable: this node is master of `epoch` and may
-    /// serve clients. Everything up to `stable` was applied before this command.
-    BecameMaster {
-        /// The new epoch.
-        epoch: u64,
-        /// The marker's index: the stable index the mastership starts from.
-        stable: u64,
-    },
-    /// This node was master and learned of a higher `epoch`, or (check-quorum,
-    /// `epoch` is then its own) heard no quorum of stores for
-    /// `check_quorum_ms`: stop at once (close client connections with 320),
-    /// discard every effect past the last `Stable` index, and carry on as a
-    /// slave (I2).
-    SteppedDown {
-        /// The higher epoch that deposed us.
-        epoch: u64,
-    },
-}
-
-/// Why [`BrokerNode::append`] refused.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum AppendError {
-    /// Only the master appends. `master` is the node this one last heard from.
-    #[error("not master (epoch {epoch}, master {master:?})")]
-    NotMaster {
-        /// The highest epoch this node knows.
-        epoch: u64,
-        /// The master it follows, if it knows one.
-        master: Option<NodeId>,
-    },
-    /// An empty payload is reserved for epoch markers.
-    #[error("empty payloads are reserved for epoch markers")]
-    EmptyPayload,
-}
-
-/// Which role a broker node is in, for status pages and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoleKind {
-    /// Applies stable entries; may campaign when the master goes quiet.
-    Slave,
-    /// Fencing, fetching, or making its marker stable.
-    Candidate,
-    /// Serves clients.
-    Master,
-}
+pub use io::{AppendError, BrokerCommand, BrokerInput, RoleKind};
 
 /// The current role and its state.
 #[derive(Debug)]
-pub(super) enum Role {
+enum Role {
     Slave {
         /// Who we last accepted an Append from.
         master: Option<NodeId>,
@@ -141,36 +52,36 @@ pub(super) enum Role {
 #[derive(Debug)]
 pub struct BrokerNode {
     /// This node.
-    pub(super) id: NodeId,
+    id: NodeId,
     /// Membership and timing.
-    pub(super) cfg: Config,
+    cfg: Config,
     /// Randomness for election timeouts; seeded by the driver so a simulation
     /// replays exactly.
-    pub(super) rng: SplitMix64,
+    rng: SplitMix64,
     /// Highest epoch seen anywhere (our own candidacy included).
-    pub(super) epoch: u64,
+    epoch: u64,
     /// Our copy of the log: stable prefix, then whatever the master sent beyond.
-    pub(super) log: MemLog,
+    log: MemLog,
     /// Highest index handed to the broker as stable (`Apply` or `Stable`). Never
     /// truncated; never goes back.
-    pub(super) applied: u64,
+    applied: u64,
     /// Set when a consistency check fails; nonzero means a protocol bug. The
     /// simulator asserts it stays zero.
-    pub(super) anomalies: u64,
+    anomalies: u64,
     /// The highest `floor` a master told us: every store holds the log up to
     /// it, so entries up to it (and applied) may leave memory.
-    pub(super) floor_seen: u64,
+    floor_seen: u64,
     /// Catching up from the stores (a slave behind the master's memory): when
     /// we last asked, and which store to ask next.
-    pub(super) catch_up_sent_ms: Option<u64>,
-    pub(super) catch_up_turn: usize,
+    catch_up_sent_ms: Option<u64>,
+    catch_up_turn: usize,
     /// A store's state being received (catch-up below a store's log base).
-    pub(super) snapshot_rx: Option<SnapshotRx>,
+    snapshot_rx: Option<SnapshotRx>,
     /// A slave's pre-vote under way (see [`PreVoteRound`]); dropped whenever
     /// the node becomes a slave of a master, a candidate or master.
-    pub(super) prevote: Option<PreVoteRound>,
+    prevote: Option<PreVoteRound>,
     /// The role.
-    pub(super) role: Role,
+    role: Role,
 }
 
 impl BrokerNode {
@@ -374,7 +285,7 @@ impl BrokerNode {
         }
     }
 
-    pub(super) fn become_slave(&mut self, now: u64, master: Option<NodeId>) {
+    fn become_slave(&mut self, now: u64, master: Option<NodeId>) {
         self.prevote = None;
         let deadline_ms = self.election_deadline(now);
         self.role = Role::Slave {
@@ -383,7 +294,7 @@ impl BrokerNode {
         };
     }
 
-    pub(super) fn election_deadline(&mut self, now: u64) -> u64 {
+    fn election_deadline(&mut self, now: u64) -> u64 {
         now + self.cfg.election_timeout_ms + self.rng.below(self.cfg.election_jitter_ms + 1)
     }
 
@@ -395,103 +306,6 @@ impl BrokerNode {
             Role::Slave { .. } => return None,
         };
         (epoch == self.epoch).then_some(repl)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn on_append(
-        &mut self,
-        now: u64,
-        from: Endpoint,
-        epoch: u64,
-        mut prev: LogPosition,
-        mut entries: Vec<Entry>,
-        stable: u64,
-        out: &mut Vec<BrokerCommand>,
-    ) {
-        if epoch < self.epoch || matches!(self.role, Role::Master(_)) {
-            // A deposed master (or, impossibly, a second master of our epoch):
-            // tell it the epoch that deposed it.
-            let reject = Message::AppendReject {
-                epoch: self.epoch,
-                reason: RejectReason::Fenced,
-            };
-            out.push(BrokerCommand::Send {
-                to: from,
-                msg: reject,
-            });
-            return;
-        }
-        // The master of our epoch: follow it (a candidate of the same epoch lost,
-        // since the stores promised it to the sender).
-        self.become_slave(now, Some(from.node));
-        let base = self.log.base();
-        if prev.index < base {
-            // A resend reaching into what we dropped: that prefix is stable and
-            // applied, so the master's entries there are ours (I1). Start the
-            // check at our first position instead of rejecting down a prefix we
-            // no longer hold.
-            let skip = usize::try_from(base - prev.index).unwrap_or(usize::MAX);
-            entries.drain(..skip.min(entries.len()));
-            prev = self.log.pos_at(base).unwrap_or(LogPosition::ZERO);
-        }
-        if prev.index > self.log.last().index && stable > self.applied {
-            // We lack entries the master may no longer hold in memory: fetch the
-            // stable ones from a store meanwhile.
-            self.catch_up(now, false, out);
-        }
-        if self.log.pos_at(prev.index) != Some(prev) {
-            let hint = mismatch_hint(
-                self.log.last().index,
-                self.log.run_start(prev.index),
-                prev,
-                self.applied,
-            );
-            let reason = RejectReason::Mismatch {
-                prev,
-                hint,
-                incarnation: 0,
-            };
-            out.push(BrokerCommand::Send {
-                to: from,
-                msg: Message::AppendReject { epoch, reason },
-            });
-            return;
-        }
-        if !entries_follow(prev, &entries) {
-            self.anomalies += 1; // malformed: ack nothing
-            return;
-        }
-        let last_index = prev.index + entries.len() as u64;
-        let last = LogPosition::new(
-            entries.last().map_or(prev.epoch, |e| e.pos.epoch),
-            last_index,
-        );
-        for entry in entries {
-            let index = entry.pos.index;
-            match self.log.pos_at(index) {
-                Some(pos) if pos == entry.pos => {}
-                Some(_) if index <= self.applied => {
-                    // Applied entries are stable and final (I1/I4).
-                    self.anomalies += 1;
-                    return;
-                }
-                Some(_) => {
-                    self.log.truncate_after(index - 1);
-                    self.log.push(entry);
-                }
-                None => self.log.push(entry),
-            }
-        }
-        // Stable only up to what this append proved we share with the master.
-        self.apply_up_to(stable.min(last_index), out);
-        out.push(BrokerCommand::Send {
-            to: from,
-            msg: Message::AppendAck {
-                epoch,
-                last,
-                incarnation: 0,
-            },
-        });
     }
 
     /// Drop from memory what no peer will need from us again: on a master,
@@ -507,152 +321,8 @@ impl BrokerNode {
         self.log.drop_up_to(upto.min(self.applied));
     }
 
-    /// Slave: ask a store (each in turn) for the stable entries after what we
-    /// applied. `now_again` skips the rate limit (the previous answer just
-    /// arrived and more is wanted).
-    fn catch_up(&mut self, now: u64, now_again: bool, out: &mut Vec<BrokerCommand>) {
-        if !matches!(self.role, Role::Slave { .. }) || self.cfg.stores.is_empty() {
-            return;
-        }
-        if !now_again
-            && self
-                .catch_up_sent_ms
-                .is_some_and(|at| now.saturating_sub(at) < self.cfg.retry_ms)
-        {
-            return;
-        }
-        self.catch_up_sent_ms = Some(now);
-        if let Some(rx) = &mut self.snapshot_rx {
-            if let Some((to, msg)) = rx.resend() {
-                out.push(BrokerCommand::Send { to, msg });
-                return;
-            }
-            // The source went silent: ask the next store from scratch.
-            self.snapshot_rx = None;
-        }
-        let store = self.cfg.stores[self.catch_up_turn % self.cfg.stores.len()];
-        self.catch_up_turn = self.catch_up_turn.wrapping_add(1);
-        let from = self.applied + 1;
-        out.push(BrokerCommand::Send {
-            to: Endpoint::store(store),
-            msg: Message::CatchUp {
-                epoch: self.epoch,
-                from,
-                to: from.saturating_add(self.cfg.fetch_entries_max.saturating_sub(1)),
-            },
-        });
-    }
-
-    /// Slave: stable entries from a store. They follow what we applied (the
-    /// stable log is the same everywhere, I1/I3); anything of ours beyond
-    /// that was not known stable and is replaced.
-    fn on_stable_entries(&mut self, now: u64, entries: Vec<Entry>, out: &mut Vec<BrokerCommand>) {
-        if !matches!(self.role, Role::Slave { .. }) {
-            return;
-        }
-        if entries
-            .first()
-            .is_none_or(|e| e.pos.index != self.applied + 1)
-        {
-            return; // empty, or a late answer to an older request
-        }
-        let Some(prev) = self.log.pos_at(self.applied) else {
-            self.anomalies += 1;
-            return;
-        };
-        if !entries_follow(prev, &entries) {
-            // Stable entries that do not continue our stable prefix: I1 or I3
-            // is broken somewhere.
-            self.anomalies += 1;
-            return;
-        }
-        // A stable entry of epoch e means a master of e existed: anyone still
-        // appending in an older epoch is deposed (I2), and we must not follow
-        // it over entries we now hold as stable.
-        if let Some(newest) = entries.iter().map(|e| e.pos.epoch).max() {
-            self.observe_epoch(now, newest, out);
-        }
-        let full = entries.len() as u64 >= self.cfg.fetch_entries_max;
-        self.log.truncate_after(self.applied);
-        for entry in entries {
-            self.log.push(entry);
-        }
-        let last = self.log.last().index;
-        self.apply_up_to(last, out);
-        if full {
-            self.catch_up(now, true, out);
-        }
-    }
-
-    /// A chunk of a store's state: a slave catching up, or a candidate
-    /// fetching the adopted log, below that store's log base.
-    #[allow(clippy::too_many_arguments)]
-    fn on_snapshot_chunk(
-        &mut self,
-        now: u64,
-        from: Endpoint,
-        base: LogPosition,
-        after: Option<bytes::Bytes>,
-        pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
-        done: bool,
-        out: &mut Vec<BrokerCommand>,
-    ) {
-        let have = match &self.role {
-            Role::Slave { .. } => self.applied,
-            Role::Candidate(c) => match c.fetch_next() {
-                // Only from the store whose log we adopt: its state is a
-                // prefix of that log.
-                Some((source, next)) if source == from.node => next - 1,
-                _ => return,
-            },
-            Role::Master(_) => return,
-        };
-        match SnapshotRx::on_chunk(&mut self.snapshot_rx, from, have, base, after, pairs, done) {
-            ChunkOutcome::Ignored => {}
-            ChunkOutcome::Taken {
-                base,
-                first,
-                pairs,
-                next: Some((to, msg)),
-            } => {
-                // Each chunk goes to the broker as it comes.
-                out.push(BrokerCommand::Restore {
-                    base,
-                    first,
-                    pairs,
-                    done: false,
-                });
-                self.catch_up_sent_ms = Some(now);
-                out.push(BrokerCommand::Send { to, msg });
-            }
-            ChunkOutcome::Taken {
-                base,
-                first,
-                pairs,
-                next: None,
-            } => {
-                // A stable entry of epoch e proves a master of e existed (see
-                // `on_stable_entries`).
-                self.observe_epoch(now, base.epoch, out);
-                self.log.reset_to(base);
-                self.applied = base.index;
-                out.push(BrokerCommand::Restore {
-                    base,
-                    first,
-                    pairs,
-                    done: true,
-                });
-                match self.role {
-                    Role::Slave { .. } => self.catch_up(now, true, out),
-                    Role::Candidate(_) => self.fetch_after_snapshot(now, out),
-                    Role::Master(_) => {}
-                }
-            }
-        }
-    }
-
     /// Hand the broker everything up to `index` not yet handed over.
-    pub(super) fn apply_up_to(&mut self, index: u64, out: &mut Vec<BrokerCommand>) {
+    fn apply_up_to(&mut self, index: u64, out: &mut Vec<BrokerCommand>) {
         let index = index.min(self.log.last().index);
         if index > self.applied {
             out.push(BrokerCommand::Apply(

@@ -16,22 +16,22 @@ use bytes::Bytes;
 
 use crate::position::{Entry, LogPosition};
 
-use super::NodeId;
-use super::broker::{BrokerCommand, BrokerNode, Role};
-use super::log::entries_follow;
-use super::messages::{Endpoint, Message, Service};
-use super::replicator::Replicator;
+use super::{BrokerCommand, BrokerNode, Role};
+use crate::replication::NodeId;
+use crate::replication::log::entries_follow;
+use crate::replication::messages::{Endpoint, Message, Service};
+use crate::replication::replicator::Replicator;
 
 /// State of one candidacy.
 #[derive(Debug)]
-pub(crate) struct Candidate {
+pub(super) struct Candidate {
     /// The epoch we fenced with.
-    pub(crate) epoch: u64,
+    pub(super) epoch: u64,
     /// Random per candidacy; see [`Message::Fence`].
     nonce: u64,
     /// When we give up and campaign again with a higher epoch, if not master by
     /// then. Randomised, so competing candidates stop colliding.
-    pub(crate) deadline_ms: u64,
+    pub(super) deadline_ms: u64,
     /// When we last sent Fence or Fetch, for resending over a lossy network.
     last_sent_ms: u64,
     /// Where the candidacy is.
@@ -58,7 +58,7 @@ enum Phase {
 impl Candidate {
     /// While fetching: the store whose log we adopt, and the next index we
     /// need.
-    pub(crate) fn fetch_next(&self) -> Option<(NodeId, u64)> {
+    pub(super) fn fetch_next(&self) -> Option<(NodeId, u64)> {
         match &self.phase {
             Phase::Fetching { source, next, .. } => Some((*source, *next)),
             _ => None,
@@ -66,7 +66,7 @@ impl Candidate {
     }
 
     /// The replicator while confirming the marker.
-    pub(crate) fn replicator(&mut self) -> Option<&mut Replicator> {
+    pub(super) fn replicator(&mut self) -> Option<&mut Replicator> {
         match &mut self.phase {
             Phase::Confirming { repl, .. } => Some(repl),
             Phase::Fencing { .. } | Phase::Fetching { .. } => None,
@@ -338,7 +338,13 @@ impl BrokerNode {
 }
 
 /// A Fetch of at most `fetch_entries_max` entries from `next` towards `to`.
-fn fetch(cfg: &super::Config, source: NodeId, epoch: u64, next: u64, to: u64) -> BrokerCommand {
+fn fetch(
+    cfg: &crate::replication::Config,
+    source: NodeId,
+    epoch: u64,
+    next: u64,
+    to: u64,
+) -> BrokerCommand {
     let to = to.min(next.saturating_add(cfg.fetch_entries_max.saturating_sub(1)));
     BrokerCommand::Send {
         to: Endpoint::store(source),

@@ -12,9 +12,9 @@
 
 use std::collections::BTreeSet;
 
-use super::NodeId;
-use super::broker::{BrokerCommand, BrokerNode, Role};
-use super::messages::{Endpoint, Message, Service};
+use super::{BrokerCommand, BrokerNode, Role};
+use crate::replication::NodeId;
+use crate::replication::messages::{Endpoint, Message, Service};
 
 /// A slave's pre-vote: before it raises its epoch and fences the stores, a
 /// slave whose master went quiet asks them whether they would promise. A
@@ -22,7 +22,7 @@ use super::messages::{Endpoint, Message, Service};
 /// itself, so a slave cut off from a master that the stores still hear gets
 /// no quorum, raises no epoch, and deposes nobody.
 #[derive(Debug)]
-pub(crate) struct PreVoteRound {
+pub(super) struct PreVoteRound {
     /// The epoch it would fence with: the highest seen plus one.
     pub(super) epoch: u64,
     /// Stores that said yes.
