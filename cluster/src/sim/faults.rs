@@ -6,7 +6,8 @@ use crate::replication::{BrokerNode, NodeId, RoleKind, StoreNode};
 
 use super::disk::SimDisk;
 use super::net::cut;
-use super::world::{Ev, World};
+use super::queue::Ev;
+use super::world::World;
 
 impl World {
     /// The node that currently believes it is master with the highest epoch.

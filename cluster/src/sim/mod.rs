@@ -16,10 +16,13 @@
 //! it, and it is not for use in the broker.
 
 pub mod check;
+mod commands;
 mod disk;
 mod faults;
 mod net;
 mod oracle;
+mod queue;
+mod recovery;
 pub mod reducer;
 mod world;
 

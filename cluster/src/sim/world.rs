@@ -4,25 +4,30 @@
 //! Time is a u64 of milliseconds that jumps from event to event; nothing reads a
 //! real clock, so a seed replays exactly. Every random choice (topology, delays,
 //! drops, faults, each broker's election timeouts) comes from the seed.
+//!
+//! This module holds the world and its main loop: it builds the cluster,
+//! pops events and hands each to its node. The rest of a run has modules of
+//! its own: `queue` (the events and their order), `commands` (carrying out
+//! what the nodes ask), `faults`, `recovery` (the final phase and checks),
+//! `oracle` (the client), `net` and `disk`.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
 use crate::position::{Entry, LogPosition};
 use crate::replication::{
-    BrokerCommand, BrokerInput, BrokerNode, DiskOp, Endpoint, Message, NodeId, ReadRequest,
-    RoleKind, Service, SplitMix64, StoreCommand, StoreInput, StoreNode,
+    BrokerInput, BrokerNode, NodeId, RoleKind, Service, SplitMix64, StoreInput, StoreNode,
 };
 
 use super::SimParams;
-use super::check::i1_no_confirmed_loss::{self as i1, History};
-use super::check::i2_one_writer::{self as i2, Masters};
+use super::check::i1_no_confirmed_loss::History;
+use super::check::i2_one_writer::Masters;
 use super::check::i3_log_matching as i3;
 use super::check::i4_apply_prefix as i4;
 use super::check::{Incarnation, Violation};
 use super::disk::SimDisk;
 use super::net::Network;
 use super::oracle::Oracle;
+use super::queue::{Ev, EventQueue};
 use super::reducer::{Replay, State};
 
 /// What happened in one run, for the tests that make sure faults really occur.
@@ -72,74 +77,6 @@ pub struct SimStats {
     pub rejoins: u64,
 }
 
-/// One scheduled event.
-#[derive(Debug)]
-pub(super) enum Ev {
-    Deliver {
-        from: Endpoint,
-        to: Endpoint,
-        msg: Message,
-        /// The receiver's incarnation when sent: a restart loses what was in flight
-        /// to it, as a broken TCP connection would.
-        inc: u64,
-    },
-    Persisted {
-        node: NodeId,
-        inc: u64,
-    },
-    ReadDone {
-        node: NodeId,
-        inc: u64,
-        req: ReadRequest,
-        entries: Vec<Entry>,
-    },
-    SnapshotDone {
-        node: NodeId,
-        inc: u64,
-        input: StoreInput,
-    },
-    Tick {
-        node: NodeId,
-        inc: u64,
-    },
-    Client,
-    Fault,
-    Restart {
-        node: NodeId,
-    },
-    Unblock {
-        links: Vec<(NodeId, NodeId)>,
-    },
-    Check,
-    Heal,
-    CutSlave,
-}
-
-struct Scheduled {
-    at: u64,
-    /// Tie-breaker: events at the same time run in scheduling order.
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Scheduled {
-    /// Reversed, so the max-heap pops the earliest event.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
-}
-
 /// One simulated machine.
 pub(super) struct Node {
     pub(super) up: bool,
@@ -157,28 +94,27 @@ pub struct World {
     pub(super) params: SimParams,
     pub(super) rng: SplitMix64,
     pub(super) now: u64,
-    seq: u64,
-    queue: BinaryHeap<Scheduled>,
+    queue: EventQueue,
     pub(super) nodes: BTreeMap<NodeId, Node>,
     pub(super) net: Network,
-    history: History,
-    masters: Masters,
+    pub(super) history: History,
+    pub(super) masters: Masters,
     /// Highest index applied by each broker incarnation (I4).
-    applied: BTreeMap<Incarnation, u64>,
+    pub(super) applied: BTreeMap<Incarnation, u64>,
     /// A snapshot each broker is receiving, chunk by chunk (`Restore` with
     /// `done: false`): its base and the pairs so far, checked whole when done.
-    restoring: BTreeMap<Incarnation, (LogPosition, Vec<(bytes::Bytes, bytes::Bytes)>)>,
-    oracle: Oracle,
+    pub(super) restoring: BTreeMap<Incarnation, (LogPosition, Vec<(bytes::Bytes, bytes::Bytes)>)>,
+    pub(super) oracle: Oracle,
     pub(super) stats: SimStats,
     /// Off once the final recovery starts.
     pub(super) faults_on: bool,
     /// Stable history length when the final recovery started.
-    history_len_at_heal: u64,
+    pub(super) history_len_at_heal: u64,
     /// A node kept down through the recovery phase
     /// ([`SimParams::heal_one_store_down`]).
     pub(super) held_down: Option<NodeId>,
     /// The state of the stable history's prefixes, for the I4 state checks.
-    replay: Replay,
+    pub(super) replay: Replay,
 }
 
 impl World {
@@ -217,8 +153,7 @@ impl World {
             params,
             rng,
             now: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
+            queue: EventQueue::default(),
             nodes,
             history: History::default(),
             masters: Masters::default(),
@@ -247,7 +182,7 @@ impl World {
             self.schedule(at, Ev::CutSlave);
         }
         let end = self.params.main_ms + self.params.heal_ms;
-        while let Some(Scheduled { at, ev, .. }) = self.queue.pop() {
+        while let Some((at, ev)) = self.queue.pop() {
             if at > end {
                 break;
             }
@@ -270,12 +205,7 @@ impl World {
     }
 
     pub(super) fn schedule(&mut self, delay_ms: u64, ev: Ev) {
-        self.seq += 1;
-        self.queue.push(Scheduled {
-            at: self.now + delay_ms,
-            seq: self.seq,
-            ev,
-        });
+        self.queue.push(self.now + delay_ms, ev);
     }
 
     fn handle(&mut self, ev: Ev) -> Result<(), Violation> {
@@ -374,188 +304,6 @@ impl World {
         Ok(())
     }
 
-    /// Put a message on the network.
-    fn send(&mut self, from: Endpoint, to: Endpoint, msg: Message) {
-        let Some(inc) = self.nodes.get(&to.node).filter(|n| n.up).map(|n| n.inc) else {
-            return; // connection refused
-        };
-        let delays = self.net.deliveries(&mut self.rng, from.node, to.node);
-        for delay in delays {
-            let msg = msg.clone();
-            self.schedule(delay, Ev::Deliver { from, to, msg, inc });
-        }
-    }
-
-    /// Carry out a broker's commands, feeding the checkers.
-    fn on_broker(&mut self, node: NodeId, cmds: Vec<BrokerCommand>) -> Result<(), Violation> {
-        let Some(n) = self.nodes.get(&node) else {
-            return Ok(());
-        };
-        let who = (node, n.inc);
-        let Some(broker) = n.broker.as_ref() else {
-            return Ok(());
-        };
-        let entry_at = |i: u64| broker.entry(i).cloned();
-        let base = broker.log_base();
-        // Stability reports first, so the history holds what Apply is checked
-        // against (a new master's Apply precedes its BecameMaster).
-        for cmd in &cmds {
-            match *cmd {
-                BrokerCommand::BecameMaster { epoch, stable } => {
-                    self.masters.on_became_master(epoch, who)?;
-                    i1::on_stable_report(&mut self.history, who, stable, base, entry_at)?;
-                }
-                BrokerCommand::Stable(stable) => {
-                    self.masters.on_stable(broker.epoch(), who)?;
-                    i1::on_stable_report(&mut self.history, who, stable, base, entry_at)?;
-                    self.oracle.on_stable(who, stable, entry_at)?;
-                }
-                _ => {}
-            }
-        }
-        for cmd in cmds {
-            match cmd {
-                BrokerCommand::Send { to, msg } => self.send(Endpoint::broker(node), to, msg),
-                BrokerCommand::Apply(entries) => {
-                    i4::on_apply(
-                        self.applied.entry(who).or_default(),
-                        &entries,
-                        &self.history,
-                    )?;
-                }
-                BrokerCommand::Stable(stable) => {
-                    // The master applies its own entries as they become stable.
-                    let applied = self.applied.entry(who).or_default();
-                    let entries: Vec<Entry> = self
-                        .nodes
-                        .get(&node)
-                        .and_then(|n| n.broker.as_ref())
-                        .map(|b| {
-                            (*applied + 1..=stable)
-                                .filter_map(|i| b.entry(i).cloned())
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    i4::on_apply(applied, &entries, &self.history)?;
-                }
-                BrokerCommand::BecameMaster { .. } => {
-                    if self.masters.count() > 1 {
-                        self.stats.failovers += 1;
-                    }
-                }
-                BrokerCommand::SteppedDown { epoch } => {
-                    if self.masters.of(epoch) == Some(who) {
-                        self.stats.check_quorum_step_downs += 1;
-                    }
-                    self.stats.step_downs += 1;
-                    self.oracle.abandon(who);
-                }
-                BrokerCommand::Campaign { .. } => self.stats.campaigns += 1,
-                BrokerCommand::Restore {
-                    base,
-                    first,
-                    pairs,
-                    done,
-                } => {
-                    if first {
-                        self.restoring.insert(who, (base, Vec::new()));
-                    }
-                    let Some((held, so_far)) = self.restoring.get_mut(&who) else {
-                        return Err(Violation::new(
-                            "I4",
-                            format!(
-                                "broker {who:?} got a chunk of the state at {base} before its first"
-                            ),
-                        ));
-                    };
-                    if *held != base {
-                        return Err(Violation::new(
-                            "I4",
-                            format!(
-                                "broker {who:?} mixed chunks of the states at {held} and {base}"
-                            ),
-                        ));
-                    }
-                    so_far.extend(pairs);
-                    if done {
-                        let (_, all) = self.restoring.remove(&who).unwrap_or_default();
-                        self.stats.broker_snapshots += 1;
-                        let applied = self.applied.entry(who).or_default();
-                        i4::on_restore(applied, base, &all, &self.history, &mut self.replay)?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Carry out a store's commands: sends, disk writes with a simulated fsync
-    /// latency, reads.
-    fn on_store(&mut self, node: NodeId, cmds: Vec<StoreCommand>) -> Result<(), Violation> {
-        for cmd in cmds {
-            let Some(n) = self.nodes.get_mut(&node) else {
-                return Ok(());
-            };
-            let inc = n.inc;
-            match cmd {
-                StoreCommand::Send { to, msg } => {
-                    if matches!(msg, Message::PreVoteReply { granted: false, .. }) {
-                        self.stats.prevotes_refused += 1;
-                    }
-                    self.send(Endpoint::store(node), to, msg)
-                }
-                StoreCommand::Persist(ops) => {
-                    let Some(disk) = n.disk.as_mut() else {
-                        continue;
-                    };
-                    i2::check_persist(node, disk.current().promised, &ops)?;
-                    if disk.current().incarnation > 1 && ops.contains(&DiskOp::Joined) {
-                        self.stats.rejoins += 1;
-                    }
-                    self.stats.store_snapshots += ops
-                        .iter()
-                        .filter(|op| matches!(op, DiskOp::InstallSnapshot { .. }))
-                        .count() as u64;
-                    disk.write(&ops)
-                        .map_err(|e| Violation::new("disk", format!("store {node}: {e}")))?;
-                    let delay = self.rng.between(1, self.params.fsync_max_ms);
-                    self.schedule(delay, Ev::Persisted { node, inc });
-                }
-                StoreCommand::ReadSnapshot(req) => {
-                    let Some(disk) = n.disk.as_mut() else {
-                        continue;
-                    };
-                    let max = self.rng.between(1, 8) as usize;
-                    let (base, after, pairs, done) = disk.read_snapshot(req.base, req.after, max);
-                    let input = StoreInput::SnapshotDone {
-                        reply_to: req.reply_to,
-                        base,
-                        after,
-                        pairs,
-                        done,
-                    };
-                    self.schedule(1, Ev::SnapshotDone { node, inc, input });
-                }
-                StoreCommand::Read(req) => {
-                    let Some(disk) = n.disk.as_ref() else {
-                        continue;
-                    };
-                    let entries = disk.read(req.from, req.to);
-                    self.schedule(
-                        1,
-                        Ev::ReadDone {
-                            node,
-                            inc,
-                            req,
-                            entries,
-                        },
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// The client: a few payloads to a random node that believes it is master.
     fn client(&mut self) -> Result<(), Violation> {
         let masters: Vec<NodeId> = self
@@ -593,7 +341,7 @@ impl World {
     }
 
     /// I3 over every store's disk, and the engine's own consistency counters.
-    fn check_stores(&mut self) -> Result<(), Violation> {
+    pub(super) fn check_stores(&mut self) -> Result<(), Violation> {
         let logs: Vec<(NodeId, u64, &[Entry])> = self
             .nodes
             .iter()
@@ -644,108 +392,5 @@ impl World {
     /// unknown fate.
     pub(super) fn abandon(&mut self, who: Incarnation) {
         self.oracle.abandon(who);
-    }
-
-    /// The end: stores consistent, a master exists and made new entries stable
-    /// after every node crashed at once, and it holds every confirmed payload.
-    fn final_checks(&mut self) -> Result<(), Violation> {
-        self.check_stores()?;
-        i1::check_confirmed(&self.history, &self.oracle.confirmed)?;
-        let master = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.up)
-            .filter_map(|(&id, n)| Some(((id, n.inc), n.broker.as_ref()?)))
-            .filter(|(_, b)| b.role() == RoleKind::Master)
-            .max_by_key(|(_, b)| b.epoch());
-        let Some((who, master)) = master else {
-            return Err(Violation::new(
-                "liveness",
-                "no master at the end of the recovery phase",
-            ));
-        };
-        if self.history.len() <= self.history_len_at_heal {
-            return Err(Violation::new(
-                "liveness",
-                format!(
-                    "nothing became stable after the final recovery (stable {})",
-                    self.history.len()
-                ),
-            ));
-        }
-        // Entries the master dropped from memory were applied first, and every
-        // applied entry was checked against the history (I4), which holds the
-        // confirmed payloads (checked above): so the master applied them.
-        let applied = self.applied.get(&who).copied().unwrap_or(0);
-        i1::check_final_master(&self.oracle.confirmed, master.log_base(), applied, |i| {
-            master.entry(i).cloned()
-        })
-    }
-
-    /// End of the fault phase: heal the network, then crash every node at once
-    /// (losing all unsynced writes) and restart them, to check that everything
-    /// confirmed survives on the disks alone.
-    fn heal(&mut self) {
-        self.faults_on = false;
-        self.net.heal_all();
-        self.net.params.drop_per_mille = 0;
-        self.net.params.dup_per_mille = 0;
-        self.history_len_at_heal = self.history.len();
-        if self.params.heal_one_store_down && self.hold_one_store_down() {
-            return;
-        }
-        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
-        for &id in &ids {
-            self.crash(id);
-        }
-        for id in ids {
-            self.schedule(5, Ev::Restart { node: id });
-        }
-    }
-
-    /// Recovery with one store down for good: crash the node of the store
-    /// with the most up-to-date log (among those whose loss leaves a
-    /// broker), start every other crashed node, and restart a master that
-    /// runs on a broker-only node (so a new one must be elected, or it
-    /// comes back empty). Returns false if no store qualifies.
-    fn hold_one_store_down(&mut self) -> bool {
-        let brokers: Vec<NodeId> = self.params.cfg.brokers.clone();
-        let pick = self
-            .params
-            .cfg
-            .stores
-            .iter()
-            .copied()
-            .filter(|id| brokers.iter().any(|b| b != id))
-            .max_by_key(|id| {
-                let disk = self.nodes[id].disk.as_ref().map(|d| d.current());
-                let last = disk.map_or(LogPosition::ZERO, |d| {
-                    d.entries.last().map_or(d.base, |e| e.pos)
-                });
-                (last, *id)
-            });
-        let Some(down) = pick else {
-            return false;
-        };
-        self.held_down = Some(down);
-        self.crash(down);
-        let master = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.up && n.disk.is_none())
-            .filter_map(|(&id, n)| Some((id, n.broker.as_ref()?)))
-            .filter(|(_, b)| b.role() == RoleKind::Master)
-            .map(|(id, _)| id)
-            .next();
-        if let Some(m) = master {
-            self.crash(m);
-        }
-        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
-        for id in ids {
-            if id != down && !self.nodes[&id].up {
-                self.schedule(5, Ev::Restart { node: id });
-            }
-        }
-        true
     }
 }
