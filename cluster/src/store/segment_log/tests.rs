@@ -1,3 +1,7 @@
+use std::fs::OpenOptions;
+use std::path::Path;
+
+use super::files::{list, segment_path};
 use super::*;
 use crate::store::fjall_log::tests::entries;
 

@@ -1,0 +1,197 @@
+//! The segment files themselves: their names, creating one (or reusing the
+//! spare, a compacted file kept so that commits overwrite blocks the
+//! filesystem already allocated), rolling over to the next, and deleting
+//! them on compaction or reset; and the IO helpers that name the file in
+//! their errors.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::{SPARE, SUFFIX, Segment, SegmentLog};
+use crate::position::LogPosition;
+use crate::store::StoreError;
+use crate::store::segment_record::{self as rec, Kind, RECORD_HEADER};
+
+pub(super) fn io(what: &str, path: &Path, err: std::io::Error) -> StoreError {
+    StoreError::Io(std::io::Error::new(
+        err.kind(),
+        format!("{what} {}: {err}", path.display()),
+    ))
+}
+
+/// fsync a directory, so that files created, renamed or removed in it stay so.
+pub(in crate::store) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("syncing directory", dir, e))
+}
+
+pub(super) fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:020}{SUFFIX}"))
+}
+
+/// The sequence numbers of the segments in `dir`, oldest first.
+pub(super) fn list(dir: &Path) -> Result<Vec<u64>, StoreError> {
+    let mut seqs = Vec::new();
+    for dirent in std::fs::read_dir(dir).map_err(|e| io("listing", dir, e))? {
+        let dirent = dirent.map_err(|e| io("listing", dir, e))?;
+        let name = dirent.file_name();
+        let Some(seq) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(SUFFIX))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        seqs.push(seq);
+    }
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
+/// Reads as much of `buf` as the file holds at `at`.
+pub(super) fn read_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], at + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl SegmentLog {
+    /// Creates segment `seq` after `prev`, durably, as the current one.
+    pub(super) fn create_segment(
+        &mut self,
+        seq: u64,
+        prev: LogPosition,
+        room: u64,
+    ) -> Result<(), StoreError> {
+        let path = segment_path(&self.dir, seq);
+        let cap = self.segment_bytes.max(rec::SEGMENT_HEADER as u64 + room);
+        // Never 0: a header of zeros is the end of a segment.
+        let nonce = rand::random::<u64>() | 1;
+        let header = rec::encode_segment_header(seq, nonce, prev);
+        let file = match self.take_spare(cap, &header, &path)? {
+            Some(file) => file,
+            None => {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|e| io("creating", &path, e))?;
+                file.write_all_at(&header, 0)
+                    .and_then(|()| file.set_len(cap))
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| io("creating", &path, e))?;
+                file
+            }
+        };
+        sync_dir(&self.dir)?;
+        self.segments
+            .push(Segment::empty(seq, nonce, path, file, prev, cap));
+        self.last = prev;
+        Ok(())
+    }
+
+    /// The spare file (a compacted segment kept for reuse) as the segment
+    /// at `path`, if there is one of size `cap`: its new header is written
+    /// and synced under the spare's name, then it is renamed, so a file named
+    /// as a segment always has a whole header. What the file held before
+    /// reads as the end of the segment (each record carries its segment's
+    /// nonce).
+    /// Why reuse: overwriting blocks a file already has makes an
+    /// `fdatasync` flush data only; writing into a new (sparse) file also
+    /// allocates blocks, a metadata change that costs a filesystem journal
+    /// commit on every commit fsync, shared by every store on the disk.
+    fn take_spare(
+        &mut self,
+        cap: u64,
+        header: &[u8],
+        path: &Path,
+    ) -> Result<Option<File>, StoreError> {
+        if !self.has_spare {
+            return Ok(None);
+        }
+        self.has_spare = false;
+        let spare = self.dir.join(SPARE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&spare)
+            .map_err(|e| io("opening", &spare, e))?;
+        let len = file.metadata().map_err(|e| io("reading", &spare, e))?.len();
+        if len != cap {
+            drop(file);
+            std::fs::remove_file(&spare).map_err(|e| io("removing", &spare, e))?;
+            return Ok(None);
+        }
+        file.write_all_at(header, 0)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| io("reusing", &spare, e))?;
+        std::fs::rename(&spare, path).map_err(|e| io("reusing", &spare, e))?;
+        Ok(Some(file))
+    }
+
+    /// Syncs the current segment and starts the next one after the log's
+    /// end, carrying the stable index over, with room for a `room`-byte
+    /// record after that.
+    pub(super) fn roll_over(&mut self, room: u64) -> Result<(), StoreError> {
+        self.sync()?;
+        let seq = self.current().seq + 1;
+        self.create_segment(seq, self.last, room + RECORD_HEADER as u64)?;
+        if self.stable > 0 {
+            self.write_marker(Kind::Stable, self.stable)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the whole log with an empty one starting after `start`
+    /// (a snapshot install whose log did not hold its base), durably.
+    pub(in crate::store) fn reset(&mut self, start: LogPosition) -> Result<(), StoreError> {
+        let next = self.current().seq + 1;
+        // Oldest first, each durably: what a crash leaves is a suffix.
+        for seg in self.segments.drain(..) {
+            std::fs::remove_file(&seg.path).map_err(|e| io("removing", &seg.path, e))?;
+            sync_dir(&self.dir)?;
+        }
+        self.dirty = false;
+        self.base = start;
+        self.create_segment(next, start, 0)?;
+        if self.stable > 0 {
+            self.write_marker(Kind::Stable, self.stable)?;
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Whether [`SegmentLog::drop_through`] would delete a file.
+    pub(in crate::store) fn reclaimable(&self, base: u64) -> bool {
+        self.segments.len() > 1 && self.segments[0].last_index() <= base
+    }
+
+    /// Deletes the oldest segments whose entries are all at or below `base`
+    /// (which must be durable), never the current one.
+    pub(in crate::store) fn drop_through(&mut self, base: u64) -> Result<(), StoreError> {
+        while self.reclaimable(base) {
+            // Oldest first, each durably: what a crash leaves is a suffix.
+            let seg = self.segments.remove(0);
+            if !self.has_spare && seg.cap == self.segment_bytes {
+                // Kept for the next segment (see `take_spare`).
+                let spare = self.dir.join(SPARE);
+                std::fs::rename(&seg.path, &spare).map_err(|e| io("renaming", &seg.path, e))?;
+                self.has_spare = true;
+            } else {
+                std::fs::remove_file(&seg.path).map_err(|e| io("removing", &seg.path, e))?;
+            }
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
