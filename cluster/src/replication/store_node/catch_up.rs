@@ -1,7 +1,12 @@
 //! Keeping up: compaction of the log into the state, catching up from peers
 //! (log suffix or snapshot) when behind, and installing what arrives.
 
+use bytes::Bytes;
+
 use super::*;
+use crate::position::Entry;
+use crate::replication::log::entries_follow;
+use crate::replication::snapshot::ChunkOutcome;
 
 impl StoreNode {
     /// Compaction rides on a Persist that is going out anyway: the state

@@ -12,156 +12,25 @@
 //! The node checks every request against its *accepted* log: what is durable
 //! plus what is in flight or queued. Ops are applied in order, so once the queue
 //! drains the disk equals the accepted log.
+//!
+//! This module holds the node and the dispatch of its inputs; `io` the
+//! inputs, commands and disk ops, `append` accepting a master's entries,
+//! `catch_up` compaction and catching up from peers, `join` a new disk's
+//! joining.
 
+mod append;
 mod catch_up;
+mod io;
 mod join;
 
-use bytes::Bytes;
+use crate::position::LogPosition;
 
-use crate::position::{Entry, LogPosition};
-
-use super::log::{EpochRuns, entries_follow, mismatch_hint};
-use super::messages::{Endpoint, Message, RejectReason};
-use super::snapshot::{ChunkOutcome, SnapshotRx};
+use super::log::EpochRuns;
+use super::messages::{Endpoint, Message};
+use super::snapshot::SnapshotRx;
 use super::{Config, NodeId};
 
-/// One write to the store's disk. The driver applies a Persist's ops in order,
-/// then fsyncs once.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DiskOp {
-    /// Record the promised epoch (I2). Durable before any reply that depends on it.
-    Promise(u64),
-    /// Drop every entry above the index (a conflicting suffix from a deposed
-    /// master). Never below the store's stable index.
-    TruncateAfter(u64),
-    /// Append entries following the log's end. `writer_epoch` is the epoch of the
-    /// master that sent them, which the disk may check against the promise;
-    /// the entries' own epochs may be older (adopted entries re-replicated).
-    Append {
-        /// The sending master's epoch.
-        writer_epoch: u64,
-        /// Consecutive entries after the log's end.
-        entries: Vec<Entry>,
-    },
-    /// Record the stable index (lazily durable: it rides on the fsync).
-    Stable(u64),
-    /// Materialize the state through this position (a stable entry of the
-    /// log) and delete the log up to it: it becomes the log base. Emitted
-    /// only up to the stable index already on disk.
-    Compact(LogPosition),
-    /// Write one chunk of a peer store's state of the stable log up to
-    /// `base` into the staging area, beside the live state, which it does
-    /// not touch (`EventStore::stage_state`). `first` starts a new staged
-    /// state, dropping whatever was staged before. A crash loses what is
-    /// staged: the store restarts on its old state and asks again.
-    StageSnapshot {
-        /// The last entry the state covers.
-        base: LogPosition,
-        /// These pairs start the state.
-        first: bool,
-        /// The chunk's pairs, in key order, after every earlier chunk's.
-        pairs: Vec<(Bytes, Bytes)>,
-    },
-    /// Switch the state staged for `base` in, replacing the state, and make
-    /// `base` the log base, in one durable write
-    /// (`EventStore::install_staged`). Entries after `base` are kept if the
-    /// log holds `base` itself, else the whole log goes (what disagrees with
-    /// a stable entry is never stable). The stable index becomes at least
-    /// `base.index`.
-    InstallSnapshot {
-        /// The last entry the state covers.
-        base: LogPosition,
-    },
-    /// Record that this store has joined (see `join.rs`): from now on it
-    /// promises and acks. Durable before any reply queued after it.
-    Joined,
-}
-
-/// A read the store asks the driver to do; handed back in
-/// [`StoreInput::ReadDone`] so the node, not the driver, answers the peer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReadRequest {
-    /// First index wanted.
-    pub from: u64,
-    /// Last index wanted (inclusive); the driver returns fewer if the log is shorter.
-    pub to: u64,
-    /// Who asked (a candidate).
-    pub reply_to: Endpoint,
-    /// The candidate's epoch, echoed in the reply.
-    pub epoch: u64,
-    /// A slave's catch-up: `to` is already clamped to the stable index, and
-    /// the answer is [`Message::StableEntries`], sent whatever the promise.
-    pub stable_only: bool,
-}
-
-/// A chunk of the store's state the store asks its driver to read: the
-/// snapshot at `base` after key `after`, or, if the driver no longer has that
-/// snapshot pinned (or `after` is `None`), the first chunk of a snapshot of
-/// the state as it is now.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SnapshotRead {
-    /// Who asked.
-    pub reply_to: Endpoint,
-    /// The snapshot being continued; ignored when `after` is `None`.
-    pub base: LogPosition,
-    /// The last key the requester has.
-    pub after: Option<Bytes>,
-}
-
-/// What drives a store.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StoreInput {
-    /// A message from a peer.
-    Receive {
-        /// The sender.
-        from: Endpoint,
-        /// The message.
-        msg: Message,
-    },
-    /// The last [`StoreCommand::Persist`] is applied and fsynced.
-    Persisted,
-    /// A [`StoreCommand::Read`] finished.
-    ReadDone {
-        /// The request, as emitted.
-        req: ReadRequest,
-        /// Consecutive entries from `req.from`.
-        entries: Vec<Entry>,
-    },
-    /// A [`StoreCommand::ReadSnapshot`] finished: one chunk to send.
-    SnapshotDone {
-        /// The requester.
-        reply_to: Endpoint,
-        /// The snapshot read (a new one if the requested one was gone).
-        base: LogPosition,
-        /// The key this chunk continues after (`None`: the first chunk).
-        after: Option<Bytes>,
-        /// The pairs, in key order.
-        pairs: Vec<(Bytes, Bytes)>,
-        /// Whether it is the last chunk.
-        done: bool,
-    },
-    /// The disk failed (fjall poisons itself after a failed fsync): the node stops
-    /// answering for good, since nothing it says about durability can be trusted.
-    DiskFailed,
-}
-
-/// What a store asks its driver to do.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StoreCommand {
-    /// Send a message.
-    Send {
-        /// The receiver.
-        to: Endpoint,
-        /// The message.
-        msg: Message,
-    },
-    /// Apply the ops in order, fsync once, then report [`StoreInput::Persisted`].
-    Persist(Vec<DiskOp>),
-    /// Read entries and report [`StoreInput::ReadDone`].
-    Read(ReadRequest),
-    /// Read a chunk of the state and report [`StoreInput::SnapshotDone`].
-    ReadSnapshot(SnapshotRead),
-}
+pub use io::{DiskOp, ReadRequest, SnapshotRead, StoreCommand, StoreInput};
 
 /// The event-store role; see the module docs.
 #[derive(Debug)]
@@ -539,141 +408,6 @@ impl StoreNode {
 
     fn is_peer(&self, from: Endpoint) -> bool {
         from.service == super::Service::Store && self.peers.contains(&from.node)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn on_append(
-        &mut self,
-        now: u64,
-        from: Endpoint,
-        epoch: u64,
-        mut prev: LogPosition,
-        mut entries: Vec<Entry>,
-        stable: u64,
-        floor: u64,
-        out: &mut Vec<StoreCommand>,
-    ) {
-        if epoch < self.promised {
-            // I2: refuse a deposed master, and tell it the epoch that deposed it.
-            let reject = Message::AppendReject {
-                epoch: self.promised,
-                reason: RejectReason::Fenced,
-            };
-            reply_now(from, reject, out);
-            return;
-        }
-        self.master_heard_ms = Some(now);
-        if epoch > self.promised {
-            // A master of a higher epoch exists, so a quorum promised it; raise
-            // ours durably before acting on its entries. No candidacy of this
-            // epoch can be answered again: it is decided.
-            self.promised = epoch;
-            self.promised_to = None;
-            self.queued_ops.push(DiskOp::Promise(epoch));
-        }
-        let base = self.log.base();
-        if prev.index < base.index {
-            // Log matching at the base: the entries up to it are stable and
-            // compacted, so the master's entries there are ours (I1). Check
-            // the one at the base itself if sent, and go on from the base.
-            let skip = usize::try_from(base.index - prev.index).unwrap_or(usize::MAX);
-            if entries
-                .get(skip.saturating_sub(1))
-                .is_some_and(|e| e.pos != base)
-            {
-                tracing::error!(%base, "a master disagrees with a compacted (stable) entry");
-                self.anomalies += 1;
-                return;
-            }
-            entries.drain(..skip.min(entries.len()));
-            prev = base;
-        }
-        if self.log.epoch_at(prev.index) != Some(prev.epoch) {
-            let hint = mismatch_hint(
-                self.log.last().index,
-                self.log.run_start(prev.index),
-                prev,
-                self.stable,
-            );
-            let reject = Message::AppendReject {
-                epoch,
-                reason: RejectReason::Mismatch {
-                    prev,
-                    hint,
-                    incarnation: self.incarnation,
-                },
-            };
-            // The reject promises nothing durable, but a promise op may be queued
-            // ahead of it: the ordering keeps "replies follow their ops" simple.
-            self.queued_replies.push((from, reject));
-            if hint < floor {
-                // The master no longer holds what we lack (it dropped the
-                // log up to `floor` from memory): catch up from a peer store.
-                self.catch_up(now, false, out);
-            }
-            return;
-        }
-        let last = LogPosition::new(
-            entries.last().map_or(prev.epoch, |e| e.pos.epoch),
-            prev.index + entries.len() as u64,
-        );
-        if !entries_follow(prev, &entries) {
-            // A malformed message (bug or corruption): drop it, ack nothing.
-            tracing::warn!(%prev, "append with non-consecutive entries dropped");
-            return;
-        }
-        // Skip what we already hold (a resend or duplicate); truncate at the first
-        // conflict, never at a matching entry, so a stale duplicate of an older
-        // append cannot cut off newer entries of the same master.
-        let mut skip = 0;
-        for entry in &entries {
-            match self.log.epoch_at(entry.pos.index) {
-                Some(epoch) if epoch == entry.pos.epoch => skip += 1,
-                Some(_) => {
-                    let keep = entry.pos.index - 1;
-                    if keep < self.stable {
-                        // Stable entries are final (I1): a master that disagrees
-                        // with them is broken. Refuse rather than lose them.
-                        tracing::error!(
-                            keep,
-                            stable = self.stable,
-                            "refused truncating stable entries"
-                        );
-                        self.anomalies += 1;
-                        return;
-                    }
-                    self.log.truncate_after(keep);
-                    self.queued_ops.push(DiskOp::TruncateAfter(keep));
-                    break;
-                }
-                None => break,
-            }
-        }
-        let rest: Vec<Entry> = entries.into_iter().skip(skip).collect();
-        if !rest.is_empty() {
-            for entry in &rest {
-                self.log.push(entry.pos);
-            }
-            self.queued_ops.push(DiskOp::Append {
-                writer_epoch: epoch,
-                entries: rest,
-            });
-        }
-        // Stable only up to what this append proved we share with the master: a
-        // divergent tail beyond it must never be marked stable.
-        let new_stable = stable.min(last.index);
-        if new_stable > self.stable {
-            self.stable = new_stable;
-            self.queued_ops.push(DiskOp::Stable(new_stable));
-        }
-        // Also when not joined: an ack claims only what this disk holds
-        // now, which is true of a new disk too (join.rs).
-        let ack = Message::AppendAck {
-            epoch,
-            last,
-            incarnation: self.incarnation,
-        };
-        self.queued_replies.push((from, ack));
     }
 
     /// Start the next Persist if none is in flight; replies with nothing left to
