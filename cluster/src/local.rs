@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::position::{Entry, LogPosition};
-use crate::store::reducer_thread::{ReducerThread, WINDOW_BYTES_MAX, WINDOW_ENTRIES_MAX};
+use crate::store::reducer_thread::ReducerThread;
 use crate::store::{EventStore, Materializer, Reducer, StateRead, StoreError};
 
 /// Upper bound of one group commit, so a backlog never turns into one unbounded
@@ -296,32 +296,6 @@ fn run(
 /// when traffic stops. Not a commit timer: commits never wait.
 const STATE_IDLE: Duration = Duration::from_millis(100);
 
-/// The window of stable entries not yet handed to the reducer thread.
-#[derive(Default)]
-struct Window {
-    entries: Vec<Entry>,
-    bytes: usize,
-}
-
-impl Window {
-    fn is_full(&self) -> bool {
-        self.bytes >= WINDOW_BYTES_MAX || self.entries.len() >= WINDOW_ENTRIES_MAX
-    }
-
-    /// Hands the window over; whether reduced batches were written meanwhile.
-    fn hand_over(
-        &mut self,
-        store: &mut dyn EventStore,
-        reducer: &mut ReducerThread,
-    ) -> Result<bool, StoreError> {
-        if self.entries.is_empty() {
-            return Ok(false);
-        }
-        self.bytes = 0;
-        reducer.hand_over(store, std::mem::take(&mut self.entries))
-    }
-}
-
 /// Group commit until `Close`; then the state of the last window, and a
 /// final sync for the stable index.
 fn commit_loop(
@@ -332,9 +306,6 @@ fn commit_loop(
 ) -> Result<(), StoreError> {
     let mut batch: Vec<Entry> = Vec::new();
     let mut durable = store.last_position().index;
-    // Stable entries not handed to the reducer yet (payloads are shared
-    // `Bytes`, not copies).
-    let mut window = Window::default();
     let mut closing = false;
     // A reduced batch was written since the last fsync.
     let mut state_unsynced = false;
@@ -350,10 +321,10 @@ fn commit_loop(
                 }
                 match reducer.as_mut() {
                     // Idle with a window: hand it over if nothing comes soon.
-                    Some(r) if !window.entries.is_empty() => match rx.recv_timeout(STATE_IDLE) {
+                    Some(r) if r.window_open() => match rx.recv_timeout(STATE_IDLE) {
                         Ok(input) => input,
                         Err(mpsc::RecvTimeoutError::Timeout) => {
-                            state_unsynced |= window.hand_over(store, r)?;
+                            state_unsynced |= r.end_window(store)?;
                             continue;
                         }
                         Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -410,16 +381,15 @@ fn commit_loop(
         on_stable(durable);
         // After the ack: the state write rides on a later fsync, like the
         // stable index, and a crash before it only means reducing again.
+        // The entries' payloads are shared `Bytes`, not copies.
         if let Some(r) = reducer.as_mut() {
-            window.entries.extend(batch.iter().cloned());
-            window.bytes += batch_bytes;
-            if window.is_full() {
-                state_unsynced |= window.hand_over(store, r)?;
+            for e in &batch {
+                state_unsynced |= r.push(store, e.clone())?;
             }
         }
     }
     if let Some(mut r) = reducer {
-        window.hand_over(store, &mut r)?;
+        r.end_window(store)?;
         // Nothing but reduced batches can come now: the log is closed.
         while r.outstanding() > 0 {
             r.write_next(store)?;

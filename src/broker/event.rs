@@ -247,6 +247,7 @@ pub enum Event {
         /// Content properties (boxed as decoded; serde encodes a box as its content).
         properties: Box<BasicProperties>,
         /// Body, shared by every queue copy.
+        #[serde(deserialize_with = "shared_body::deserialize")]
         body: Bytes,
         /// Queues it was routed to, in routing order (encoded as a sequence
         /// of strings, as the `Vec<String>` it replaced).
@@ -362,6 +363,14 @@ impl Event {
         }
     }
 
+    /// [`Event::decode`], with a published body as a slice of `b` rather
+    /// than a copy: for an event that lives briefly (the state's reducer
+    /// drops it by the end of its window), since the body keeps the whole
+    /// buffer `b` is part of alive (a replication frame of many entries).
+    pub fn decode_shared(b: &Bytes) -> Result<Event, EventCodecError> {
+        shared_body::with_source(b, || Event::decode(b))
+    }
+
     /// Decode an entry read from the log.
     pub fn decode(b: &[u8]) -> Result<Event, EventCodecError> {
         let (&v, rest) = b.split_first().ok_or(EventCodecError::Empty)?;
@@ -369,6 +378,80 @@ impl Event {
             return Err(EventCodecError::Version(v));
         }
         Ok(postcard::from_bytes(rest)?)
+    }
+}
+
+/// Decoding a published body as a slice of the buffer being decoded
+/// ([`Event::decode_shared`]). serde's derive has no way to pass the source
+/// `Bytes` down to one field, so it is set for the decode's duration in a
+/// thread-local; without one (or for a body from elsewhere) it is copied.
+mod shared_body {
+    use std::cell::RefCell;
+    use std::fmt;
+
+    use bytes::Bytes;
+    use serde::Deserializer;
+    use serde::de::{SeqAccess, Visitor};
+
+    thread_local! {
+        static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+    }
+
+    /// Run `f` with `src` as the buffer bodies may be sliced from.
+    pub(super) fn with_source<T>(src: &Bytes, f: impl FnOnce() -> T) -> T {
+        struct Clear;
+        impl Drop for Clear {
+            fn drop(&mut self) {
+                SOURCE.with_borrow_mut(|s| *s = None);
+            }
+        }
+        SOURCE.with_borrow_mut(|s| *s = Some(src.clone()));
+        let _clear = Clear;
+        f()
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+        d.deserialize_bytes(BodyVisitor)
+    }
+
+    struct BodyVisitor;
+
+    impl<'de> Visitor<'de> for BodyVisitor {
+        type Value = Bytes;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a message body")
+        }
+
+        fn visit_borrowed_bytes<E>(self, v: &'de [u8]) -> Result<Bytes, E> {
+            Ok(SOURCE.with_borrow(|src| match src {
+                Some(src) if contains(src, v) => src.slice_ref(v),
+                _ => Bytes::copy_from_slice(v),
+            }))
+        }
+
+        fn visit_bytes<E>(self, v: &[u8]) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(v))
+        }
+
+        fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Bytes, E> {
+            Ok(Bytes::from(v))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+            let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(b) = seq.next_element::<u8>()? {
+                v.push(b);
+            }
+            Ok(Bytes::from(v))
+        }
+    }
+
+    /// Whether `part` lies inside `src` (`Bytes::slice_ref` panics otherwise).
+    fn contains(src: &Bytes, part: &[u8]) -> bool {
+        let start = src.as_ptr() as usize;
+        let p = part.as_ptr() as usize;
+        p >= start && p + part.len() <= start + src.len()
     }
 }
 
@@ -429,5 +512,52 @@ mod tests {
         assert!(Event::decode(&[]).is_err());
         assert!(Event::decode(&[9, 1, 2]).is_err());
         assert!(Event::decode(&[EVENT_FORMAT_VERSION, 200, 200, 200]).is_err());
+    }
+
+    fn published(body: &'static [u8]) -> Event {
+        Event::Published {
+            vhost: "/".into(),
+            exchange: "".into(),
+            routing_key: "q".into(),
+            msg_id: 7,
+            timestamp_ms: 1,
+            properties: Box::default(),
+            body: Bytes::from_static(body),
+            queues: ["q".into()].into_iter().collect(),
+        }
+    }
+
+    fn body_of(e: &Event) -> &Bytes {
+        match e {
+            Event::Published { body, .. } => body,
+            other => panic!("not a publish: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_shared_decode_slices_the_body_out_of_the_entry_and_a_plain_one_copies_it() {
+        let e = published(b"a body of some length");
+        let wire = e.encode();
+        let range = wire.as_ptr() as usize..wire.as_ptr() as usize + wire.len();
+
+        let shared = Event::decode_shared(&wire).unwrap();
+        assert_eq!(shared, e);
+        assert!(range.contains(&(body_of(&shared).as_ptr() as usize)));
+
+        let copied = Event::decode(&wire).unwrap();
+        assert_eq!(copied, e);
+        assert!(!range.contains(&(body_of(&copied).as_ptr() as usize)));
+        // The source is forgotten after a shared decode: a later plain
+        // decode of the same buffer copies again.
+        let again = Event::decode(&wire).unwrap();
+        assert!(!range.contains(&(body_of(&again).as_ptr() as usize)));
+    }
+
+    #[test]
+    fn a_shared_decode_of_a_failing_entry_leaves_nothing_behind() {
+        let bad = Bytes::from_static(&[EVENT_FORMAT_VERSION, 200, 200, 200]);
+        assert!(Event::decode_shared(&bad).is_err());
+        let e = published(b"x");
+        assert_eq!(Event::decode_shared(&e.encode()).unwrap(), e);
     }
 }

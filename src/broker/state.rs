@@ -126,7 +126,9 @@ impl Reducer for BrokerReducer {
         if is_epoch_marker(entry) {
             return Ok(());
         }
-        let event = Event::decode(&entry.payload)
+        // Bodies as slices of the entry: a surviving copy is encoded (copied)
+        // at the window's end, the rest are dropped with the window.
+        let event = Event::decode_shared(&entry.payload)
             .map_err(|e| ReduceError(format!("entry {}: {e}", entry.pos)))?;
         match event {
             Event::Published {

@@ -11,7 +11,8 @@
 //!
 //! Now, as in the single-node log ([`crate::LocalLog`]), the entries a store
 //! appends are kept in memory (shared `Bytes`) until they are stable, then go
-//! in windows of up to 8 MiB to a reducer thread of their own. Most publishes
+//! in windows of up to 8 MiB (sent in parts as they fill) to a reducer thread
+//! of their own. Most publishes
 //! meet their ack inside a window and cancel out; the small batch that comes
 //! back is written by the store thread in front of its next commit, whose
 //! fsync makes it durable. `DiskOp::Compact` then only moves the log base:
@@ -24,9 +25,9 @@
 //! happened.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::reducer_thread::{ReducerThread, WINDOW_BYTES_MAX, WINDOW_ENTRIES_MAX};
+use super::reducer_thread::{ReducerThread, WINDOW_ENTRIES_MAX};
 use super::{EventStore, Materializer, StoreError};
 use crate::position::Entry;
 
@@ -53,12 +54,7 @@ pub(super) struct StateFollower {
     reducer: Option<ReducerThread>,
     /// Appended entries not yet handed on, in index order.
     pending: VecDeque<Entry>,
-    /// Stable entries not handed to the reducer yet.
-    window: Vec<Entry>,
-    window_bytes: usize,
-    /// When the window's first entry came.
-    window_since: Option<Instant>,
-    /// The index the next entry of the window must have.
+    /// The index the next stable entry handed to the reducer must have.
     next: u64,
 }
 
@@ -71,9 +67,6 @@ impl StateFollower {
         Ok(StateFollower {
             reducer: Some(ReducerThread::start(m, REDUCER_NAME, false, || true)?),
             pending: VecDeque::new(),
-            window: Vec::new(),
-            window_bytes: 0,
-            window_since: None,
             next: store.state_index() + 1,
         })
     }
@@ -111,7 +104,9 @@ impl StateFollower {
         sync: bool,
     ) -> Result<(), StoreError> {
         if self
-            .window_since
+            .reducer
+            .as_ref()
+            .and_then(ReducerThread::window_since)
             .is_some_and(|at| at.elapsed() >= WINDOW_AGE_MAX)
         {
             self.hand_over(store)?;
@@ -124,7 +119,9 @@ impl StateFollower {
 
     /// Whether a partial window or a reduction is waiting.
     pub(super) fn busy(&self) -> bool {
-        !self.window.is_empty() || self.reducer.as_ref().is_some_and(|r| r.outstanding() > 0)
+        self.reducer
+            .as_ref()
+            .is_some_and(|r| r.window_open() || r.outstanding() > 0)
     }
 
     /// Move what became stable into the window, handing full windows over.
@@ -142,7 +139,7 @@ impl StateFollower {
             match self.pending.front() {
                 Some(e) if e.pos.index == self.next => {
                     if let Some(e) = self.pending.pop_front() {
-                        self.push(e);
+                        self.push(store, e)?;
                     }
                 }
                 front => {
@@ -157,36 +154,28 @@ impl StateFollower {
                         )));
                     }
                     for e in read {
-                        self.push(e);
+                        self.push(store, e)?;
                     }
                 }
-            }
-            if self.window.len() >= WINDOW_ENTRIES_MAX || self.window_bytes >= WINDOW_BYTES_MAX {
-                self.hand_over(store)?;
             }
         }
         Ok(())
     }
 
-    fn push(&mut self, e: Entry) {
-        self.window_since.get_or_insert_with(Instant::now);
+    fn push(&mut self, store: &mut dyn EventStore, e: Entry) -> Result<(), StoreError> {
         self.next = e.pos.index + 1;
-        self.window_bytes += e.payload.len();
-        self.window.push(e);
+        if let Some(r) = self.reducer.as_mut() {
+            r.push(store, e)?;
+        }
+        Ok(())
     }
 
-    /// Hand the window to the reducer. While it has one queued already,
-    /// write the batches it sends back until the window fits.
+    /// End the window: the reducer finishes its batch. While its queue is
+    /// full, write the batches it sends back until the rest fits.
     pub(super) fn hand_over(&mut self, store: &mut dyn EventStore) -> Result<(), StoreError> {
-        let Some(r) = self.reducer.as_mut() else {
-            return Ok(());
-        };
-        if self.window.is_empty() {
-            return Ok(());
+        if let Some(r) = self.reducer.as_mut() {
+            r.end_window(store)?;
         }
-        self.window_bytes = 0;
-        self.window_since = None;
-        r.hand_over(store, std::mem::take(&mut self.window))?;
         Ok(())
     }
 
@@ -207,17 +196,8 @@ impl StateFollower {
         // after each commit), while the stable index on disk may be ahead of
         // the state: pull the stable entries in first, read back from the log.
         self.follow(store)?;
-        let k = self.window.partition_point(|e| e.pos.index <= index);
-        if k > 0 {
-            let rest = self.window.split_off(k);
-            self.hand_over(store)?;
-            self.window_bytes = rest.iter().map(|e| e.payload.len()).sum();
-            if !rest.is_empty() {
-                self.window_since = Some(Instant::now());
-            }
-            self.window = rest;
-        }
         let r = self.reducer.as_mut().ok_or_else(stopped)?;
+        r.end_window_through(store, index)?;
         while store.state_index() < index {
             if r.outstanding() == 0 {
                 return Err(StoreError::Misuse(format!(
@@ -235,9 +215,6 @@ impl StateFollower {
     /// the new state. Returns the materializer, to reopen on the new state
     /// and pass to [`StateFollower::restart`].
     pub(super) fn stop(&mut self) -> Result<Option<Materializer>, StoreError> {
-        self.window.clear();
-        self.window_bytes = 0;
-        self.window_since = None;
         self.reducer.take().map(ReducerThread::stop).transpose()
     }
 

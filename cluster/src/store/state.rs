@@ -212,7 +212,8 @@ pub struct Materializer {
     /// behind can still catch up from the log alone.
     retention: u64,
     /// The index the next reduced entry must have: the state index of the
-    /// store plus one, counting batches reduced but not yet written.
+    /// store plus one, counting entries reduced but not written yet (in
+    /// batches queued, or not finished).
     next: u64,
     /// Reused per batch.
     ops: Vec<StateOp>,
@@ -343,14 +344,34 @@ impl Materializer {
         if entries.is_empty() {
             return Err(StoreError::Misuse("reducing an empty batch".into()));
         }
-        let mut batch = StateBatch::new(self.next);
+        let mut batch = self.begin();
+        let taken = self.reduce_into(&mut batch, entries, max_ops)?;
+        Ok((self.finish(batch)?, taken))
+    }
+
+    /// An empty batch to [`Materializer::reduce_into`]: a batch may be fed
+    /// in several parts (the reducer thread reduces a window as it fills, so
+    /// its work comes in small slices instead of one burst per window).
+    pub fn begin(&self) -> StateBatch {
+        StateBatch::new(self.next - 1)
+    }
+
+    /// Reduce entries into `batch` (from [`Materializer::begin`], not
+    /// finished yet), stopping after the first entry that brings it to
+    /// `max_ops` merged ops; how many of `entries` it took (all of them, or
+    /// at least one).
+    pub fn reduce_into(
+        &mut self,
+        batch: &mut StateBatch,
+        entries: &[Entry],
+        max_ops: usize,
+    ) -> Result<usize, StoreError> {
         let mut taken = 0;
         for entry in entries {
-            let expected = self.next + taken as u64;
-            if entry.pos.index != expected {
+            if entry.pos.index != self.next {
                 return Err(StoreError::Corrupt(format!(
-                    "entry {} where {expected} was expected",
-                    entry.pos
+                    "entry {} where {} was expected",
+                    entry.pos, self.next
                 )));
             }
             self.reducer.reduce(entry, &mut self.ops)?;
@@ -358,18 +379,30 @@ impl Materializer {
                 batch.push(op);
             }
             batch.state_index = entry.pos.index;
+            self.next += 1;
             taken += 1;
             if batch.ops.len() >= max_ops {
                 break;
             }
         }
+        Ok(taken)
+    }
+
+    /// End `batch`: what the reducer held back until its end goes in, and
+    /// it compacts the log through `retention` entries behind its state
+    /// index.
+    pub fn finish(&mut self, mut batch: StateBatch) -> Result<StateBatch, StoreError> {
+        debug_assert_eq!(
+            batch.state_index + 1,
+            self.next,
+            "batches end where reducing stopped"
+        );
         self.reducer.flush(&mut self.ops)?;
         for op in self.ops.drain(..) {
             batch.push(op);
         }
         batch.compact_through = batch.state_index.saturating_sub(self.retention);
-        self.next = batch.state_index + 1;
-        Ok((batch, taken))
+        Ok(batch)
     }
 }
 
