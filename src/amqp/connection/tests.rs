@@ -1,6 +1,7 @@
 //! The connection machine, driven frame by frame.
 
 use super::*;
+use crate::error::{AmqpError, ReplyCode};
 use stablemq_protocol::LongString;
 use stablemq_protocol::methods::connection as c;
 
