@@ -1,4 +1,8 @@
+use bytes::{BufMut, BytesMut};
+
+use super::encode::put_endpoint;
 use super::*;
+use crate::position::{Entry, LogPosition};
 
 fn env(msg: Message) -> Envelope {
     Envelope {
