@@ -157,6 +157,9 @@ pub struct Master {
     consumer_timeout_ms: u64,
     /// When queues with `x-expires` were last used (ms).
     queue_last_used: FastMap<QueueKey, u64>,
+    /// Whether the tick must look at every queue for expired heads and
+    /// unused `x-expires` queues (see [`Master::may_expire`]).
+    expiry_scan: bool,
     /// Nesting of dead-lettering in progress (bounded, see `dead_letter`).
     dead_letter_depth: u32,
     /// Consumer cancel notifications to send after this step's replies.
@@ -175,6 +178,7 @@ impl Master {
     /// [`Master::seed_from_config`], which the server calls next.
     pub fn new(config: Arc<Config>, broker: Broker, last_index: u64) -> Master {
         let next_msg_id = broker.max_msg_id + 1;
+        let expiry_scan = timers::state_may_expire(&broker);
         Master {
             broker,
             sessions: FastMap::default(),
@@ -193,6 +197,7 @@ impl Master {
             now_ms: 0,
             consumer_timeout_ms: config.consumer_timeout_ms,
             queue_last_used: FastMap::default(),
+            expiry_scan,
             dead_letter_depth: 0,
             cancels: Vec::new(),
             admin_waiting: admin::AdminWaiting::default(),
@@ -478,7 +483,11 @@ impl Master {
             }
             _ => None,
         };
+        let declared = self.note_expiry(&ev);
         let applied = self.broker.apply_owned(ev, self.last_appended);
+        if let Some((vhost, name)) = declared {
+            self.note_declared(&vhost, &name);
+        }
         let applied = self.after_apply(applied);
         if let Some(v) = policy_vhost {
             self.after_policy_change(&v);
