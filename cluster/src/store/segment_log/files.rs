@@ -8,6 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::prepare::{PREPARED, Preparer};
 use super::{SPARE, SUFFIX, Segment, SegmentLog};
 use crate::position::LogPosition;
 use crate::store::StoreError;
@@ -50,6 +51,29 @@ pub(super) fn list(dir: &Path) -> Result<Vec<u64>, StoreError> {
     Ok(seqs)
 }
 
+/// The file at `from`, of size `cap`, renamed to `path` with its new
+/// header written and synced under its old name first, so a file named as
+/// a segment always has a whole header. A file of another size (made under
+/// another segment size) is removed instead.
+fn reuse(from: &Path, cap: u64, header: &[u8], path: &Path) -> Result<Option<File>, StoreError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(from)
+        .map_err(|e| io("opening", from, e))?;
+    let len = file.metadata().map_err(|e| io("reading", from, e))?.len();
+    if len != cap {
+        drop(file);
+        std::fs::remove_file(from).map_err(|e| io("removing", from, e))?;
+        return Ok(None);
+    }
+    file.write_all_at(header, 0)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| io("reusing", from, e))?;
+    std::fs::rename(from, path).map_err(|e| io("reusing", from, e))?;
+    Ok(Some(file))
+}
+
 /// Reads as much of `buf` as the file holds at `at`.
 pub(super) fn read_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
     let mut n = 0;
@@ -77,7 +101,11 @@ impl SegmentLog {
         // Never 0: a header of zeros is the end of a segment.
         let nonce = rand::random::<u64>() | 1;
         let header = rec::encode_segment_header(seq, nonce, prev);
-        let file = match self.take_spare(cap, &header, &path)? {
+        let reused = match self.take_spare(cap, &header, &path)? {
+            Some(file) => Some(file),
+            None => self.take_prepared(cap, &header, &path)?,
+        };
+        let file = match reused {
             Some(file) => file,
             None => {
                 let file = OpenOptions::new()
@@ -120,23 +148,50 @@ impl SegmentLog {
             return Ok(None);
         }
         self.has_spare = false;
-        let spare = self.dir.join(SPARE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&spare)
-            .map_err(|e| io("opening", &spare, e))?;
-        let len = file.metadata().map_err(|e| io("reading", &spare, e))?.len();
-        if len != cap {
-            drop(file);
-            std::fs::remove_file(&spare).map_err(|e| io("removing", &spare, e))?;
+        reuse(&self.dir.join(SPARE), cap, header, path)
+    }
+
+    /// The prepared (zeroed) file as the segment at `path`, if it is
+    /// ready; as [`SegmentLog::take_spare`]. A bigger segment (for a big
+    /// record) leaves it for the next one.
+    fn take_prepared(
+        &mut self,
+        cap: u64,
+        header: &[u8],
+        path: &Path,
+    ) -> Result<Option<File>, StoreError> {
+        if let Some(p) = self.preparer.take_if(|p| p.is_finished()) {
+            match p.join() {
+                Ok(()) => self.has_prepared = true,
+                Err(e) => tracing::warn!(
+                    dir = %self.dir.display(),
+                    error = %e,
+                    "zero-filling the next segment failed; it will be a sparse file"
+                ),
+            }
+        }
+        if !self.has_prepared || cap != self.segment_bytes {
             return Ok(None);
         }
-        file.write_all_at(header, 0)
-            .and_then(|()| file.sync_data())
-            .map_err(|e| io("reusing", &spare, e))?;
-        std::fs::rename(&spare, path).map_err(|e| io("reusing", &spare, e))?;
-        Ok(Some(file))
+        self.has_prepared = false;
+        reuse(&self.dir.join(PREPARED), cap, header, path)
+    }
+
+    /// Start zero-filling the next segment once the current one is half
+    /// full, unless a file is waiting to be reused (see `prepare`).
+    pub(super) fn prepare_if_due(&mut self) {
+        let seg = self.current();
+        if self.preparer.is_some()
+            || self.has_prepared
+            || self.has_spare
+            || seg.end.saturating_mul(2) < seg.cap
+        {
+            return;
+        }
+        match Preparer::start(&self.dir, self.segment_bytes) {
+            Ok(p) => self.preparer = Some(p),
+            Err(e) => tracing::warn!(error = %e, "starting the segment preparer failed"),
+        }
     }
 
     /// Syncs the current segment and starts the next one after the log's

@@ -12,12 +12,13 @@
 //! Files are named `<seq>.seg` (20 decimal digits), oldest first; the format
 //! is in [`super::segment_record`]. Each segment's header holds the position
 //! of the entry before its first one, so the log starts where the oldest
-//! segment says. A segment is created at [`SEGMENT_BYTES`] (32 MiB, sparse, with
-//! `set_len`), written from its header on, and the next one is started when
-//! a record does not fit, after the full one is synced: only the newest
-//! segment can have a torn tail. A compacted file is kept (one at most, as
-//! `spare.seg.free`) and reused as the next segment, so that commits mostly
-//! overwrite blocks the filesystem has already allocated.
+//! segment says. A segment is created at [`SEGMENT_BYTES`] (32 MiB), written
+//! from its header on, and the next one is started when a record does not
+//! fit, after the full one is synced: only the newest segment can have a
+//! torn tail. Commits should overwrite blocks the filesystem has already
+//! allocated, so a new segment is, by preference, a compacted file kept for
+//! reuse (one at most, as `spare.seg.free`), else a file zero-filled ahead
+//! of time (`prepared.seg.free`, see `prepare`), else a sparse new file.
 //!
 //! Truncation writes a marker instead of rewriting anything: a crash can
 //! never leave half a rewrite. The next segment is started right after it,
@@ -29,8 +30,9 @@
 //! records they need. It stays small because compaction keeps the log short.
 //!
 //! This module holds the log's index and its append, truncate and read
-//! paths; `recovery` opens a log and replays it after a crash, and `files`
-//! creates, reuses, rolls over and deletes the segment files.
+//! paths; `recovery` opens a log and replays it after a crash, `files`
+//! creates, reuses, rolls over and deletes the segment files, and `prepare`
+//! zero-fills the next one ahead of time.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -46,13 +48,14 @@ use files::io;
 pub(super) use files::sync_dir;
 
 mod files;
+mod prepare;
 mod recovery;
 
 /// A segment's size on creation (a bigger record gets a bigger segment).
 /// The log holds the current segment, the ones the base has not passed
-/// yet, and a spare: each is this long on disk (sparse until written), so
-/// this is the log's fixed overhead, traded against a rollover (two fsyncs)
-/// per segment.
+/// yet, a spare and a prepared file: each is this long on disk, so this is
+/// the log's fixed overhead, traded against a rollover (two fsyncs) per
+/// segment.
 pub(super) const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
 const SUFFIX: &str = ".seg";
 /// A compacted segment file kept to be reused as the next one; not a
@@ -136,6 +139,10 @@ pub(super) struct SegmentLog {
     dirty: bool,
     /// A compacted segment waits under [`SPARE`] to be reused.
     has_spare: bool,
+    /// A zeroed file waits under [`prepare::PREPARED`] to be used.
+    has_prepared: bool,
+    /// The zero-fill under way, if any.
+    preparer: Option<prepare::Preparer>,
 }
 
 impl SegmentLog {
@@ -207,6 +214,7 @@ impl SegmentLog {
             seg.live_last = last.index;
             self.last = last;
         }
+        self.prepare_if_due();
         Ok(())
     }
 

@@ -13,6 +13,7 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::files::{io, list, read_at, segment_path, sync_dir};
+use super::prepare::{PREPARED, PREPARING};
 use super::{Record, SPARE, Segment, SegmentLog};
 use crate::position::LogPosition;
 use crate::store::StoreError;
@@ -43,7 +44,14 @@ impl SegmentLog {
             buf: Vec::new(),
             dirty: false,
             has_spare: false,
+            has_prepared: dir.join(PREPARED).exists(),
+            preparer: None,
         };
+        // A zero-fill a crash cut short.
+        let preparing = dir.join(PREPARING);
+        if preparing.exists() {
+            std::fs::remove_file(&preparing).map_err(|e| io("removing", &preparing, e))?;
+        }
         let mut seqs = list(dir)?;
         if let Some(&seq) = seqs.last()
             && log.unfinished(seq)?

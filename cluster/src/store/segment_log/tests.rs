@@ -305,3 +305,69 @@ fn a_compacted_file_is_reused_and_its_old_records_stay_dead() {
     assert!(!other.path().join(SPARE).exists());
     assert_eq!(log.last(), LogPosition::ZERO);
 }
+
+fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// Once the current segment is half full (and no compacted file waits), the
+/// next one is written full of zeros in the background, and the rollover
+/// takes it: the new segment starts out allocated, not sparse.
+#[test]
+fn the_next_segment_is_zero_filled_ahead_and_taken_at_the_rollover() {
+    const CAP: u64 = 64 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let prepared = dir.path().join(prepare::PREPARED);
+    let mut log = SegmentLog::open(dir.path(), LogPosition::ZERO, CAP).unwrap();
+    // A sparse new segment: only its header is allocated so far.
+    assert!(allocated(&seg_file(dir.path(), 1)) < CAP / 2);
+    let big = |i: u64| Entry::new(1, i, vec![i as u8; 1000]);
+    let mut i = 0;
+    while log.current().end * 2 < CAP {
+        i += 1;
+        log.append(&[big(i)]).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !prepared.exists() {
+        assert!(std::time::Instant::now() < deadline, "nothing was prepared");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(std::fs::metadata(&prepared).unwrap().len(), CAP);
+    assert!(allocated(&prepared) >= CAP);
+    while log.segment_count() == 1 {
+        i += 1;
+        log.append(&[big(i)]).unwrap();
+    }
+    log.sync().unwrap();
+    assert!(!prepared.exists(), "the prepared file became segment 2");
+    assert!(allocated(&seg_file(dir.path(), 2)) >= CAP);
+    drop(log);
+    let log = SegmentLog::open(dir.path(), LogPosition::ZERO, CAP).unwrap();
+    assert_eq!(log.last(), LogPosition::new(1, i));
+    assert_eq!(
+        log.read_range(1, i).unwrap(),
+        (1..=i).map(big).collect::<Vec<_>>()
+    );
+}
+
+/// A zero-fill a crash cut short is removed on open; a finished one waits
+/// to be used.
+#[test]
+fn open_removes_an_unfinished_zero_fill_and_keeps_a_finished_one() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    let preparing = dir.path().join(prepare::PREPARING);
+    std::fs::write(&preparing, b"half").unwrap();
+    let log = open(dir.path());
+    assert!(!preparing.exists());
+    assert!(!log.has_prepared);
+    drop(log);
+    std::fs::write(
+        dir.path().join(prepare::PREPARED),
+        vec![0u8; SMALL as usize],
+    )
+    .unwrap();
+    let log = open(dir.path());
+    assert!(log.has_prepared);
+}
