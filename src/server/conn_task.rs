@@ -51,6 +51,10 @@ pub async fn run(
     let mut reading = true;
     let mut outbox_open = true;
     let mut shutting_down = false;
+    // One wait for the node's shutdown, kept across passes: made anew in
+    // each pass's select it joined and left the watch's waiter list (a lock
+    // each way) at every frame read and every delivery written.
+    let mut shutdown_changed = std::pin::pin!(shutdown.changed());
     loop {
         tokio::select! {
             r = rd.read_buf(&mut rbuf), if reading && !conn.is_blocked() => {
@@ -82,7 +86,7 @@ pub async fn run(
                 }
             }
             _ = tick.tick() => conn.on_tick(Instant::now(), &mut actions),
-            r = shutdown.changed(), if !shutting_down => {
+            r = &mut shutdown_changed, if !shutting_down => {
                 shutting_down = true;
                 if r.is_ok() {
                     conn.shutdown(Instant::now(), &mut actions);

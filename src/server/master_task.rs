@@ -48,6 +48,12 @@ pub enum MasterMsg {
     ),
 }
 
+/// The master's clock tick: TTL, `x-expires` and consumer timeouts.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Resource alarms (memory, disk) are checked every this many ticks (1 s).
+const GAUGE_TICKS: u32 = 20;
+
 /// How many inputs the master handles before it hands out what they
 /// produced, when a pass brings more (the outputs of one pass otherwise go
 /// out together at its end).
@@ -160,9 +166,13 @@ pub async fn run(
     if let Backend::Local { log, .. } = &backend {
         m::single_node_status(log.epoch());
     }
-    let mut gauges = tokio::time::interval(Duration::from_secs(1));
-    // Expiry and timeouts are checked this often; a TTL fires at most this late.
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    // Expiry and timeouts are checked this often; a TTL fires at most this
+    // late. Every GAUGE_TICKS-th tick also checks the resource alarms: one
+    // timer rather than two, since each timer is polled at every pass of the
+    // loop (every batch of inputs), not only when it fires.
+    let mut tick = tokio::time::interval(TICK);
+    // Ticks until the next alarm check.
+    let mut gauge_in: u32 = 0;
     let mut alarm: Option<String> = None;
     let memory_limit = config
         .memory_high_watermark_bytes
@@ -284,18 +294,22 @@ pub async fn run(
                     master.handle(Input::Tick);
                     dispatch(master, &mut backend, &mut outboxes, &mut spare);
                 }
-            }
-            _ = gauges.tick() => {
-                let limit = crate::management::alarms::effective_limit(memory_limit);
-                let now = check_alarms(&config, &data_dir, limit);
-                if now != alarm {
-                    match &now {
-                        Some(r) => tracing::warn!("resource alarm: {r}; blocking publishers"),
-                        None => tracing::info!("resource alarm cleared"),
+                // The first tick (at once) checks too, as the separate 1 s
+                // timer's first tick did.
+                if gauge_in == 0 {
+                    gauge_in = GAUGE_TICKS;
+                    let limit = crate::management::alarms::effective_limit(memory_limit);
+                    let now = check_alarms(&config, &data_dir, limit);
+                    if now != alarm {
+                        match &now {
+                            Some(r) => tracing::warn!("resource alarm: {r}; blocking publishers"),
+                            None => tracing::info!("resource alarm cleared"),
+                        }
+                        alarm = now;
+                        outboxes.broadcast(|| ToConn::Alarm(alarm.clone()));
                     }
-                    alarm = now;
-                    outboxes.broadcast(|| ToConn::Alarm(alarm.clone()));
                 }
+                gauge_in -= 1;
             }
         }
     }
