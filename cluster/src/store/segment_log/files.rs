@@ -212,6 +212,8 @@ impl SegmentLog {
     pub(in crate::store) fn reset(&mut self, start: LogPosition) -> Result<(), StoreError> {
         let next = self.current().seq + 1;
         // Oldest first, each durably: what a crash leaves is a suffix.
+        // What was not written belongs to the files going.
+        self.pending.clear();
         for seg in self.segments.drain(..) {
             std::fs::remove_file(&seg.path).map_err(|e| io("removing", &seg.path, e))?;
             sync_dir(&self.dir)?;

@@ -135,6 +135,12 @@ pub(super) struct SegmentLog {
     segment_bytes: u64,
     /// Reused to encode records.
     buf: Vec<u8>,
+    /// Records for the current segment not written to it yet, from file
+    /// offset `pending_at`: a commit's records (its entries and the stable
+    /// marker) go down in one `pwrite`, at the sync. Reads of them come from
+    /// here; dropping the log writes them (see `Drop`).
+    pending: Vec<u8>,
+    pending_at: u64,
     /// Written since the last fdatasync.
     dirty: bool,
     /// A compacted segment waits under [`SPARE`] to be reused.
@@ -164,19 +170,34 @@ impl SegmentLog {
         Ok(())
     }
 
-    /// Writes the record in `self.buf` at the end of the current segment
-    /// (which has room for it); returns where its body is.
+    /// Adds the record in `self.buf` at the end of the current segment
+    /// (which has room for it), to be written with the next sync; returns
+    /// where its body is.
     fn write_buf(&mut self) -> Result<u64, StoreError> {
         let len = self.buf.len() as u64;
         let n = self.segments.len() - 1;
         let seg = &mut self.segments[n];
         let at = seg.end;
-        seg.file
-            .write_all_at(&self.buf, at)
-            .map_err(|e| io("writing", &seg.path, e))?;
+        if self.pending.is_empty() {
+            self.pending_at = at;
+        }
+        debug_assert_eq!(self.pending_at + self.pending.len() as u64, at);
+        self.pending.extend_from_slice(&self.buf);
         seg.end = at + len;
         self.dirty = true;
         Ok(at + RECORD_HEADER as u64)
+    }
+
+    /// Writes the pending records to the current segment (not synced).
+    fn write_pending(&mut self) -> Result<(), StoreError> {
+        if !self.pending.is_empty() {
+            let seg = self.current();
+            seg.file
+                .write_all_at(&self.pending, self.pending_at)
+                .map_err(|e| io("writing", &seg.path, e))?;
+            self.pending.clear();
+        }
+        Ok(())
     }
 
     fn write_marker(&mut self, kind: Kind, index: u64) -> Result<(), StoreError> {
@@ -229,6 +250,7 @@ impl SegmentLog {
 
     /// fdatasync of the current segment, if anything was written to it.
     pub(super) fn sync(&mut self) -> Result<(), StoreError> {
+        self.write_pending()?;
         if self.dirty {
             let seg = self.current();
             seg.file
@@ -327,6 +349,18 @@ impl SegmentLog {
     }
 
     fn read_body(&self, seg: &Segment, r: &Record) -> Result<Bytes, StoreError> {
+        if seg.seq == self.current().seq && !self.pending.is_empty() && r.body_at >= self.pending_at
+        {
+            // Not written yet (see `pending`).
+            let from = (r.body_at - self.pending_at) as usize;
+            return self
+                .pending
+                .get(from..from + r.body)
+                .map(Bytes::copy_from_slice)
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("record at {} beyond the log", r.body_at))
+                });
+        }
         let mut body = vec![0u8; r.body];
         seg.file
             .read_exact_at(&mut body, r.body_at)
@@ -362,3 +396,14 @@ impl SegmentLog {
 
 #[cfg(test)]
 mod tests;
+
+impl Drop for SegmentLog {
+    /// A log dropped and opened again holds everything it was given, as the
+    /// store promises (unsynced appends included); only a crash loses what
+    /// was not synced.
+    fn drop(&mut self) {
+        if let Err(err) = self.write_pending() {
+            tracing::warn!(error = %err, "writing the log's last records on close failed");
+        }
+    }
+}

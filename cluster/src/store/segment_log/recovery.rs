@@ -42,6 +42,8 @@ impl SegmentLog {
             stable: 0,
             segment_bytes,
             buf: Vec::new(),
+            pending: Vec::new(),
+            pending_at: 0,
             dirty: false,
             has_spare: false,
             has_prepared: dir.join(PREPARED).exists(),

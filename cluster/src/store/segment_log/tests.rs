@@ -371,3 +371,32 @@ fn open_removes_an_unfinished_zero_fill_and_keeps_a_finished_one() {
     let log = open(dir.path());
     assert!(log.has_prepared);
 }
+
+/// Records wait in memory until the sync writes them in one go: reads see
+/// them before that, a truncation cuts them, and a log dropped unsynced
+/// writes them out (the store promises a reopened store everything it was
+/// given).
+#[test]
+fn unsynced_records_read_back_truncate_and_survive_a_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = SegmentLog::open(dir.path(), LogPosition::ZERO, SEGMENT_BYTES).unwrap();
+    log.append(&entries(1, 1..=3)).unwrap();
+    log.sync().unwrap();
+    let on_disk = std::fs::read(seg_file(dir.path(), 1)).unwrap();
+    log.append(&entries(1, 4..=9)).unwrap();
+    log.set_stable(3).unwrap();
+    // Nothing written yet: the file is as the sync left it.
+    assert_eq!(std::fs::read(seg_file(dir.path(), 1)).unwrap(), on_disk);
+    assert_eq!(log.read_range(2, 9).unwrap(), entries(1, 2..=9));
+    assert_eq!(log.position(7).unwrap(), LogPosition::new(1, 7));
+    log.truncate_after(6).unwrap();
+    assert_eq!(log.last(), LogPosition::new(1, 6));
+    log.append(&entries(2, 7..=8)).unwrap();
+    drop(log);
+    let log = SegmentLog::open(dir.path(), LogPosition::ZERO, SEGMENT_BYTES).unwrap();
+    assert_eq!(log.last(), LogPosition::new(2, 8));
+    let mut want = entries(1, 1..=6);
+    want.extend(entries(2, 7..=8));
+    assert_eq!(log.read_range(1, 9).unwrap(), want);
+    assert_eq!(log.stable(), 3);
+}
