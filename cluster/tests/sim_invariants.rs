@@ -145,6 +145,12 @@ fn invariants_hold_across_seeds() {
         check_quorum >= outcomes.len() / 10,
         "only {check_quorum} of {n} seeds had a check-quorum step-down"
     );
+    // Half the seeds pace their stores' commits: those wait for windows.
+    let paced = with(|o| o.stats.commit_windows >= 10);
+    assert!(
+        paced >= outcomes.len() / 3,
+        "only {paced} of {n} seeds paced their commits"
+    );
     // Snapshot catch-up is exercised, by brokers and by stores.
     assert!(compacted >= most, "only {compacted} of {n} seeds compacted");
     let some = outcomes.len() / 3;

@@ -264,11 +264,20 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
+        // Whether the broker was still running when a test failed tells a broker
+        // that died (and how: a signal leaves no line in its log) from one that
+        // answered wrongly.
+        let mut exited = None;
         if let Some(mut c) = self.child.take() {
+            exited = c.try_wait().ok().flatten();
             let _ = c.kill();
             let _ = c.wait();
         }
         if std::thread::panicking() && self.external.is_none() {
+            match exited {
+                Some(status) => eprintln!("--- the broker had exited: {status} ---"),
+                None => eprintln!("--- the broker was still running ---"),
+            }
             eprintln!("--- broker log ---\n{}", self.log());
         }
     }

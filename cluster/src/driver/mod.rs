@@ -14,6 +14,7 @@
 
 mod broker;
 mod net;
+mod pacing;
 
 pub use broker::{BrokerEvent, BrokerHandle, BrokerNodeDriver, BrokerStatus, DriverAppendError};
 pub use net::{NodeNet, Outbox};
@@ -192,8 +193,10 @@ pub async fn run_store_node_with(
     .with_identity(recovered.joined, recovered.incarnation);
     let clock = Clock::start();
     let me = Endpoint::store(node_id);
+    let mut pacer =
+        pacing::CommitPacer::new(std::time::Duration::from_micros(config.commit_interval_us));
     loop {
-        let input = tokio::select! {
+        let mut input = tokio::select! {
             Some(env) = inbound.recv() => {
                 if env.to.service != Service::Store {
                     continue; // a store-only node hosts no broker
@@ -203,32 +206,50 @@ pub async fn run_store_node_with(
             Some(done) = disk_rx.recv() => done,
             else => return Err(DriverError::DiskFailed),
         };
-        let failed = matches!(input, StoreInput::DiskFailed);
-        for cmd in node.step(clock.now_ms(), input) {
-            match cmd {
-                StoreCommand::Send { to, msg } => outbox.send(Envelope { from: me, to, msg }),
-                StoreCommand::Persist(ops) => {
-                    for op in &ops {
-                        if let DiskOp::InstallSnapshot { base } = op {
-                            tracing::info!(
-                                node = node_id,
-                                %base,
-                                "store caught up by snapshot from a peer"
-                            );
-                            metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "store")
-                                .increment(1);
+        // A commit window already open when asked for is reported at once,
+        // in the same pass: no timer, no wake-up.
+        loop {
+            let failed = matches!(input, StoreInput::DiskFailed);
+            let mut window_now = false;
+            for cmd in node.step(clock.now_ms(), input) {
+                match cmd {
+                    StoreCommand::Send { to, msg } => outbox.send(Envelope { from: me, to, msg }),
+                    StoreCommand::AwaitCommitWindow { queued_entries } => {
+                        match pacer.window(Instant::now(), queued_entries) {
+                            Some(at) => runner.commit_window(at),
+                            None => window_now = true,
                         }
                     }
-                    runner.persist(ops)
+                    StoreCommand::Persist(ops) => {
+                        pacer.started(Instant::now(), DiskOp::entries_in(&ops));
+                        for op in &ops {
+                            if let DiskOp::InstallSnapshot { base } = op {
+                                tracing::info!(
+                                    node = node_id,
+                                    %base,
+                                    "store caught up by snapshot from a peer"
+                                );
+                                metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "store")
+                                .increment(1);
+                            }
+                        }
+                        runner.persist(ops)
+                    }
+                    StoreCommand::Read(req) => runner.read(req),
+                    StoreCommand::ReadSnapshot(req) => runner.read_snapshot(req),
                 }
-                StoreCommand::Read(req) => runner.read(req),
-                StoreCommand::ReadSnapshot(req) => runner.read_snapshot(req),
             }
+            if failed {
+                let now = StoreStatus::of(&node);
+                status.send_if_modified(|s| std::mem::replace(s, now) != now);
+                return Err(DriverError::DiskFailed);
+            }
+            if !window_now {
+                break;
+            }
+            input = StoreInput::CommitWindow;
         }
         let now = StoreStatus::of(&node);
         status.send_if_modified(|s| std::mem::replace(s, now) != now);
-        if failed {
-            return Err(DriverError::DiskFailed);
-        }
     }
 }

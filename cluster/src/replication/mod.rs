@@ -99,6 +99,10 @@ pub struct Config {
     /// node whose next entry a store compacted gets that store's state
     /// instead (snapshot catch-up).
     pub store_retention: Option<u64>,
+    /// A store starts a commit (Persist) no sooner than this many
+    /// microseconds after it started the previous one; 0: as soon as the
+    /// previous one is on disk. See `store_node`'s pacing.
+    pub commit_interval_us: u64,
 }
 
 impl Config {
@@ -118,6 +122,7 @@ impl Config {
             // Half a pipeline window: a follower a little behind catches up
             // from the log, one further behind from a snapshot.
             store_retention: Some(65536),
+            commit_interval_us: 0,
         }
     }
 

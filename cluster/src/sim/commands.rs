@@ -171,6 +171,12 @@ impl World {
                     let delay = self.rng.between(1, self.params.fsync_max_ms);
                     self.schedule(delay, Ev::Persisted { node, inc });
                 }
+                StoreCommand::AwaitCommitWindow { .. } => {
+                    self.stats.commit_windows += 1;
+                    let input = StoreInput::CommitWindow;
+                    let delay = self.rng.between(0, 2);
+                    self.schedule(delay, Ev::StoreJob { node, inc, input });
+                }
                 StoreCommand::ReadSnapshot(req) => {
                     let Some(disk) = n.disk.as_mut() else {
                         continue;
@@ -184,7 +190,7 @@ impl World {
                         pairs,
                         done,
                     };
-                    self.schedule(1, Ev::SnapshotDone { node, inc, input });
+                    self.schedule(1, Ev::StoreJob { node, inc, input });
                 }
                 StoreCommand::Read(req) => {
                     let Some(disk) = n.disk.as_ref() else {

@@ -29,7 +29,9 @@ pub(super) enum Ev {
         req: ReadRequest,
         entries: Vec<Entry>,
     },
-    SnapshotDone {
+    /// A store input its driver produced without the disk's fsync: a snapshot
+    /// chunk read, a commit window.
+    StoreJob {
         node: NodeId,
         inc: u64,
         input: StoreInput,

@@ -63,6 +63,8 @@ pub struct SimStats {
     /// Pre-votes a store refused (an epoch not above its promise, or a
     /// master heard within the election timeout).
     pub prevotes_refused: u64,
+    /// Commit windows a paced store waited for (`Config::commit_interval_us`).
+    pub commit_windows: u64,
     /// Masters that stepped down because no quorum of stores answered
     /// (check-quorum), rather than on a higher epoch.
     pub check_quorum_step_downs: u64,
@@ -262,7 +264,7 @@ impl World {
                     self.on_store(node, cmds)?;
                 }
             }
-            Ev::SnapshotDone { node, inc, input } => {
+            Ev::StoreJob { node, inc, input } => {
                 let now = self.now;
                 let Some(n) = self.nodes.get_mut(&node).filter(|n| n.up && n.inc == inc) else {
                     return Ok(());

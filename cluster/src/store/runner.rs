@@ -62,6 +62,8 @@ enum Job {
     Persist(Vec<DiskOp>),
     Read(ReadRequest),
     ReadSnapshot(SnapshotRead),
+    /// Report `CommitWindow` at this instant (commit pacing).
+    Window(std::time::Instant),
 }
 
 /// The thread that owns a store; see the module docs.
@@ -121,6 +123,14 @@ impl DiskRunner {
     /// `SnapshotDone`.
     pub fn read_snapshot(&self, req: SnapshotRead) {
         let _ = self.tx.send(Job::ReadSnapshot(req));
+    }
+
+    /// Report `CommitWindow` at `at`, after the jobs queued before. The
+    /// wait is on this thread, not a runtime timer: tokio's timers tick in
+    /// whole milliseconds, which would add up to a millisecond to every
+    /// paced commit.
+    pub fn commit_window(&self, at: std::time::Instant) {
+        let _ = self.tx.send(Job::Window(at));
     }
 
     /// Finish the queued jobs, then stop and close the store. Blocks: call it
@@ -200,6 +210,11 @@ fn run(
                 Err(_) => break,
             }
         };
+        if let Job::Window(at) = job {
+            std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+            on_done(StoreInput::CommitWindow);
+            continue;
+        }
         // A Persist writes the reduced batches itself, in front of its fsync.
         let sync_state = !matches!(job, Job::Persist(_));
         let result = match job {
@@ -212,6 +227,7 @@ fn run(
                 .read_range(req.from, req.to)
                 .map(|entries| StoreInput::ReadDone { req, entries }),
             Job::ReadSnapshot(req) => read_snapshot(store.as_ref(), &mut pinned, req),
+            Job::Window(_) => Ok(StoreInput::CommitWindow),
         };
         let result = match (result, follower.as_mut()) {
             (Ok(input), Some(f)) => f.tend(store.as_mut(), sync_state).map(|()| input),

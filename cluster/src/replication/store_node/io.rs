@@ -59,6 +59,18 @@ pub enum DiskOp {
     Joined,
 }
 
+impl DiskOp {
+    /// How many log entries `ops` append: the size of a commit, for pacing.
+    pub fn entries_in(ops: &[DiskOp]) -> u64 {
+        ops.iter()
+            .map(|op| match op {
+                DiskOp::Append { entries, .. } => entries.len() as u64,
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
 /// A read the store asks the driver to do; handed back in
 /// [`StoreInput::ReadDone`] so the node, not the driver, answers the peer.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +134,9 @@ pub enum StoreInput {
         /// Whether it is the last chunk.
         done: bool,
     },
+    /// The commit window asked for with [`StoreCommand::AwaitCommitWindow`]
+    /// is open: the next Persist may start.
+    CommitWindow,
     /// The disk failed (fjall poisons itself after a failed fsync): the node stops
     /// answering for good, since nothing it says about durability can be trusted.
     DiskFailed,
@@ -143,4 +158,13 @@ pub enum StoreCommand {
     Read(ReadRequest),
     /// Read a chunk of the state and report [`StoreInput::SnapshotDone`].
     ReadSnapshot(SnapshotRead),
+    /// Ops are queued but the commit window is closed (pacing): report
+    /// [`StoreInput::CommitWindow`] when the next Persist should start, at
+    /// the latest `Config::commit_interval_us` after the last one started.
+    /// Emitted once per window. When is the driver's choice, a matter of
+    /// speed only: the node is correct whenever (or if ever) it opens.
+    AwaitCommitWindow {
+        /// Log entries in the queued ops: the batch the window would grow.
+        queued_entries: u64,
+    },
 }

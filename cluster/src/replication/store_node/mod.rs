@@ -97,6 +97,13 @@ pub struct StoreNode {
     incarnation: u64,
     /// Joining in progress (unused once joined).
     join: join::Join,
+    /// Commit pacing on (`Config::commit_interval_us` > 0): after a Persist
+    /// starts, the next one waits for [`StoreInput::CommitWindow`].
+    paced: bool,
+    /// Whether a Persist may start now (always, unpaced).
+    window_open: bool,
+    /// [`StoreCommand::AwaitCommitWindow`] was emitted and not yet answered.
+    window_awaited: bool,
 }
 
 impl StoreNode {
@@ -131,6 +138,9 @@ impl StoreNode {
             joined: true,
             incarnation: 0,
             join: join::Join::default(),
+            paced: false,
+            window_open: true,
+            window_awaited: false,
         }
     }
 
@@ -149,6 +159,7 @@ impl StoreNode {
         self.retry_ms = cfg.retry_ms;
         self.fetch_entries_max = cfg.fetch_entries_max.max(1);
         self.election_timeout_ms = cfg.election_timeout_ms;
+        self.paced = cfg.commit_interval_us > 0;
         let n = cfg.stores.len();
         self.join.need = (n + 1).saturating_sub(cfg.quorum()).min(self.peers.len());
         self
@@ -237,6 +248,10 @@ impl StoreNode {
                     done,
                 },
             }),
+            StoreInput::CommitWindow => {
+                self.window_open = true;
+                self.window_awaited = false;
+            }
             StoreInput::DiskFailed => {
                 self.failed = true;
                 return Vec::new();
@@ -412,17 +427,28 @@ impl StoreNode {
 
     /// Start the next Persist if none is in flight; replies with nothing left to
     /// wait for go out at once.
+    ///
+    /// Paced, a Persist also waits for the commit window its predecessor
+    /// closed: what arrives meanwhile joins it. Replies that wait for no ops
+    /// are never held back by the window.
     fn flush(&mut self, out: &mut Vec<StoreCommand>) {
         if self.in_flight.is_some() {
             return;
         }
         if self.queued_ops.is_empty() {
             send_all(std::mem::take(&mut self.queued_replies), out);
+        } else if !self.window_open {
+            if !self.window_awaited {
+                self.window_awaited = true;
+                let queued_entries = DiskOp::entries_in(&self.queued_ops);
+                out.push(StoreCommand::AwaitCommitWindow { queued_entries });
+            }
         } else {
             self.compact();
             out.push(StoreCommand::Persist(std::mem::take(&mut self.queued_ops)));
             self.in_flight = Some(std::mem::take(&mut self.queued_replies));
             self.stable_in_flight = self.stable;
+            self.window_open = !self.paced;
         }
     }
 }

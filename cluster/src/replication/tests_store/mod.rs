@@ -6,6 +6,7 @@ mod appends;
 mod catch_up;
 mod election;
 mod join;
+mod pacing;
 
 use bytes::Bytes;
 

@@ -18,7 +18,8 @@
 //! torn tail. Commits should overwrite blocks the filesystem has already
 //! allocated, so a new segment is, by preference, a compacted file kept for
 //! reuse (one at most, as `spare.seg.free`), else a file zero-filled ahead
-//! of time (`prepared.seg.free`, see `prepare`), else a sparse new file.
+//! of time (`prepared.seg.free`, see `prepare`), else a new file allocated
+//! up front (`files::allocate`).
 //!
 //! Truncation writes a marker instead of rewriting anything: a crash can
 //! never leave half a rewrite. The next segment is started right after it,
