@@ -250,7 +250,7 @@ fn read_cookie_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::DEFAULT_COMMIT_INTERVAL_US;
+    use super::{DEFAULT_COMMIT_INTERVAL_US, ReplicationConfig};
     use crate::config::Config;
     use stablemq_cluster::transport::Cookie;
 
@@ -286,17 +286,19 @@ cluster_addr = "127.0.0.1:25674"
         assert!(!peers.contains_key(&2));
     }
 
+    /// The replication config of `THREE` with `extra` lines in `[cluster]`.
+    fn replication_with(extra: &str) -> ReplicationConfig {
+        let toml = THREE.replace("heartbeat_ms = 40", &format!("heartbeat_ms = 40\n{extra}"));
+        Config::from_toml(&toml, "x")
+            .unwrap()
+            .cluster
+            .unwrap()
+            .replication()
+    }
+
     #[test]
     fn store_retention_is_on_by_default_set_or_turned_off_by_zero() {
-        let r = |extra: &str| {
-            let toml = THREE.replace("heartbeat_ms = 40", &format!("heartbeat_ms = 40\n{extra}"));
-            Config::from_toml(&toml, "x")
-                .unwrap()
-                .cluster
-                .unwrap()
-                .replication()
-                .store_retention
-        };
+        let r = |extra: &str| replication_with(extra).store_retention;
         assert_eq!(r(""), Some(65536));
         assert_eq!(r("store_retention = 100"), Some(100));
         assert_eq!(r("store_retention = 0"), None);
@@ -304,15 +306,7 @@ cluster_addr = "127.0.0.1:25674"
 
     #[test]
     fn commit_pacing_is_on_by_default_and_can_be_turned_off() {
-        let iv = |extra: &str| {
-            let toml = THREE.replace("heartbeat_ms = 40", &format!("heartbeat_ms = 40\n{extra}"));
-            Config::from_toml(&toml, "x")
-                .unwrap()
-                .cluster
-                .unwrap()
-                .replication()
-                .commit_interval_us
-        };
+        let iv = |extra: &str| replication_with(extra).commit_interval_us;
         assert_eq!(iv(""), DEFAULT_COMMIT_INTERVAL_US);
         assert_eq!(iv("store_commit_interval_us = 250"), 250);
         assert_eq!(iv("store_commit_interval_us = 0"), 0);
