@@ -6,7 +6,11 @@
 //! `Persist(ops)` at a time and queues whatever arrives meanwhile into the next
 //! one, so group commit is already done by the node: the runner applies a
 //! batch's ops in order, fsyncs once, and reports `Persisted`. The batch size
-//! follows the load, never a timer.
+//! follows the load. With commit pacing the node may also hold its next
+//! batch for a commit window (at most `Config::commit_interval_us` after
+//! the last Persist started); this thread times that wait
+//! ([`DiskRunner::commit_window`]), since tokio's timers tick in whole
+//! milliseconds.
 //!
 //! Two ops are durable on their own ([`EventStore::set_promised_epoch`],
 //! [`EventStore::truncate_after`]), so a batch that raises the promise or cuts a
