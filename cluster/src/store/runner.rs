@@ -214,11 +214,6 @@ fn run(
                 Err(_) => break,
             }
         };
-        if let Job::Window(at) = job {
-            std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
-            on_done(StoreInput::CommitWindow);
-            continue;
-        }
         // A Persist writes the reduced batches itself, in front of its fsync.
         let sync_state = !matches!(job, Job::Persist(_));
         let result = match job {
@@ -231,7 +226,12 @@ fn run(
                 .read_range(req.from, req.to)
                 .map(|entries| StoreInput::ReadDone { req, entries }),
             Job::ReadSnapshot(req) => read_snapshot(store.as_ref(), &mut pinned, req),
-            Job::Window(_) => Ok(StoreInput::CommitWindow),
+            // Only a wait: nothing to write, nothing for the reducer to tend.
+            Job::Window(at) => {
+                std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+                on_done(StoreInput::CommitWindow);
+                continue;
+            }
         };
         let result = match (result, follower.as_mut()) {
             (Ok(input), Some(f)) => f.tend(store.as_mut(), sync_state).map(|()| input),
