@@ -9,6 +9,7 @@
 use amq_protocol::protocol::basic::{gen_properties, parse_properties};
 use bytes::{BufMut, Bytes, BytesMut};
 use nom::{Parser, combinator::all_consuming};
+use std::sync::Arc;
 
 use crate::error::{FrameError, Snippet};
 use crate::frame::{
@@ -25,7 +26,23 @@ const HEADER_MIN_LEN: usize = 14;
 const BASIC_CLASS: u16 = 60;
 const BASIC_DELIVER: u16 = 60;
 
-pub(crate) fn decode_header(channel: u16, payload: &[u8]) -> Result<Frame, FrameError> {
+/// The last content header's property octets and their decoded value (see
+/// [`crate::Decoder`]).
+#[derive(Debug, Default)]
+pub(crate) struct PropertiesMemo {
+    raw: Vec<u8>,
+    decoded: Option<Arc<BasicProperties>>,
+}
+
+/// Property sections longer than this are not remembered: repeated ones are
+/// short (a delivery mode, a content type), and the memo's buffer stays small.
+const MEMO_MAX: usize = 512;
+
+pub(crate) fn decode_header(
+    channel: u16,
+    payload: &[u8],
+    memo: Option<&mut PropertiesMemo>,
+) -> Result<Frame, FrameError> {
     if payload.len() < HEADER_MIN_LEN {
         let payload = Snippet::of(payload);
         return Err(FrameError::BadPayloadLength {
@@ -49,6 +66,19 @@ pub(crate) fn decode_header(channel: u16, payload: &[u8]) -> Result<Frame, Frame
             weight,
         });
     }
+    let header = |properties| Frame::Header {
+        channel,
+        class_id,
+        body_size,
+        properties,
+    };
+    let memo = memo.filter(|_| props.len() <= MEMO_MAX);
+    if let Some(memo) = &memo
+        && let Some(known) = &memo.decoded
+        && memo.raw == props
+    {
+        return Ok(header(Arc::clone(known)));
+    }
     if !nesting::properties_ok(props) {
         return Err(FrameError::TooDeeplyNested {
             channel,
@@ -60,12 +90,15 @@ pub(crate) fn decode_header(channel: u16, payload: &[u8]) -> Result<Frame, Frame
     // Only class basic carries content. A header naming another class is still
     // read as basic properties; the channel rejects the class mismatch (505).
     match all_consuming(parse_properties).parse(props) {
-        Ok((_, properties)) => Ok(Frame::Header {
-            channel,
-            class_id,
-            body_size,
-            properties: Box::new(properties),
-        }),
+        Ok((_, properties)) => {
+            let properties = Arc::new(properties);
+            if let Some(memo) = memo {
+                memo.raw.clear();
+                memo.raw.extend_from_slice(props);
+                memo.decoded = Some(Arc::clone(&properties));
+            }
+            Ok(header(properties))
+        }
         Err(_) => Err(FrameError::BadContentHeader {
             channel,
             class_id,
@@ -216,7 +249,8 @@ fn put_short_str(s: &str, out: &mut BytesMut) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode_frame;
+    use crate::frame::FRAME_HEADER_LEN;
+    use crate::{Decoder, decode_frame, encode_frame};
 
     #[test]
     fn empty_body_gets_a_header_and_no_body_frame() {
@@ -283,7 +317,7 @@ mod tests {
     #[test]
     fn header_weight_must_be_zero() {
         let payload = [0, 60, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-        let err = decode_header(5, &payload).unwrap_err();
+        let err = decode_header(5, &payload, None).unwrap_err();
         assert_eq!(
             err,
             FrameError::NonZeroWeight {
@@ -298,10 +332,74 @@ mod tests {
     #[test]
     fn trailing_octets_after_properties_are_rejected() {
         let payload = [0, 60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
-        let err = decode_header(1, &payload).unwrap_err();
+        let err = decode_header(1, &payload, None).unwrap_err();
         assert!(
             matches!(err, FrameError::BadContentHeader { class_id: 60, .. }),
             "{err:?}"
         );
+    }
+    #[test]
+    fn a_decoder_shares_repeated_properties_and_decodes_new_ones() {
+        let header = |props: BasicProperties| {
+            let mut out = BytesMut::new();
+            encode_frame(
+                &Frame::Header {
+                    channel: 1,
+                    class_id: 60,
+                    body_size: 3,
+                    properties: Arc::new(props),
+                },
+                &mut out,
+            );
+            out
+        };
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        let typed = persistent.clone().with_content_type("text/plain".into());
+        let mut decoder = Decoder::default();
+        let mut props = |wire: BytesMut| {
+            let mut wire = wire;
+            match decoder.decode(&mut wire, 0) {
+                Ok(Some(Frame::Header { properties, .. })) => properties,
+                other => panic!("header decoded as {other:?}"),
+            }
+        };
+        let first = props(header(persistent.clone()));
+        let again = props(header(persistent.clone()));
+        assert!(Arc::ptr_eq(&first, &again), "same octets decoded again");
+        let other = props(header(typed.clone()));
+        assert_eq!(*other, typed);
+        assert!(!Arc::ptr_eq(&first, &other));
+        let back = props(header(persistent.clone()));
+        assert_eq!(*back, persistent);
+        assert!(Arc::ptr_eq(&back, &props(header(persistent))));
+        // A stateless decode never shares.
+        let mut wire = header(typed);
+        let Ok(Some(Frame::Header { properties, .. })) = decode_frame(&mut wire, 0) else {
+            panic!("header did not decode");
+        };
+        assert!(!Arc::ptr_eq(&properties, &other));
+    }
+
+    #[test]
+    fn a_decoder_still_refuses_what_it_remembered_in_another_header() {
+        // The memo covers the property octets only: a later header with the
+        // same properties but a nonzero weight is still refused.
+        let mut good = BytesMut::new();
+        let props = Arc::new(BasicProperties::default().with_delivery_mode(2));
+        let frame = Frame::Header {
+            channel: 1,
+            class_id: 60,
+            body_size: 3,
+            properties: props,
+        };
+        encode_frame(&frame, &mut good);
+        let mut weighted = good.clone();
+        weighted[FRAME_HEADER_LEN + 3] = 1;
+        let mut decoder = Decoder::default();
+        assert_eq!(decoder.decode(&mut good, 0), Ok(Some(frame)));
+        assert!(matches!(
+            decoder.decode(&mut weighted, 0),
+            Err(FrameError::NonZeroWeight { weight: 1, .. })
+        ));
     }
 }

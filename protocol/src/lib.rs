@@ -2,9 +2,10 @@
 //! bytes, the way RabbitMQ clients expect.
 //!
 //! It is:
-//! - a streaming decoder ([`decode_frame`]) that treats partial input as "need
-//!   more", enforces `frame_max` from the 7-octet frame header alone, and hands out
-//!   message bodies as zero-copy [`bytes::Bytes`] slices of the read buffer;
+//! - a streaming decoder ([`decode_frame`], and [`Decoder`] for a connection)
+//!   that treats partial input as "need more", enforces `frame_max` from the
+//!   7-octet frame header alone, and hands out message bodies, exchanges and
+//!   routing keys as zero-copy slices of the read buffer;
 //! - encoders for single frames ([`encode_frame`]), for a method with its content
 //!   ([`encode_content`]) and a hand-written one for the hot path, basic.deliver
 //!   ([`encode_deliver`]);
@@ -44,11 +45,14 @@ mod content;
 mod error;
 mod frame;
 mod nesting;
+mod publish;
 
+pub use bytestring::ByteString;
 pub use content::{encode_content, encode_deliver};
 pub use error::{FrameError, Snippet};
-pub use frame::{Frame, HeaderCheck, check_protocol_header, decode_frame, encode_frame};
+pub use frame::{Decoder, Frame, HeaderCheck, check_protocol_header, decode_frame, encode_frame};
 pub use nesting::MAX_TABLE_DEPTH;
+pub use publish::Publish;
 
 /// What a client sends first to ask for AMQP 0-9-1.
 pub const PROTOCOL_HEADER: [u8; 8] = *b"AMQP\x00\x00\x09\x01";

@@ -10,6 +10,7 @@ use stablemq_protocol::methods::{basic, connection, exchange, queue};
 use stablemq_protocol::{
     AMQPClass, BasicProperties, FieldTable, Frame, FrameError, MAX_TABLE_DEPTH, decode_frame,
 };
+use std::sync::Arc;
 
 /// Decodes until the input is exhausted, skipping one octet after each error so
 /// the rest of the garbage is exercised too. Checks the buffer contract on the
@@ -347,7 +348,7 @@ fn nesting_limit_is_exact_for_every_method_with_a_table_and_for_headers() {
         channel: 1,
         class_id: 60,
         body_size: 0,
-        properties: Box::new(
+        properties: Arc::new(
             BasicProperties::default()
                 .with_content_type("text/plain".into())
                 .with_content_encoding("gzip".into())
@@ -415,7 +416,7 @@ fn deep_arrays_helper_matches_amq_protocol_encoding() {
         channel: 1,
         class_id: 60,
         body_size: 0,
-        properties: Box::new(BasicProperties::default().with_headers(table)),
+        properties: Arc::new(BasicProperties::default().with_headers(table)),
     };
     let wire = encode(&frame);
     // header payload: 12 octets of ids/size, 2 of flags, 4 of table length, then "k"
@@ -439,7 +440,7 @@ fn the_deepest_accepted_frames_fit_half_a_tokio_worker_stack() {
                 channel: 1,
                 class_id: 60,
                 body_size: 0,
-                properties: Box::new(props),
+                properties: Arc::new(props),
             }));
             let frames = decode_all(&mut wire, 0).unwrap();
             for frame in &frames {

@@ -12,11 +12,13 @@ use stablemq_protocol::{
     AMQPClass, AMQPValue, BasicProperties, FieldTable, Frame, FrameError, ShortString,
     decode_frame, encode_content, encode_deliver,
 };
+use std::sync::Arc;
 
 /// amq-protocol's encoding of the same frame, as an independent reference.
 fn reference_encoding(frame: &Frame) -> Vec<u8> {
     let frame = match frame.clone() {
         Frame::Method { channel, method } => AMQPFrame::Method(channel, method),
+        Frame::Publish { channel, publish } => AMQPFrame::Method(channel, publish.to_method()),
         Frame::Header {
             channel,
             class_id,
@@ -27,7 +29,7 @@ fn reference_encoding(frame: &Frame) -> Vec<u8> {
             AMQPContentHeader {
                 class_id,
                 body_size,
-                properties: *properties,
+                properties: (*properties).clone(),
             },
         ),
         Frame::Body { channel, payload } => AMQPFrame::Body(channel, payload.to_vec()),
@@ -74,7 +76,7 @@ proptest! {
         prop_assert!(out.is_empty());
 
         prop_assert_eq!(&frames[0], &Frame::Method { channel, method: method.clone() });
-        let header = Frame::Header { channel, class_id: 60, body_size: body.len() as u64, properties: Box::new(properties) };
+        let header = Frame::Header { channel, class_id: 60, body_size: body.len() as u64, properties: Arc::new(properties) };
         prop_assert_eq!(&frames[1], &header);
         let mut reassembled = Vec::new();
         for frame in &frames[2..] {
@@ -160,7 +162,7 @@ fn headers_with_nested_tables_survive_encoding_inside_a_frame() {
         channel: 9,
         class_id: 60,
         body_size: 1,
-        properties: Box::new(properties),
+        properties: Arc::new(properties),
     };
     let mut buf = encode(&frame);
     assert_eq!(decode_frame(&mut buf, 0).unwrap(), Some(frame));
@@ -179,7 +181,7 @@ fn amq_protocol_quirks() {
         channel: 1,
         class_id: 60,
         body_size: 0,
-        properties: Box::new(properties),
+        properties: Arc::new(properties),
     });
     assert!(matches!(
         decode_frame(&mut buf, 0),

@@ -77,8 +77,8 @@ impl Encoder {
                 let m = AMQPClass::Basic(basic::AMQPMethod::GetOk(basic::GetOk {
                     delivery_tag,
                     redelivered,
-                    exchange: msg.exchange.as_str().into(),
-                    routing_key: msg.routing_key.as_str().into(),
+                    exchange: (&*msg.exchange).into(),
+                    routing_key: (&*msg.routing_key).into(),
                     message_count,
                 }));
                 encode_content(ch, &m, &msg.properties, &msg.body, frame_max, out);
@@ -95,8 +95,8 @@ impl Encoder {
                 let m = AMQPClass::Basic(basic::AMQPMethod::Return(basic::Return {
                     reply_code,
                     reply_text: reply_text.into(),
-                    exchange: exchange.into(),
-                    routing_key: routing_key.into(),
+                    exchange: (&*exchange).into(),
+                    routing_key: (&*routing_key).into(),
                 }));
                 encode_content(ch, &m, &properties, &body, frame_max, out);
             }

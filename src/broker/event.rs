@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use stablemq_protocol::{BasicProperties, FieldTable};
+use stablemq_protocol::{BasicProperties, ByteString, FieldTable};
 use std::sync::Arc;
 
 /// The exchange types StableMQ implements.
@@ -233,24 +233,33 @@ pub enum Event {
     Published {
         /// Vhost (shared with the publishing session: no copy per message;
         /// serde writes an `Arc<str>` as the string, so the log format is
-        /// that of a `String`).
+        /// that of a `String`). Decoded through [`names`]: no allocation
+        /// for a name the decoding thread saw lately.
+        #[serde(deserialize_with = "names::deserialize")]
         vhost: Arc<str>,
-        /// Exchange it was published to.
-        exchange: String,
+        /// Exchange it was published to (serde writes a `ByteString` as the
+        /// string, so the log format is that of a `String`; a shared decode
+        /// slices it out of the entry, like the body).
+        #[serde(deserialize_with = "shared_body::deserialize_str")]
+        exchange: ByteString,
         /// Routing key.
-        routing_key: String,
+        #[serde(deserialize_with = "shared_body::deserialize_str")]
+        routing_key: ByteString,
         /// Id chosen by the master; unique and increasing.
         msg_id: u64,
         /// The master's clock at publish (ms since the Unix epoch): TTLs count from
         /// here, so replicas agree on expiry without reading their own clocks (I4).
         timestamp_ms: u64,
-        /// Content properties (boxed as decoded; serde encodes a box as its content).
-        properties: Box<BasicProperties>,
+        /// Content properties (shared as decoded; serde encodes an `Arc` as
+        /// its content).
+        #[serde(deserialize_with = "shared_body::deserialize_arc")]
+        properties: Arc<BasicProperties>,
         /// Body, shared by every queue copy.
         #[serde(deserialize_with = "shared_body::deserialize")]
         body: Bytes,
         /// Queues it was routed to, in routing order (encoded as a sequence
         /// of strings, as the `Vec<String>` it replaced).
+        #[serde(deserialize_with = "names::deserialize_list")]
         queues: super::QueueList,
     },
     /// Messages left a queue (acked, rejected, purged, or delivered without ack).
@@ -381,17 +390,111 @@ impl Event {
     }
 }
 
-/// Decoding a published body as a slice of the buffer being decoded
-/// ([`Event::decode_shared`]). serde's derive has no way to pass the source
-/// `Bytes` down to one field, so it is set for the decode's duration in a
-/// thread-local; without one (or for a body from elsewhere) it is copied.
+/// Vhost and queue names as a decoding thread (a store's reducer, a slave)
+/// meets them: the same few, event after event. A thread keeps the names it
+/// decoded last and hands out clones of them, so decoding a publish allocates
+/// no name; serde's own `Arc<str>` made two allocations of each (a `Box<str>`,
+/// then the `Arc` it is moved into).
+mod names {
+    use std::cell::RefCell;
+    use std::fmt;
+    use std::sync::Arc;
+
+    use serde::Deserializer;
+    use serde::de::{SeqAccess, Visitor};
+
+    use crate::broker::QueueList;
+
+    /// Few: a lookup compares against each, and a thread that meets more
+    /// names than this in turn only allocates as before.
+    const KEPT: usize = 16;
+
+    thread_local! {
+        /// The names, and the slot the next new one replaces.
+        static RECENT: RefCell<(Vec<Arc<str>>, usize)> = const { RefCell::new((Vec::new(), 0)) };
+    }
+
+    /// `name` as an `Arc<str>`: a kept one's clone, else a new one, kept.
+    pub(super) fn intern(name: &str) -> Arc<str> {
+        RECENT.with_borrow_mut(|(kept, next)| {
+            if let Some(known) = kept.iter().find(|k| ***k == *name) {
+                return Arc::clone(known);
+            }
+            let new: Arc<str> = Arc::from(name);
+            if kept.len() < KEPT {
+                kept.push(Arc::clone(&new));
+            } else {
+                kept[*next] = Arc::clone(&new);
+                *next = (*next + 1) % KEPT;
+            }
+            new
+        })
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        d.deserialize_str(NameVisitor)
+    }
+
+    pub(super) fn deserialize_list<'de, D: Deserializer<'de>>(d: D) -> Result<QueueList, D::Error> {
+        d.deserialize_seq(ListVisitor)
+    }
+
+    struct NameVisitor;
+
+    impl<'de> Visitor<'de> for NameVisitor {
+        type Value = Arc<str>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a name")
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Arc<str>, E> {
+            Ok(intern(v))
+        }
+    }
+
+    /// One name of a list, through [`intern`].
+    struct Name(Arc<str>);
+
+    impl<'de> serde::Deserialize<'de> for Name {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Name, D::Error> {
+            deserialize(d).map(Name)
+        }
+    }
+
+    struct ListVisitor;
+
+    impl<'de> Visitor<'de> for ListVisitor {
+        type Value = QueueList;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of queue names")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<QueueList, A::Error> {
+            let mut list = QueueList::new();
+            while let Some(Name(name)) = seq.next_element()? {
+                list.push(name);
+            }
+            Ok(list)
+        }
+    }
+}
+
+/// Decoding a published body, exchange and routing key as slices of the
+/// buffer being decoded ([`Event::decode_shared`]). serde's derive has no way
+/// to pass the source `Bytes` down to one field, so it is set for the
+/// decode's duration in a thread-local; without one (or for a part from
+/// elsewhere) it is copied.
 mod shared_body {
     use std::cell::RefCell;
     use std::fmt;
+    use std::sync::Arc;
 
     use bytes::Bytes;
-    use serde::Deserializer;
     use serde::de::{SeqAccess, Visitor};
+    use serde::{Deserialize, Deserializer};
+    use stablemq_protocol::ByteString;
 
     thread_local! {
         static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
@@ -412,6 +515,46 @@ mod shared_body {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
         d.deserialize_bytes(BodyVisitor)
+    }
+
+    /// A string as a slice of the source when it lies in it.
+    pub(super) fn deserialize_str<'de, D: Deserializer<'de>>(d: D) -> Result<ByteString, D::Error> {
+        d.deserialize_str(StrVisitor)
+    }
+
+    /// One allocation, the `Arc`'s: serde's own `Arc<T>` decodes a `Box<T>`
+    /// and then moves it into a new `Arc`, two allocations per message.
+    pub(super) fn deserialize_arc<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Arc<T>, D::Error> {
+        T::deserialize(d).map(Arc::new)
+    }
+
+    struct StrVisitor;
+
+    impl<'de> Visitor<'de> for StrVisitor {
+        type Value = ByteString;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<ByteString, E> {
+            SOURCE.with_borrow(|src| match src {
+                Some(src) if contains(src, v.as_bytes()) => {
+                    ByteString::try_from(src.slice_ref(v.as_bytes())).map_err(E::custom)
+                }
+                _ => Ok(ByteString::from(v)),
+            })
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<ByteString, E> {
+            Ok(ByteString::from(v))
+        }
+
+        fn visit_string<E>(self, v: String) -> Result<ByteString, E> {
+            Ok(ByteString::from(v))
+        }
     }
 
     struct BodyVisitor;
@@ -489,7 +632,7 @@ mod tests {
                 routing_key: "k".into(),
                 msg_id: 42,
                 timestamp_ms: 1_700_000_000_000,
-                properties: Box::new(props),
+                properties: Arc::new(props),
                 body: Bytes::from_static(b"hello"),
                 queues: ["q".into()].into_iter().collect(),
             },
@@ -521,7 +664,7 @@ mod tests {
             routing_key: "q".into(),
             msg_id: 7,
             timestamp_ms: 1,
-            properties: Box::default(),
+            properties: Arc::default(),
             body: Bytes::from_static(body),
             queues: ["q".into()].into_iter().collect(),
         }
@@ -551,6 +694,68 @@ mod tests {
         // decode of the same buffer copies again.
         let again = Event::decode(&wire).unwrap();
         assert!(!range.contains(&(body_of(&again).as_ptr() as usize)));
+    }
+
+    #[test]
+    fn a_shared_decode_slices_the_exchange_and_routing_key_too() {
+        let e = Event::Published {
+            vhost: "/".into(),
+            exchange: "amq.topic".into(),
+            routing_key: "a.b.ключ".into(),
+            msg_id: 7,
+            timestamp_ms: 1,
+            properties: Arc::new(BasicProperties::default().with_delivery_mode(2)),
+            body: Bytes::from_static(b"body"),
+            queues: ["q".into()].into_iter().collect(),
+        };
+        let wire = e.encode();
+        let range = wire.as_ptr() as usize..wire.as_ptr() as usize + wire.len();
+        let in_entry = |s: &ByteString| range.contains(&(s.as_ptr() as usize));
+        let Event::Published {
+            exchange,
+            routing_key,
+            ..
+        } = Event::decode_shared(&wire).unwrap()
+        else {
+            panic!("not a publish");
+        };
+        assert_eq!((&*exchange, &*routing_key), ("amq.topic", "a.b.ключ"));
+        assert!(in_entry(&exchange) && in_entry(&routing_key));
+        let Event::Published { routing_key, .. } = Event::decode(&wire).unwrap() else {
+            panic!("not a publish");
+        };
+        assert!(!in_entry(&routing_key), "a plain decode copies");
+        assert_eq!(Event::decode_shared(&wire).unwrap(), e);
+    }
+
+    fn names_of(e: &Event) -> (Arc<str>, Arc<str>) {
+        match e {
+            Event::Published { vhost, queues, .. } => (vhost.clone(), queues[0].clone()),
+            other => panic!("not a publish: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn decoding_reuses_the_names_it_saw_lately_and_still_decodes_new_ones() {
+        let wire = published(b"x").encode();
+        let (vhost, queue) = names_of(&Event::decode(&wire).unwrap());
+        let (vhost2, queue2) = names_of(&Event::decode_shared(&wire).unwrap());
+        assert!(Arc::ptr_eq(&vhost, &vhost2) && Arc::ptr_eq(&queue, &queue2));
+        // More names than are kept: each still decodes to itself.
+        for i in 0..40 {
+            let name: Arc<str> = format!("q{i}").into();
+            let e = Event::Published {
+                vhost: name.clone(),
+                exchange: "".into(),
+                routing_key: "".into(),
+                msg_id: i,
+                timestamp_ms: 0,
+                properties: Arc::default(),
+                body: Bytes::new(),
+                queues: [name.clone(), "other".into()].into_iter().collect(),
+            };
+            assert_eq!(Event::decode(&e.encode()).unwrap(), e);
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! fanout to N queues stores the body once (`Bytes` is never copied per queue).
 
 use bytes::Bytes;
-use stablemq_protocol::BasicProperties;
+use stablemq_protocol::{BasicProperties, ByteString};
 use std::sync::Arc;
 
 /// Published content, immutable once routed.
@@ -13,12 +13,15 @@ pub struct Message {
     /// Unique, increasing id chosen by the master (the order of publishes).
     pub id: u64,
     /// Exchange it was published to (reported in deliver/get-ok).
-    pub exchange: String,
+    /// A `ByteString`, like the routing key: a publish's strings stay slices of
+    /// the frame they arrived in, so routing one allocates no string.
+    pub exchange: ByteString,
     /// Routing key it was published with.
-    pub routing_key: String,
-    /// Content properties as the publisher sent them. Boxed: the box the
-    /// frame decoder made moves here, so a publish never copies them.
-    pub properties: Box<BasicProperties>,
+    pub routing_key: ByteString,
+    /// Content properties as the publisher sent them. Shared: the frame
+    /// decoder hands the same `Arc` to every message of a publisher that sends
+    /// the same properties, so a publish neither copies nor allocates them.
+    pub properties: Arc<BasicProperties>,
     /// Body.
     pub body: Bytes,
     /// Master's clock when it was published (ms since the Unix epoch); TTLs count from here.

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use stablemq_cluster::Entry;
 use stablemq_cluster::replication::is_epoch_marker;
 use stablemq_cluster::store::{ReduceError, Reducer, StateOp, StateRead};
-use stablemq_protocol::BasicProperties;
+use stablemq_protocol::{BasicProperties, ByteString};
 
 use super::Broker;
 use super::event::Event;
@@ -62,8 +62,8 @@ pub enum RestoreError {
 /// One queue's copy of a message, as the state keeps it.
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredMessage {
-    exchange: String,
-    routing_key: String,
+    exchange: ByteString,
+    routing_key: ByteString,
     timestamp_ms: u64,
     properties: BasicProperties,
     body: Bytes,
@@ -88,6 +88,10 @@ pub struct BrokerReducer {
     /// Queue copies of messages published in this batch (ids above
     /// `batch_floor`), by state key; written at flush unless removed first.
     pending: HashMap<Bytes, PendingCopy>,
+    /// Where a removed message's key is built to look it up in `pending`:
+    /// an ack of a message published in this batch (the usual case under
+    /// load) then allocates no key.
+    key_scratch: Vec<u8>,
 }
 
 /// One queue's copy of a message published in the current batch.
@@ -107,6 +111,7 @@ impl BrokerReducer {
             max_dirty: false,
             batch_floor: 0,
             pending: HashMap::new(),
+            key_scratch: Vec::new(),
         }
     }
 }
@@ -188,15 +193,19 @@ impl Reducer for BrokerReducer {
                 queue,
                 msg_ids,
             } => {
+                let mut key = std::mem::take(&mut self.key_scratch);
                 for id in msg_ids {
-                    let key = message_key(&vhost, &queue, id)?;
+                    key.clear();
+                    put_message_key(&mut key, &vhost, &queue, id)?;
                     // Published in this batch: it is in `pending` or nowhere.
                     if id > self.batch_floor {
-                        self.pending.remove(&key);
+                        self.pending.remove(key.as_slice());
                     } else {
+                        let key = Bytes::copy_from_slice(&key);
                         out.push(StateOp::Delete { key });
                     }
                 }
+                self.key_scratch = key;
             }
             definition => {
                 let applied = self.defs.apply(&definition, 0);
@@ -345,7 +354,7 @@ fn restore_messages(broker: &mut Broker, page: Vec<(Bytes, Bytes)>) -> Result<()
                 id,
                 exchange: stored.exchange,
                 routing_key: stored.routing_key,
-                properties: Box::new(stored.properties),
+                properties: Arc::new(stored.properties),
                 body: stored.body,
                 timestamp_ms: stored.timestamp_ms,
             }),
@@ -386,7 +395,7 @@ fn restore_definitions(
     Ok((broker, max))
 }
 
-fn put_name(out: &mut BytesMut, name: &str) -> Result<(), ReduceError> {
+fn put_name(out: &mut impl BufMut, name: &str) -> Result<(), ReduceError> {
     let len = u16::try_from(name.len())
         .map_err(|_| ReduceError(format!("name of {} bytes", name.len())))?;
     out.put_u16(len);
@@ -403,9 +412,23 @@ fn queue_prefix(vhost: &str, queue: &str) -> Result<BytesMut, ReduceError> {
 }
 
 fn message_key(vhost: &str, queue: &str, id: u64) -> Result<Bytes, ReduceError> {
-    let mut key = queue_prefix(vhost, queue)?;
-    key.put_u64(id);
+    let mut key = BytesMut::with_capacity(5 + vhost.len() + queue.len() + 8);
+    put_message_key(&mut key, vhost, queue, id)?;
     Ok(key.freeze())
+}
+
+/// [`message_key`], appended to `out`.
+fn put_message_key(
+    out: &mut impl BufMut,
+    vhost: &str,
+    queue: &str,
+    id: u64,
+) -> Result<(), ReduceError> {
+    out.put_u8(MESSAGE_TAG);
+    put_name(out, vhost)?;
+    put_name(out, queue)?;
+    out.put_u64(id);
+    Ok(())
 }
 
 fn parse_message_key(key: &[u8]) -> Result<(String, String, u64), RestoreError> {

@@ -49,7 +49,7 @@ fn publish(id: u64, queues: &[&str]) -> Event {
         routing_key: "".into(),
         msg_id: id,
         timestamp_ms: 0,
-        properties: Box::new(BasicProperties::default()),
+        properties: Arc::new(BasicProperties::default()),
         body: Bytes::from(format!("m{id}")),
         queues: queues.iter().map(|s| (*s).into()).collect(),
     }

@@ -21,8 +21,9 @@ use crate::server::MasterMsg;
 use bytes::Bytes;
 use stablemq_protocol::methods::{basic as mbasic, confirm as mconfirm};
 use stablemq_protocol::{
-    AMQPClass, AMQPValue, BasicProperties, FieldTable, LongString, ShortString,
+    AMQPClass, AMQPValue, BasicProperties, FieldTable, LongString, Publish, ShortString,
 };
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -222,8 +223,8 @@ impl Session {
                 delivery_tag,
                 redelivered,
                 message_count,
-                exchange: msg.exchange.clone(),
-                routing_key: msg.routing_key.clone(),
+                exchange: msg.exchange.to_string(),
+                routing_key: msg.routing_key.to_string(),
                 properties: (*msg.properties).clone(),
                 body: msg.body.clone(),
             })),
@@ -251,13 +252,13 @@ impl Session {
         self.send(Input::Publish {
             conn: self.id,
             ch: CH,
-            publish: mbasic::Publish {
+            publish: Publish {
                 exchange: exchange.into(),
                 routing_key: routing_key.into(),
                 mandatory: true,
                 immediate: false,
             },
-            properties: Box::new(properties),
+            properties: Arc::new(properties),
             body,
         })
         .await?;

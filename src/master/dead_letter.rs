@@ -12,7 +12,7 @@ use crate::broker::event::Event;
 use crate::broker::message::Message;
 use crate::broker::queue_args::{Overflow, text};
 use stablemq_protocol::{
-    AMQPValue, BasicProperties, FieldArray, FieldTable, LongString, ShortString,
+    AMQPValue, BasicProperties, ByteString, FieldArray, FieldTable, LongString, ShortString,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -90,7 +90,7 @@ fn dead_letter_properties(
     for (k, v) in [
         ("reason", reason),
         ("queue", queue),
-        ("exchange", msg.exchange.as_str()),
+        ("exchange", &*msg.exchange),
     ] {
         let first = ShortString::from(format!("x-first-death-{k}"));
         if !headers.contains_key(first.as_str()) {
@@ -202,7 +202,9 @@ impl Master {
         }
         for msg in msgs {
             let properties = dead_letter_properties(msg, queue, reason, self.now_ms);
-            let routing_key = dlrk.clone().unwrap_or_else(|| msg.routing_key.clone());
+            let routing_key = dlrk
+                .as_deref()
+                .map_or_else(|| msg.routing_key.clone(), ByteString::from);
             let mut targets =
                 self.broker
                     .route(vhost, &dlx, &routing_key, properties.headers().as_ref());
@@ -214,9 +216,9 @@ impl Master {
             }
             self.enqueue(
                 &Arc::from(vhost),
-                dlx.clone(),
+                ByteString::from(dlx.as_str()),
                 routing_key,
-                Box::new(properties),
+                Arc::new(properties),
                 msg.body.clone(),
                 targets,
                 msg.is_persistent(),

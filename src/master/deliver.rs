@@ -25,7 +25,7 @@ pub(super) fn with_delivery_count(q: &Queue, qm: &QueuedMessage) -> Arc<Message>
         id: qm.msg.id,
         exchange: qm.msg.exchange.clone(),
         routing_key: qm.msg.routing_key.clone(),
-        properties: Box::new((*qm.msg.properties).clone().with_headers(headers)),
+        properties: Arc::new((*qm.msg.properties).clone().with_headers(headers)),
         body: qm.msg.body.clone(),
         timestamp_ms: qm.msg.timestamp_ms,
     })

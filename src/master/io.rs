@@ -7,7 +7,7 @@
 use crate::broker::message::Message;
 use crate::error::AmqpError;
 use bytes::Bytes;
-use stablemq_protocol::{AMQPClass, BasicProperties, FieldTable, methods::basic};
+use stablemq_protocol::{AMQPClass, BasicProperties, ByteString, FieldTable, Publish};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -62,9 +62,9 @@ pub enum Input {
         /// Channel number.
         ch: u16,
         /// The publish method.
-        publish: basic::Publish,
+        publish: Publish,
         /// Content header properties (boxed as they were decoded, into the message).
-        properties: Box<BasicProperties>,
+        properties: Arc<BasicProperties>,
         /// Assembled body.
         body: Bytes,
     },
@@ -196,12 +196,13 @@ pub enum ToConn {
         /// Reply text.
         reply_text: String,
         /// Exchange.
-        exchange: String,
+        exchange: ByteString,
         /// Routing key.
-        routing_key: String,
-        /// Properties (boxed: returns are rare, and inline they made every
-        /// `ToConn`, deliveries included, 408 bytes to move instead of ~130).
-        properties: Box<BasicProperties>,
+        routing_key: ByteString,
+        /// Properties (shared, not inline: returns are rare, and inline they
+        /// made every `ToConn`, deliveries included, 408 bytes to move
+        /// instead of ~130).
+        properties: Arc<BasicProperties>,
         /// Body.
         body: Bytes,
     },

@@ -11,8 +11,7 @@ use crate::broker::queue_args::text;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::metrics as m;
 use bytes::Bytes;
-use stablemq_protocol::methods::basic as mb;
-use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable};
+use stablemq_protocol::{AMQPValue, BasicProperties, ByteString, FieldTable, Publish};
 use std::sync::Arc;
 
 impl Master {
@@ -20,15 +19,15 @@ impl Master {
         &mut self,
         conn: ConnId,
         ch: u16,
-        p: mb::Publish,
-        properties: Box<BasicProperties>,
+        p: Publish,
+        properties: Arc<BasicProperties>,
         body: Bytes,
     ) -> AmqpResult<()> {
         let vhost = self.vhost_of(conn)?;
         if p.immediate {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true").on(60, 40));
         }
-        let exchange = p.exchange.as_str();
+        let exchange = &*p.exchange;
         // Write on the exchange before looking it up, as RabbitMQ does.
         self.authorize_publish(conn, ch, exchange)
             .map_err(|e| e.on(60, 40))?;
@@ -69,7 +68,7 @@ impl Master {
             crate::users::Perm::Write,
             &vhost,
             exchange,
-            p.routing_key.as_str(),
+            &p.routing_key,
         )
         .map_err(|e| e.on(60, 40))?;
         let properties = self.rewrite_reply_to(conn, ch, properties)?;
@@ -106,16 +105,19 @@ impl Master {
         conn: ConnId,
         ch: u16,
         vhost: &Arc<str>,
-        p: mb::Publish,
-        properties: Box<BasicProperties>,
+        p: Publish,
+        properties: Arc<BasicProperties>,
         body: Bytes,
     ) -> bool {
         let mandatory = p.mandatory;
-        let exchange = String::from(p.exchange);
-        let routing_key = String::from(p.routing_key);
+        let Publish {
+            exchange,
+            routing_key,
+            ..
+        } = p;
         if exchange.is_empty()
             && routing_key.starts_with(super::reply_to::REPLY_TO_PREFIX)
-            && self.deliver_reply(&routing_key, (*properties).clone(), body.clone())
+            && self.deliver_reply(&routing_key, properties.clone(), body.clone())
         {
             self.counters.routed.increment(1);
             return true;
@@ -199,8 +201,8 @@ impl Master {
         vhost: &str,
         exchange: &str,
         routing_key: &str,
-        properties: Box<BasicProperties>,
-    ) -> (QueueList, Box<BasicProperties>) {
+        properties: Arc<BasicProperties>,
+    ) -> (QueueList, Arc<BasicProperties>) {
         let headers = properties.headers().as_ref();
         let mut queues = self.broker.route(vhost, exchange, routing_key, headers);
         let Some(h) = headers else {
@@ -222,7 +224,8 @@ impl Master {
         if h.inner().contains_key("BCC") {
             let mut map = h.inner().clone();
             map.remove("BCC");
-            let properties = Box::new((*properties).with_headers(FieldTable::from(map)));
+            let properties =
+                Arc::new(Arc::unwrap_or_clone(properties).with_headers(FieldTable::from(map)));
             return (queues, properties);
         }
         (queues, properties)
@@ -234,9 +237,9 @@ impl Master {
     pub(super) fn enqueue(
         &mut self,
         vhost: &Arc<str>,
-        exchange: String,
-        routing_key: String,
-        properties: Box<BasicProperties>,
+        exchange: ByteString,
+        routing_key: ByteString,
+        properties: Arc<BasicProperties>,
         body: Bytes,
         queues: QueueList,
         persistent: bool,

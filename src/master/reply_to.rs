@@ -13,9 +13,9 @@ use super::io::{ConnId, ToConn};
 use crate::broker::message::Message;
 use crate::error::{AmqpError, AmqpResult};
 use bytes::Bytes;
-use stablemq_protocol::BasicProperties;
 use stablemq_protocol::methods::basic as mb;
 use stablemq_protocol::{AMQPClass, ShortString};
+use stablemq_protocol::{BasicProperties, ByteString};
 use std::sync::Arc;
 
 /// The pseudo-queue name clients consume from and put in `reply_to`.
@@ -61,8 +61,8 @@ impl Master {
         &mut self,
         conn: ConnId,
         ch: u16,
-        properties: Box<BasicProperties>,
-    ) -> AmqpResult<Box<BasicProperties>> {
+        properties: Arc<BasicProperties>,
+    ) -> AmqpResult<Arc<BasicProperties>> {
         if properties
             .reply_to()
             .as_ref()
@@ -75,8 +75,8 @@ impl Master {
             return Err(AmqpError::precondition("fast reply consumer does not exist").on(60, 40));
         }
         let name = format!("{REPLY_TO_PREFIX}{conn}.{ch}.{uid}");
-        Ok(Box::new(
-            (*properties).with_reply_to(ShortString::from(name)),
+        Ok(Arc::new(
+            Arc::unwrap_or_clone(properties).with_reply_to(ShortString::from(name)),
         ))
     }
 
@@ -85,8 +85,8 @@ impl Master {
     /// if mandatory).
     pub(super) fn deliver_reply(
         &mut self,
-        routing_key: &str,
-        properties: BasicProperties,
+        routing_key: &ByteString,
+        properties: Arc<BasicProperties>,
         body: Bytes,
     ) -> bool {
         let Some(target) = parse(routing_key) else {
@@ -106,9 +106,9 @@ impl Master {
         chan.next_delivery_tag += 1;
         let msg = Arc::new(Message {
             id: 0,
-            exchange: String::new(),
-            routing_key: routing_key.to_string(),
-            properties: Box::new(properties),
+            exchange: ByteString::new(),
+            routing_key: routing_key.clone(),
+            properties,
             body,
             timestamp_ms: self.now_ms,
         });

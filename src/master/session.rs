@@ -5,7 +5,7 @@
 use super::io::{ConnId, ConnInfo};
 use crate::fastmap::FastMap;
 use bytes::Bytes;
-use stablemq_protocol::{BasicProperties, FieldTable, methods::basic};
+use stablemq_protocol::{BasicProperties, FieldTable, Publish};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -61,9 +61,9 @@ pub struct Consumer {
 #[derive(Debug)]
 pub struct HeldPublish {
     /// The method.
-    pub publish: basic::Publish,
+    pub publish: Publish,
     /// Properties.
-    pub properties: Box<BasicProperties>,
+    pub properties: Arc<BasicProperties>,
     /// Body.
     pub body: Bytes,
 }

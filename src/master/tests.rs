@@ -6,7 +6,7 @@ use crate::broker::Broker;
 use crate::config::Config;
 use bytes::Bytes;
 use stablemq_protocol::methods::{basic, confirm, queue, tx};
-use stablemq_protocol::{AMQPClass, BasicProperties};
+use stablemq_protocol::{AMQPClass, BasicProperties, Publish};
 use std::sync::Arc;
 
 /// A master over a state seeded from the default config (unlogged here, so
@@ -60,12 +60,12 @@ fn publish(
     m.handle(Input::Publish {
         conn,
         ch,
-        publish: basic::Publish {
+        publish: Publish {
             exchange: "".into(),
             routing_key: queue.into(),
             ..Default::default()
         },
-        properties: Box::new(props),
+        properties: Arc::new(props),
         body: Bytes::from(body.to_string()),
     });
     m.take_outputs()
@@ -397,12 +397,12 @@ fn publish_expiring(m: &mut Master, queue: &str, expiration: &str) {
     m.handle(Input::Publish {
         conn: 1,
         ch: 1,
-        publish: basic::Publish {
+        publish: Publish {
             exchange: "".into(),
             routing_key: queue.into(),
             ..Default::default()
         },
-        properties: Box::new(BasicProperties::default().with_expiration(expiration.into())),
+        properties: Arc::new(BasicProperties::default().with_expiration(expiration.into())),
         body: Bytes::from_static(b"x"),
     });
     m.take_outputs();
@@ -492,12 +492,12 @@ fn a_recovered_state_with_messages_starts_with_the_expiry_scan() {
     m.handle(Input::Publish {
         conn: 1,
         ch: 1,
-        publish: basic::Publish {
+        publish: Publish {
             exchange: "".into(),
             routing_key: "q".into(),
             ..Default::default()
         },
-        properties: Box::new(
+        properties: Arc::new(
             BasicProperties::default()
                 .with_delivery_mode(2)
                 .with_expiration("10".into()),

@@ -417,12 +417,12 @@ mod tests {
         let f = frames(&wire);
         assert_eq!(f.len(), 6);
         match &f[0] {
-            Frame::Method {
+            Frame::Publish {
                 channel: 1,
-                method: AMQPClass::Basic(basic::AMQPMethod::Publish(p)),
+                publish: p,
             } => {
-                assert_eq!(p.exchange.as_str(), "");
-                assert_eq!(p.routing_key.as_str(), "q1");
+                assert_eq!(&*p.exchange, "");
+                assert_eq!(&*p.routing_key, "q1");
             }
             other => panic!("{other:?}"),
         }

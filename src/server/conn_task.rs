@@ -6,7 +6,7 @@ use crate::amqp::encode::Encoder;
 use crate::config::Config;
 use crate::master::io::{ConnId, Input, ToConn};
 use bytes::BytesMut;
-use stablemq_protocol::{check_protocol_header, decode_frame, encode_frame};
+use stablemq_protocol::{Decoder, check_protocol_header, encode_frame};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +40,7 @@ pub async fn run(
     conn.set_users(users);
     conn.set_cluster_name(cluster_name);
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
+    let mut decoder = Decoder::default();
     let mut wbuf = BytesMut::with_capacity(64 * 1024);
     let mut actions = Vec::with_capacity(64);
     // What one pass (one socket read, usually) has for the master: sent
@@ -67,7 +68,7 @@ pub async fn run(
                     Ok(n) => {
                         traffic.stats().received(n);
                         let before = actions.len();
-                        decode_all(&mut conn, &mut rbuf, now, &mut actions);
+                        decode_all(&mut conn, &mut rbuf, &mut decoder, now, &mut actions);
                         traffic.stats().frames(actions.len().saturating_sub(before).max(1));
                     }
                 }
@@ -180,8 +181,14 @@ async fn send_inputs(
     Ok(())
 }
 
-/// Decode every complete frame in `rbuf`.
-fn decode_all(conn: &mut Connection, rbuf: &mut BytesMut, now: Instant, actions: &mut Vec<Action>) {
+/// Decode every complete frame in `rbuf`, with this connection's `decoder`.
+fn decode_all(
+    conn: &mut Connection,
+    rbuf: &mut BytesMut,
+    decoder: &mut Decoder,
+    now: Instant,
+    actions: &mut Vec<Action>,
+) {
     if conn.awaiting_header() {
         if rbuf.len() < 8 {
             // A short wrong header can already be refused.
@@ -205,7 +212,7 @@ fn decode_all(conn: &mut Connection, rbuf: &mut BytesMut, now: Instant, actions:
             rbuf.clear();
             return;
         }
-        match decode_frame(rbuf, conn.decode_limit()) {
+        match decoder.decode(rbuf, conn.decode_limit()) {
             Ok(Some(f)) => conn.on_frame(f, now, actions),
             Ok(None) => return,
             Err(e) => {

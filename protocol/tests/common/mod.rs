@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
@@ -547,13 +548,13 @@ pub fn body_bytes(max: usize) -> BoxedStrategy<Bytes> {
 /// Any single frame.
 pub fn frame() -> BoxedStrategy<Frame> {
     prop_oneof![
-        (any::<u16>(), method()).prop_map(|(channel, method)| Frame::Method { channel, method }),
+        (any::<u16>(), method()).prop_map(|(channel, method)| method_frame(channel, method)),
         (any::<u16>(), any::<u16>(), any::<u64>(), properties()).prop_map(
             |(channel, class_id, body_size, properties)| Frame::Header {
                 channel,
                 class_id,
                 body_size,
-                properties: Box::new(properties)
+                properties: Arc::new(properties)
             }
         ),
         (any::<u16>(), body_bytes(300))
@@ -561,6 +562,17 @@ pub fn frame() -> BoxedStrategy<Frame> {
         any::<u16>().prop_map(|channel| Frame::Heartbeat { channel }),
     ]
     .boxed()
+}
+
+/// A method as the decoder hands it out: basic.publish in its own frame.
+pub fn method_frame(channel: u16, method: AMQPClass) -> Frame {
+    match method {
+        AMQPClass::Basic(basic::AMQPMethod::Publish(p)) => Frame::Publish {
+            channel,
+            publish: p.into(),
+        },
+        method => Frame::Method { channel, method },
+    }
 }
 
 pub fn encode(frame: &Frame) -> BytesMut {

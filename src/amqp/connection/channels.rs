@@ -6,7 +6,7 @@ use super::{Action, Connection, PendingContent, Slot, SlotState};
 use crate::error::{AmqpError, ReplyCode};
 use crate::master::io::Input;
 use stablemq_protocol::methods::{basic, channel as mch, connection as mconn};
-use stablemq_protocol::{AMQPClass, Frame};
+use stablemq_protocol::{AMQPClass, Frame, Publish};
 
 impl Connection {
     pub(super) fn open_frame(&mut self, frame: Frame, out: &mut Vec<Action>) {
@@ -100,6 +100,7 @@ impl Connection {
                 }
                 match frame {
                     Frame::Method { method, .. } => self.channel_method(ch, method, out),
+                    Frame::Publish { publish, .. } => self.channel_publish(ch, publish, out),
                     _ => {
                         let e = AmqpError::new(
                             ReplyCode::UnexpectedFrame,
@@ -150,9 +151,9 @@ impl Connection {
                     ),
                 ..
             } => {}
-            Frame::Method { method, .. } => {
-                let e = AmqpError::command_invalid("unexpected method on channel 0")
-                    .on(method.get_amqp_class_id(), method.get_amqp_method_id());
+            Frame::Method { .. } | Frame::Publish { .. } => {
+                let (cid, mid) = method_ids(&frame);
+                let e = AmqpError::command_invalid("unexpected method on channel 0").on(cid, mid);
                 self.close_connection(&e, out)
             }
             _ => {
@@ -176,19 +177,10 @@ impl Connection {
                 out.push(Action::ToMaster(Input::ChannelClose { conn: self.id, ch }));
             }
             AMQPClass::Channel(mch::AMQPMethod::CloseOk(_)) => {}
+            // Only when the hand parser left it to amq-protocol's (see
+            // `Frame::Publish`).
             AMQPClass::Basic(basic::AMQPMethod::Publish(p)) => {
-                if !self.has_published {
-                    self.has_published = true;
-                    self.update_blocked(out);
-                }
-                if let Some(slot) = self.channels.get_mut(&ch) {
-                    slot.content = Some(PendingContent {
-                        publish: p,
-                        header: None,
-                        parts: smallvec::SmallVec::new(),
-                        received: 0,
-                    });
-                }
+                self.channel_publish(ch, p.into(), out)
             }
             AMQPClass::Connection(_) => {
                 let e = AmqpError::command_invalid(format!("connection method on channel {ch}"))
@@ -204,9 +196,28 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// basic.publish starts content assembly: the header and bodies follow.
+    fn channel_publish(&mut self, ch: u16, publish: Publish, out: &mut Vec<Action>) {
+        if !self.has_published {
+            self.has_published = true;
+            self.update_blocked(out);
+        }
+        if let Some(slot) = self.channels.get_mut(&ch) {
+            slot.content = Some(PendingContent {
+                publish,
+                header: None,
+                parts: smallvec::SmallVec::new(),
+                received: 0,
+            });
+        }
+    }
+}
+
 fn method_ids(f: &Frame) -> (u16, u16) {
     match f {
         Frame::Method { method, .. } => (method.get_amqp_class_id(), method.get_amqp_method_id()),
+        Frame::Publish { .. } => (60, 40),
         _ => (0, 0),
     }
 }

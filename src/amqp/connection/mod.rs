@@ -14,10 +14,10 @@ use crate::config::Config;
 use crate::fastmap::FastMap;
 use crate::master::io::{ConnId, Input, ToConn};
 use bytes::Bytes;
-use stablemq_protocol::methods::{basic, channel as mch, connection as mconn};
+use stablemq_protocol::methods::{channel as mch, connection as mconn};
 use stablemq_protocol::{
     AMQPClass, AMQPValue, BasicProperties, FieldTable, Frame, FrameError, HeaderCheck,
-    PROTOCOL_HEADER, ShortString,
+    PROTOCOL_HEADER, Publish, ShortString,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -72,9 +72,9 @@ enum SlotState {
 
 #[derive(Debug)]
 struct PendingContent {
-    publish: basic::Publish,
+    publish: Publish,
     /// (properties, body size) once the header frame arrived.
-    header: Option<(Box<BasicProperties>, u64)>,
+    header: Option<(Arc<BasicProperties>, u64)>,
     // Inline for the usual one body frame: no Vec grown per message.
     parts: smallvec::SmallVec<[Bytes; 1]>,
     received: u64,

@@ -3,6 +3,7 @@
 use super::*;
 use crate::error::{AmqpError, ReplyCode};
 use stablemq_protocol::LongString;
+use stablemq_protocol::methods::basic as mb;
 use stablemq_protocol::methods::connection as c;
 
 fn now() -> Instant {
@@ -150,7 +151,7 @@ fn frame_on_unopened_channel_is_504() {
     k.on_frame(
         m(
             5,
-            AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+            AMQPClass::Basic(mb::AMQPMethod::Qos(mb::Qos {
                 prefetch_count: 1,
                 global: false,
             })),
@@ -173,7 +174,7 @@ fn content_is_assembled_from_header_and_bodies() {
     k.on_frame(
         m(
             1,
-            AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default())),
+            AMQPClass::Basic(mb::AMQPMethod::Publish(mb::Publish::default())),
         ),
         now(),
         &mut out,
@@ -183,7 +184,7 @@ fn content_is_assembled_from_header_and_bodies() {
             channel: 1,
             class_id: 60,
             body_size: 6,
-            properties: Box::new(BasicProperties::default()),
+            properties: Arc::new(BasicProperties::default()),
         },
         now(),
         &mut out,
@@ -227,7 +228,7 @@ fn method_instead_of_content_header_is_505() {
     k.on_frame(
         m(
             1,
-            AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default())),
+            AMQPClass::Basic(mb::AMQPMethod::Publish(mb::Publish::default())),
         ),
         now(),
         &mut out,
@@ -235,7 +236,7 @@ fn method_instead_of_content_header_is_505() {
     k.on_frame(
         m(
             1,
-            AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default())),
+            AMQPClass::Basic(mb::AMQPMethod::Publish(mb::Publish::default())),
         ),
         now(),
         &mut out,

@@ -6,7 +6,7 @@
 use crate::broker::message::{Message, QueuedMessage};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use stablemq_protocol::BasicProperties;
+use stablemq_protocol::{BasicProperties, ByteString};
 use std::sync::Arc;
 
 /// Everything a [`QueuedMessage`] holds, so that reading it back gives the very
@@ -14,8 +14,8 @@ use std::sync::Arc;
 #[derive(Serialize, Deserialize)]
 struct Record {
     id: u64,
-    exchange: String,
-    routing_key: String,
+    exchange: ByteString,
+    routing_key: ByteString,
     properties: BasicProperties,
     body: Bytes,
     timestamp_ms: u64,
@@ -63,7 +63,7 @@ pub fn decode(b: &[u8]) -> Result<QueuedMessage, RecordError> {
             id: r.id,
             exchange: r.exchange,
             routing_key: r.routing_key,
-            properties: Box::new(r.properties),
+            properties: Arc::new(r.properties),
             body: r.body,
             timestamp_ms: r.timestamp_ms,
         }),

@@ -34,8 +34,8 @@ fn msg(id: u64, priority: u8, body_len: usize) -> QueuedMessage {
         msg: Arc::new(Message {
             id,
             exchange: "x".into(),
-            routing_key: format!("k{id}"),
-            properties: Box::new(properties),
+            routing_key: format!("k{id}").into(),
+            properties: Arc::new(properties),
             body: Bytes::from(body),
             timestamp_ms: 1000 + id,
         }),
@@ -51,7 +51,7 @@ fn view(m: &QueuedMessage) -> (u64, Bytes, String, Option<u8>, bool, u64, Option
     (
         m.msg.id,
         m.msg.body.clone(),
-        m.msg.routing_key.clone(),
+        m.msg.routing_key.to_string(),
         *m.msg.properties.priority(),
         m.redelivered,
         m.wait_index,

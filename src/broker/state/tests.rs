@@ -142,7 +142,7 @@ fn to_events(gens: &[Gen]) -> Vec<Event> {
                     routing_key: "k".into(),
                     msg_id,
                     timestamp_ms: 1_000 * i as u64,
-                    properties: Box::new(props),
+                    properties: Arc::new(props),
                     body: Bytes::from(vec![*body; usize::from(*body % 7)]),
                     // Routing never lists a queue twice (`Broker::route`).
                     queues: {
@@ -308,7 +308,7 @@ fn publish_and_ack_in_one_batch_leave_no_message_in_the_state() {
         routing_key: "q".into(),
         msg_id: id,
         timestamp_ms: 0,
-        properties: Box::new(BasicProperties::default()),
+        properties: Arc::new(BasicProperties::default()),
         body: Bytes::from_static(b"body"),
         queues: ["q".into()].into_iter().collect(),
     };
@@ -380,7 +380,7 @@ fn a_message_consumed_in_its_own_batch_costs_no_op_and_an_older_one_a_delete() {
         routing_key: "q".into(),
         msg_id: id,
         timestamp_ms: 0,
-        properties: Box::new(BasicProperties::default()),
+        properties: Arc::new(BasicProperties::default()),
         body: Bytes::from_static(b"body"),
         queues: ["q".into()].into_iter().collect(),
     };
@@ -445,7 +445,7 @@ fn the_borrowed_encoding_decodes_as_a_stored_message() {
         id: 9,
         exchange: "x".into(),
         routing_key: "rk".into(),
-        properties: Box::new(properties),
+        properties: Arc::new(properties),
         body: Bytes::from_static(b"the body"),
         timestamp_ms: 1234,
     };
