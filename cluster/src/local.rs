@@ -381,10 +381,12 @@ fn commit_loop(
         on_stable(durable);
         // After the ack: the state write rides on a later fsync, like the
         // stable index, and a crash before it only means reducing again.
-        // The entries' payloads are shared `Bytes`, not copies.
+        // The entries move on: a clone of a payload made from a boxed
+        // slice (`Event::encode`'s) would allocate its shared header, one
+        // allocation per entry.
         if let Some(r) = reducer.as_mut() {
-            for e in &batch {
-                state_unsynced |= r.push(store, e.clone())?;
+            for e in batch.drain(..) {
+                state_unsynced |= r.push(store, e)?;
             }
         }
     }

@@ -252,7 +252,7 @@ pub enum Event {
         timestamp_ms: u64,
         /// Content properties (shared as decoded; serde encodes an `Arc` as
         /// its content).
-        #[serde(deserialize_with = "shared_body::deserialize_arc")]
+        #[serde(deserialize_with = "shared_body::deserialize_properties")]
         properties: Arc<BasicProperties>,
         /// Body, shared by every queue copy.
         #[serde(deserialize_with = "shared_body::deserialize")]
@@ -494,7 +494,7 @@ mod shared_body {
     use bytes::Bytes;
     use serde::de::{SeqAccess, Visitor};
     use serde::{Deserialize, Deserializer};
-    use stablemq_protocol::ByteString;
+    use stablemq_protocol::{BasicProperties, ByteString};
 
     thread_local! {
         static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
@@ -522,12 +522,24 @@ mod shared_body {
         d.deserialize_str(StrVisitor)
     }
 
-    /// One allocation, the `Arc`'s: serde's own `Arc<T>` decodes a `Box<T>`
-    /// and then moves it into a new `Arc`, two allocations per message.
-    pub(super) fn deserialize_arc<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    thread_local! {
+        /// The properties this thread decoded last.
+        static LAST_PROPERTIES: RefCell<Option<Arc<BasicProperties>>> = const { RefCell::new(None) };
+    }
+
+    /// Properties equal to the last ones this thread decoded share their
+    /// `Arc`, as a connection's `Decoder` does: a publisher sends the same
+    /// properties again and again. Otherwise one allocation, the `Arc`'s
+    /// (serde's own `Arc<T>` decodes a `Box<T>`, then moves it into a new
+    /// `Arc`: two).
+    pub(super) fn deserialize_properties<'de, D: Deserializer<'de>>(
         d: D,
-    ) -> Result<Arc<T>, D::Error> {
-        T::deserialize(d).map(Arc::new)
+    ) -> Result<Arc<BasicProperties>, D::Error> {
+        let decoded = BasicProperties::deserialize(d)?;
+        Ok(LAST_PROPERTIES.with_borrow_mut(|last| match last {
+            Some(known) if **known == decoded => Arc::clone(known),
+            _ => Arc::clone(last.insert(Arc::new(decoded))),
+        }))
     }
 
     struct StrVisitor;
@@ -741,6 +753,27 @@ mod tests {
         let (vhost, queue) = names_of(&Event::decode(&wire).unwrap());
         let (vhost2, queue2) = names_of(&Event::decode_shared(&wire).unwrap());
         assert!(Arc::ptr_eq(&vhost, &vhost2) && Arc::ptr_eq(&queue, &queue2));
+        // Equal properties share one value too; different ones do not.
+        let props = |e: Event| match e {
+            Event::Published { properties, .. } => properties,
+            other => panic!("not a publish: {other:?}"),
+        };
+        let persistent = |id| Event::Published {
+            vhost: "/".into(),
+            exchange: "".into(),
+            routing_key: "q".into(),
+            msg_id: id,
+            timestamp_ms: 1,
+            properties: Arc::new(BasicProperties::default().with_delivery_mode(2)),
+            body: Bytes::new(),
+            queues: ["q".into()].into_iter().collect(),
+        };
+        let first = props(Event::decode(&persistent(1).encode()).unwrap());
+        let second = props(Event::decode(&persistent(2).encode()).unwrap());
+        assert!(Arc::ptr_eq(&first, &second));
+        let other = props(Event::decode(&wire).unwrap());
+        assert_eq!(*other, BasicProperties::default());
+        assert!(!Arc::ptr_eq(&first, &other));
         // More names than are kept: each still decodes to itself.
         for i in 0..40 {
             let name: Arc<str> = format!("q{i}").into();

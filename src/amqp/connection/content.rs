@@ -4,7 +4,7 @@ use super::{Action, Connection, MAX_MESSAGE_SIZE};
 use crate::error::{AmqpError, ReplyCode};
 use crate::master::io::Input;
 use bytes::{Bytes, BytesMut};
-use stablemq_protocol::Frame;
+use stablemq_protocol::{ByteString, Frame};
 
 impl Connection {
     pub(super) fn content_frame(&mut self, ch: u16, frame: Frame, out: &mut Vec<Action>) {
@@ -79,11 +79,19 @@ impl Connection {
             let Some((properties, _)) = done.header else {
                 return;
             };
+            let mut publish = done.publish;
+            if done.parts.len() != 1 {
+                // The exchange and routing key are slices of the read buffer,
+                // which a one-frame body keeps alive anyway. A joined body or
+                // none does not: copied, they let the read buffer go.
+                publish.exchange = ByteString::from(&*publish.exchange);
+                publish.routing_key = ByteString::from(&*publish.routing_key);
+            }
             let body = join(done.parts, size);
             out.push(Action::ToMaster(Input::Publish {
                 conn: self.id,
                 ch,
-                publish: done.publish,
+                publish,
                 properties,
                 body,
             }));

@@ -162,8 +162,8 @@ fn frame_on_unopened_channel_is_504() {
     assert_eq!(close_code(&out), Some(504));
 }
 
-#[test]
-fn content_is_assembled_from_header_and_bodies() {
+/// An open connection with channel 1 open, and its actions so far.
+fn with_channel_1() -> (Connection, Vec<Action>) {
     let mut k = opened();
     let mut out = Vec::new();
     k.on_frame(
@@ -171,6 +171,12 @@ fn content_is_assembled_from_header_and_bodies() {
         now(),
         &mut out,
     );
+    (k, out)
+}
+
+#[test]
+fn content_is_assembled_from_header_and_bodies() {
+    let (mut k, mut out) = with_channel_1();
     k.on_frame(
         m(
             1,
@@ -216,15 +222,48 @@ fn content_is_assembled_from_header_and_bodies() {
     assert_eq!(body.as_deref(), Some(&b"abcdef"[..]));
 }
 
+/// The routing key of the publish the connection passes on, for a body of
+/// `len` octets sent in frames of at most 4096, and whether it still points
+/// into the buffer the frames were read from.
+fn routing_key_after(len: usize) -> (String, bool) {
+    let (mut k, mut out) = with_channel_1();
+    let publish = Publish {
+        routing_key: "the-key".into(),
+        ..Default::default()
+    };
+    let mut wire = bytes::BytesMut::new();
+    let body = Bytes::from(vec![7; len]);
+    let props = BasicProperties::default();
+    stablemq_protocol::encode_content(1, &publish.to_method(), &props, &body, 4096, &mut wire);
+    let read = wire.as_ptr_range();
+    let read = read.start as usize..read.end as usize;
+    let mut decoder = stablemq_protocol::Decoder::default();
+    while let Ok(Some(frame)) = decoder.decode(&mut wire, 4096) {
+        k.on_frame(frame, now(), &mut out);
+    }
+    let Some(key) = out.iter().find_map(|a| match a {
+        Action::ToMaster(Input::Publish { publish, .. }) => Some(publish.routing_key.clone()),
+        _ => None,
+    }) else {
+        panic!("no publish: {out:?}");
+    };
+    let shared = read.contains(&(key.as_ptr() as usize));
+    (key.to_string(), shared)
+}
+
+#[test]
+fn a_publish_keeps_its_key_in_the_read_buffer_only_while_its_body_does() {
+    // One body frame: the body is a slice of the read buffer, and so is the key.
+    assert_eq!(routing_key_after(100), ("the-key".into(), true));
+    // A joined body or none: the key is copied, so it does not keep the read
+    // buffer alive by itself.
+    assert_eq!(routing_key_after(10_000), ("the-key".into(), false));
+    assert_eq!(routing_key_after(0), ("the-key".into(), false));
+}
+
 #[test]
 fn method_instead_of_content_header_is_505() {
-    let mut k = opened();
-    let mut out = Vec::new();
-    k.on_frame(
-        m(1, AMQPClass::Channel(mch::AMQPMethod::Open(mch::Open {}))),
-        now(),
-        &mut out,
-    );
+    let (mut k, mut out) = with_channel_1();
     k.on_frame(
         m(
             1,
