@@ -7,8 +7,9 @@ use bytes::Bytes;
 use stablemq_protocol::{BasicProperties, ByteString};
 use std::sync::Arc;
 
-/// Published content, immutable once routed.
-#[derive(Debug)]
+/// Published content, immutable once routed. A clone shares every part
+/// (names, properties and body are reference-counted): it allocates nothing.
+#[derive(Debug, Clone)]
 pub struct Message {
     /// Unique, increasing id chosen by the master (the order of publishes).
     pub id: u64,

@@ -92,12 +92,39 @@ pub struct BrokerReducer {
     /// an ack of a message published in this batch (the usual case under
     /// load) then allocates no key.
     key_scratch: Vec<u8>,
+    /// Where published messages' keys are made.
+    keys: KeyArena,
+}
+
+/// Message keys cut from one shared buffer: each is a `Bytes` slice of it,
+/// so a key costs no allocation of its own, one per [`KeyArena::CHUNK`] of
+/// keys. A batch's keys live until its flush, so a chunk is soon free again.
+#[derive(Default)]
+struct KeyArena(BytesMut);
+
+impl KeyArena {
+    const CHUNK: usize = 16 * 1024;
+
+    /// The key of `queue`'s copy of message `id` ([`put_message_key`]).
+    fn message_key(&mut self, vhost: &str, queue: &str, id: u64) -> Result<Bytes, ReduceError> {
+        let len = 13 + vhost.len() + queue.len();
+        if self.0.capacity() < len {
+            self.0.reserve(len.max(Self::CHUNK));
+        }
+        if let Err(e) = put_message_key(&mut self.0, vhost, queue, id) {
+            // No half key in front of the next one.
+            self.0.clear();
+            return Err(e);
+        }
+        Ok(self.0.split().freeze())
+    }
 }
 
 /// One queue's copy of a message published in the current batch.
 struct PendingCopy {
-    /// Shared by the copies of one publish.
-    msg: Arc<Message>,
+    /// Held in the map's slot, not behind an `Arc` of its own: a clone per
+    /// queue shares every part, and the usual one queue allocates nothing.
+    msg: Message,
     expires_at_ms: Option<u64>,
 }
 
@@ -112,6 +139,7 @@ impl BrokerReducer {
             batch_floor: 0,
             pending: HashMap::new(),
             key_scratch: Vec::new(),
+            keys: KeyArena::default(),
         }
     }
 }
@@ -150,14 +178,14 @@ impl Reducer for BrokerReducer {
                     self.max_msg_id = msg_id;
                     self.max_dirty = true;
                 }
-                let msg = Arc::new(Message {
+                let msg = Message {
                     id: msg_id,
                     exchange,
                     routing_key,
                     properties,
                     body,
                     timestamp_ms,
-                });
+                };
                 let msg_ttl = msg.expiration_ms();
                 for queue in &queues {
                     // Only queues the log declared: a non-durable queue is
@@ -170,10 +198,10 @@ impl Reducer for BrokerReducer {
                         (a, b) => a.or(b),
                     };
                     let expires_at_ms = ttl.map(|t| timestamp_ms.saturating_add(t));
-                    let key = message_key(&vhost, queue, msg_id)?;
+                    let key = self.keys.message_key(&vhost, queue, msg_id)?;
                     if msg_id > self.batch_floor {
                         let copy = PendingCopy {
-                            msg: Arc::clone(&msg),
+                            msg: msg.clone(),
                             expires_at_ms,
                         };
                         self.pending.insert(key, copy);
@@ -411,13 +439,9 @@ fn queue_prefix(vhost: &str, queue: &str) -> Result<BytesMut, ReduceError> {
     Ok(key)
 }
 
-fn message_key(vhost: &str, queue: &str, id: u64) -> Result<Bytes, ReduceError> {
-    let mut key = BytesMut::with_capacity(5 + vhost.len() + queue.len() + 8);
-    put_message_key(&mut key, vhost, queue, id)?;
-    Ok(key.freeze())
-}
-
-/// [`message_key`], appended to `out`.
+/// The state key of a queue's copy of a message, appended to `out`: the
+/// queue's prefix, then the id (big-endian, so a queue's keys sort in
+/// publish order).
 fn put_message_key(
     out: &mut impl BufMut,
     vhost: &str,

@@ -52,6 +52,8 @@ pub struct Master {
     consumers: FastMap<QueueKey, QueueConsumers>,
     /// Index of the last event appended to the log.
     last_appended: u64,
+    /// The buffer log entries are encoded into ([`Event::encode_into`]).
+    log_arena: bytes::BytesMut,
     /// Highest index known stable.
     stable: u64,
     waiting: VecDeque<Waiting>,
@@ -103,6 +105,7 @@ impl Master {
             next_chan_uid: 1,
             consumers: FastMap::default(),
             last_appended: last_index,
+            log_arena: bytes::BytesMut::new(),
             stable: last_index,
             waiting: VecDeque::new(),
             stalled: Vec::new(),
@@ -392,7 +395,8 @@ impl Master {
     fn emit(&mut self, ev: Event, logged: bool) -> Applied {
         if logged {
             self.last_appended += 1;
-            self.out.push(Output::Append(ev.encode()));
+            let entry = ev.encode_into(&mut self.log_arena);
+            self.out.push(Output::Append(entry));
         }
         let policy_vhost = match &ev {
             Event::PolicySet { vhost, .. } | Event::PolicyCleared { vhost, .. } => {

@@ -290,6 +290,33 @@ proptest! {
     }
 }
 
+/// A message's state key, as the reducer makes it.
+fn message_key(vhost: &str, queue: &str, id: u64) -> Result<Bytes, ReduceError> {
+    KeyArena::default().message_key(vhost, queue, id)
+}
+
+#[test]
+fn the_key_arena_cuts_whole_keys_from_one_buffer() {
+    let mut arena = KeyArena::default();
+    let keys: Vec<Bytes> = (0..100)
+        .map(|id| arena.message_key("/", "queue", id).unwrap())
+        .collect();
+    for (id, key) in keys.iter().enumerate() {
+        let mut want = Vec::new();
+        put_message_key(&mut want, "/", "queue", id as u64).unwrap();
+        assert_eq!(&key[..], &want[..]);
+    }
+    // Back to back in one buffer: no allocation per key.
+    for pair in keys.windows(2) {
+        assert_eq!(pair[0].as_ptr_range().end, pair[1].as_ptr());
+    }
+    // A name too long for a key fails, and leaves nothing behind.
+    let long = "q".repeat(70_000);
+    assert!(arena.message_key("/", &long, 1).is_err());
+    let next = arena.message_key("/", "queue", 7).unwrap();
+    assert_eq!(next, keys[7]);
+}
+
 #[test]
 fn publish_and_ack_in_one_batch_leave_no_message_in_the_state() {
     let q = |name: &str| Event::QueueDeclared {
