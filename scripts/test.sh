@@ -101,13 +101,15 @@ fi
 # - RabbitMQ's definitions round-trip through StableMQ, passwords included;
 # - amqp091-go's (Debian's Go client) integration tests pass against StableMQ;
 # - Debian's rabbitmqadmin 3.10 declares, lists, publishes, gets, purges, exports,
-#   imports and deletes through StableMQ's management API.
+#   imports and deletes through StableMQ's management API;
+# - the API docs build with no warning (`cargo doc`, private and broken links).
 CHECKS=(
     "prometheus:scripts/prometheus-check.sh"
     "migration:scripts/migration-check.sh"
     "definitions:scripts/definitions-roundtrip.sh"
     "amqp091-go:scripts/amqp091-go-check.sh"
     "rabbitmqadmin:scripts/rabbitmqadmin-check.sh"
+    "docs:scripts/doc-check.sh"
 )
 failed_checks=()
 if [[ ${CHECKS_IN_TEST_COMMAND:-1} == 1 ]]; then

@@ -233,7 +233,7 @@ pub enum Event {
     Published {
         /// Vhost (shared with the publishing session: no copy per message;
         /// serde writes an `Arc<str>` as the string, so the log format is
-        /// that of a `String`). Decoded through [`names`]: no allocation
+        /// that of a `String`). Decoded through `names`: no allocation
         /// for a name the decoding thread saw lately.
         #[serde(deserialize_with = "names::deserialize")]
         vhost: Arc<str>,

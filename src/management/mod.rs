@@ -8,7 +8,7 @@
 //! role and replication progress).
 //!
 //! Broker state is owned by the master task, so a handler never reads it
-//! directly: it sends a closure to the master task ([`query::query`]), which
+//! directly: it sends a closure to the master task (`query::query`), which
 //! runs it between two inputs and so sees one consistent state without locks.
 //! The closure only copies what the answer needs (never message bodies); the
 //! JSON is built back on the HTTP task.

@@ -99,7 +99,7 @@ pub struct NodeReport {
     /// How many entries its store is behind the most advanced store.
     pub store_lag: Option<u64>,
     /// Whether it takes part in replication: the master heard it on an
-    /// authenticated node-to-node connection within [`REPLICATING_WITHIN`]
+    /// authenticated node-to-node connection within `REPLICATING_WITHIN`
     /// (the master itself: true). `None` when no master is known or the
     /// master did not answer.
     #[serde(default)]

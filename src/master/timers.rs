@@ -33,7 +33,7 @@ impl Master {
     /// most of an idle broker's CPU), so it starts only once something can
     /// expire, and then stays on: a publish with an `expiration`, a queue
     /// whose arguments have a TTL or `x-expires`, any policy change, or a
-    /// recovered state that holds either (see [`state_may_expire`]).
+    /// recovered state that holds either (see `state_may_expire`).
     pub fn may_expire(&self) -> bool {
         self.expiry_scan
     }

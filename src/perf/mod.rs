@@ -92,7 +92,7 @@ pub struct PerfArgs {
     /// `--queues N` (N > 1), the prefix of the queue names.
     #[arg(short = 'u', long = "queue", default_value = "stablemq-perf")]
     pub queue: String,
-    /// Spread the run over this many queues, named <queue>-1 to <queue>-N (for
+    /// Spread the run over this many queues, named QUEUE-1 to QUEUE-N (for
     /// N above 1): producer k publishes round-robin to queues k+1, k+1+x, ... and
     /// consumer k subscribes to queues k+1, k+1+y, ... (with fewer queues than
     /// producers or consumers, task k uses queue (k mod N)+1).

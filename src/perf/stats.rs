@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 /// The run's clock. Send times travel in message bodies as nanoseconds since
-/// [`Clock::start`]; producers and consumers share it (one process), so
+/// `Clock::start`; producers and consumers share it (one process), so
 /// end-to-end latency needs no synchronised wall clocks.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {

@@ -6,7 +6,7 @@
 //! under `<data-dir>/pages`, never fsynced and wiped at boot, because the event
 //! store is the durable truth and restore rebuilds the queues from it. RAM then
 //! holds a window at the head of each queue plus 16 bytes of index per paged
-//! message ([`run`]), and reads records back ahead of delivery.
+//! message (`run`), and reads records back ahead of delivery.
 //!
 //! What is in RAM and what is on disk never changes what the broker does (I4):
 //! [`Ready`] keeps the queue's true head in RAM at all times (a paged message

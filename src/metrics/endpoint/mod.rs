@@ -14,7 +14,7 @@
 //! own the queues, so it reports zero connections and no queues, and a
 //! dashboard summing over nodes counts each queue once.
 //!
-//! [`snapshot`] copies the state out of the master task and reads the node
+//! `snapshot` copies the state out of the master task and reads the node
 //! facts; [`render`] turns both into exposition text.
 
 mod render;
