@@ -88,17 +88,14 @@ pub struct BrokerReducer {
     /// Queue copies of messages published in this batch (ids above
     /// `batch_floor`), by state key; written at flush unless removed first.
     pending: HashMap<Bytes, PendingCopy>,
-    /// Where a removed message's key is built to look it up in `pending`:
-    /// an ack of a message published in this batch (the usual case under
-    /// load) then allocates no key.
-    key_scratch: Vec<u8>,
-    /// Where published messages' keys are made.
+    /// Where message keys are made, for a publish and for a removal alike.
     keys: KeyArena,
 }
 
 /// Message keys cut from one shared buffer: each is a `Bytes` slice of it,
 /// so a key costs no allocation of its own, one per [`KeyArena::CHUNK`] of
-/// keys. A batch's keys live until its flush, so a chunk is soon free again.
+/// keys. A publish's key lives until the batch's flush, a removal's until it
+/// is looked up or written, so a chunk is soon free again.
 #[derive(Default)]
 struct KeyArena(BytesMut);
 
@@ -138,7 +135,6 @@ impl BrokerReducer {
             max_dirty: false,
             batch_floor: 0,
             pending: HashMap::new(),
-            key_scratch: Vec::new(),
             keys: KeyArena::default(),
         }
     }
@@ -221,19 +217,15 @@ impl Reducer for BrokerReducer {
                 queue,
                 msg_ids,
             } => {
-                let mut key = std::mem::take(&mut self.key_scratch);
                 for id in msg_ids {
-                    key.clear();
-                    put_message_key(&mut key, &vhost, &queue, id)?;
+                    let key = self.keys.message_key(&vhost, &queue, id)?;
                     // Published in this batch: it is in `pending` or nowhere.
                     if id > self.batch_floor {
-                        self.pending.remove(key.as_slice());
+                        self.pending.remove(&key);
                     } else {
-                        let key = Bytes::copy_from_slice(&key);
                         out.push(StateOp::Delete { key });
                     }
                 }
-                self.key_scratch = key;
             }
             definition => {
                 let applied = self.defs.apply(&definition, 0);
@@ -433,10 +425,15 @@ fn put_name(out: &mut impl BufMut, name: &str) -> Result<(), ReduceError> {
 
 fn queue_prefix(vhost: &str, queue: &str) -> Result<BytesMut, ReduceError> {
     let mut key = BytesMut::with_capacity(5 + vhost.len() + queue.len() + 8);
-    key.put_u8(MESSAGE_TAG);
-    put_name(&mut key, vhost)?;
-    put_name(&mut key, queue)?;
+    put_queue_prefix(&mut key, vhost, queue)?;
     Ok(key)
+}
+
+/// The prefix every message key of one queue starts with.
+fn put_queue_prefix(out: &mut impl BufMut, vhost: &str, queue: &str) -> Result<(), ReduceError> {
+    out.put_u8(MESSAGE_TAG);
+    put_name(out, vhost)?;
+    put_name(out, queue)
 }
 
 /// The state key of a queue's copy of a message, appended to `out`: the
@@ -448,9 +445,7 @@ fn put_message_key(
     queue: &str,
     id: u64,
 ) -> Result<(), ReduceError> {
-    out.put_u8(MESSAGE_TAG);
-    put_name(out, vhost)?;
-    put_name(out, queue)?;
+    put_queue_prefix(out, vhost, queue)?;
     out.put_u64(id);
     Ok(())
 }
