@@ -84,13 +84,7 @@ else
     if [ ! -x "$BIN" ]; then
         cargo build --release --bin stablemq
     fi
-    read -r AMQP METRICS MGMT < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(3)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-')
+    read -r AMQP METRICS MGMT < <(free_ports 3)
     "$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --prometheus-port "$METRICS" \
         --management-port "$MGMT" --data-dir "$WORK/data" --log-level warn \
         >"$WORK/stablemq.log" 2>&1 &

@@ -19,6 +19,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIXTURE=${FIXTURE:-$ROOT/compat-tests/fixtures/rabbitmq-3.10-definitions.json}
 BIN=${STABLEMQ_BIN:-$ROOT/target/release/stablemq}
+# shellcheck source=scripts/lib/common.sh
+. "$ROOT/scripts/lib/common.sh"
 TMP=$(mktemp -d)
 SMQ_PID=""
 cleanup() {
@@ -29,16 +31,8 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "definitions-roundtrip: FAIL: $*" >&2; exit 1; }
 
-free_port() {
-    python3 -c 'import socket,random
-for _ in range(1000):
-    p=random.randint(20000,31999); s=socket.socket()
-    try: s.bind(("127.0.0.1",p)); s.close(); print(p); break
-    except OSError: pass'
-}
-
 # --- 1. StableMQ imports the fixture ----------------------------------------
-AMQP=$(free_port) HTTP=$(free_port) PROM=$(free_port)
+read -r AMQP HTTP PROM < <(free_ports 3)
 "$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --management-port "$HTTP" \
     --prometheus-port "$PROM" --data-dir "$TMP/smq" >"$TMP/smq.log" 2>&1 &
 SMQ_PID=$!

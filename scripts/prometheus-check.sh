@@ -45,14 +45,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Four distinct free ports, held open together while they are chosen.
-read -r AMQP METRICS MGMT PROM < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(4)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-')
+# Four distinct free ports (scripts/lib/common.sh: off the ephemeral range).
+read -r AMQP METRICS MGMT PROM < <(free_ports 4)
 
 echo "== StableMQ on amqp $AMQP, metrics $METRICS"
 "$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --prometheus-port "$METRICS" \

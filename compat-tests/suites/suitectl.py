@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import socket
 import sys
@@ -28,16 +29,24 @@ import time
 
 
 def free_ports(n: int) -> None:
-    socks, ports = [], []
-    try:
-        while len(ports) < n:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
+    """n distinct loopback ports from 20000-31999, the range the Rust harness and
+    scripts/lib/common.sh pick from. A port the kernel hands out for port 0 is in
+    the ephemeral range (32768+), where a client socket of a suite running beside
+    this one can take it before the broker binds it."""
+    ports: list[int] = []
+    for port in random.sample(range(20000, 32000), 12000):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
             s.close()
+        ports.append(port)
+        if len(ports) == n:
+            break
+    if len(ports) < n:
+        sys.exit(f"only {len(ports)} free ports in 20000-31999, want {n}")
     print(" ".join(map(str, ports)))
 
 
