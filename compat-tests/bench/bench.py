@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import resource
 import shlex
 import socket
@@ -118,26 +117,10 @@ def phase_args(template: str, duration: float, backlog: int) -> list[str]:
 
 # --- small commands --------------------------------------------------------------
 
-def free_ports(n: int) -> None:
-    """n distinct loopback ports from 20000-31999, the range the Rust harness and
-    scripts/lib/common.sh pick from. A port the kernel hands out for port 0 is in
-    the ephemeral range (32768+), where a client socket of a suite running beside
-    this one can take it before the broker binds it."""
-    ports: list[int] = []
-    for port in random.sample(range(20000, 32000), 12000):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            s.close()
-        ports.append(port)
-        if len(ports) == n:
-            break
-    if len(ports) < n:
-        sys.exit(f"only {len(ports)} free ports in 20000-31999, want {n}")
-    print(" ".join(map(str, ports)))
+# One picker for the suite runner and the bench: 20000-31999, off the kernel's
+# ephemeral range (see suitectl.free_ports).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "suites"))
+from suitectl import free_ports  # noqa: E402
 
 
 def alive(pid: int) -> bool:
