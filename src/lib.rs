@@ -18,6 +18,7 @@ pub mod config;
 pub mod ctl;
 pub mod error;
 pub mod fastmap;
+pub mod fifo_map;
 pub mod management;
 pub mod master;
 pub mod metrics;

@@ -1,7 +1,11 @@
 //! Messages as queues hold them.
 //!
-//! The content is one `Arc<Message>` shared by every queue a publish reached, so a
-//! fanout to N queues stores the body once (`Bytes` is never copied per queue).
+//! Each queue a publish reached holds its own `Message`, inline in its queue
+//! entry, and a delivery carries another: copies whose parts are all shared
+//! (names and body are `Bytes`, the properties an `Arc`), so a fanout to N
+//! queues stores the body once, and queueing or delivering a message
+//! allocates nothing (issue 4). An `Arc<Message>` was one allocation per
+//! message.
 
 use bytes::Bytes;
 use stablemq_protocol::{BasicProperties, ByteString};
@@ -53,7 +57,7 @@ pub fn expiration_ms(properties: &BasicProperties) -> Option<u64> {
 #[derive(Debug, Clone)]
 pub struct QueuedMessage {
     /// The shared content.
-    pub msg: Arc<Message>,
+    pub msg: Message,
     /// Set once the message has been delivered and came back.
     pub redelivered: bool,
     /// Log index that must be stable before the master may deliver this message (I1).

@@ -354,15 +354,27 @@ impl Broker {
         };
         let timestamp_ms = msg.timestamp_ms;
         let msg_ttl = msg.expiration_ms();
-        let msg = Arc::new(msg);
-        for qn in queues {
+        // Each queue holds its own copy, which shares every part: no
+        // allocation for the message (issue 4), only refcounts. The last
+        // queue takes the message itself.
+        let mut msg = Some(msg);
+        let mut queues = queues.peekable();
+        while let Some(qn) = queues.next() {
             if let Some(q) = v.queues.get_mut(&*qn) {
                 let ttl = match (q.args.message_ttl, msg_ttl) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
+                let copy = if queues.peek().is_some() {
+                    msg.clone()
+                } else {
+                    msg.take()
+                };
+                let Some(msg) = copy else {
+                    break;
+                };
                 q.push(QueuedMessage {
-                    msg: msg.clone(),
+                    msg,
                     redelivered: false,
                     wait_index,
                     expires_at_ms: ttl.map(|t| timestamp_ms.saturating_add(t)),

@@ -146,7 +146,7 @@ impl Queue {
     }
 
     /// The content of a message, ready (perhaps read from disk) or unacked.
-    pub fn message(&self, msg_id: u64) -> Option<Arc<Message>> {
+    pub fn message(&self, msg_id: u64) -> Option<Message> {
         match self.unacked.get(&msg_id) {
             Some(m) => Some(m.msg.clone()),
             None => self.ready.get(msg_id),

@@ -90,6 +90,8 @@ pub struct BrokerReducer {
     pending: HashMap<Bytes, PendingCopy>,
     /// Where message keys are made, for a publish and for a removal alike.
     keys: KeyArena,
+    /// Where stored messages are encoded ([`encode_message_into`]).
+    values: BytesMut,
 }
 
 /// Message keys cut from one shared buffer: each is a `Bytes` slice of it,
@@ -136,6 +138,7 @@ impl BrokerReducer {
             batch_floor: 0,
             pending: HashMap::new(),
             keys: KeyArena::default(),
+            values: BytesMut::new(),
         }
     }
 }
@@ -207,7 +210,7 @@ impl Reducer for BrokerReducer {
                         // it at once, in order with the ops around it.
                         out.push(StateOp::Put {
                             key,
-                            value: encode_message(&msg, expires_at_ms),
+                            value: encode_message_into(&mut self.values, &msg, expires_at_ms),
                         });
                     }
                 }
@@ -251,7 +254,7 @@ impl Reducer for BrokerReducer {
         for (key, copy) in self.pending.drain() {
             out.push(StateOp::Put {
                 key,
-                value: encode_message(&copy.msg, copy.expires_at_ms),
+                value: encode_message_into(&mut self.values, &copy.msg, copy.expires_at_ms),
             });
         }
         self.batch_floor = self.max_msg_id;
@@ -370,14 +373,14 @@ fn restore_messages(broker: &mut Broker, page: Vec<(Bytes, Bytes)>) -> Result<()
             )));
         };
         q.push(QueuedMessage {
-            msg: Arc::new(Message {
+            msg: Message {
                 id,
                 exchange: stored.exchange,
                 routing_key: stored.routing_key,
                 properties: Arc::new(stored.properties),
                 body: stored.body,
                 timestamp_ms: stored.timestamp_ms,
-            }),
+            },
             redelivered: false,
             wait_index: 0,
             expires_at_ms: stored.expires_at_ms,
@@ -479,7 +482,14 @@ struct StoredMessageRef<'a> {
     expires_at_ms: Option<u64>,
 }
 
-fn encode_message(msg: &Message, expires_at_ms: Option<u64>) -> Bytes {
+/// The smallest chunk [`encode_message_into`] allocates.
+const VALUE_ARENA_CHUNK: usize = 64 * 1024;
+
+/// A stored message's value, cut from `arena` as [`Event::encode_into`] cuts
+/// log entries: no allocation per message, one per [`VALUE_ARENA_CHUNK`] of
+/// values (or per value bigger than that). A value lives until the store has
+/// written it, so a chunk is soon free again.
+fn encode_message_into(arena: &mut BytesMut, msg: &Message, expires_at_ms: Option<u64>) -> Bytes {
     let m = StoredMessageRef {
         exchange: &msg.exchange,
         routing_key: &msg.routing_key,
@@ -488,15 +498,24 @@ fn encode_message(msg: &Message, expires_at_ms: Option<u64>) -> Bytes {
         body: &msg.body,
         expires_at_ms,
     };
-    // Sized once: the body plus room for the names and properties.
-    let mut out =
-        Vec::with_capacity(64 + msg.body.len() + msg.exchange.len() + msg.routing_key.len() + 256);
-    out.push(MESSAGE_FORMAT_VERSION);
-    // Writing to a Vec cannot fail for these types; a failure is a bug.
-    match postcard::to_extend(&m, out) {
-        Ok(v) => Bytes::from(v),
-        Err(e) => panic!("message encoding failed: {e}"),
+    // Room for the body plus the names and properties.
+    let hint = 64 + msg.body.len() + msg.exchange.len() + msg.routing_key.len() + 256;
+    if arena.capacity() < hint {
+        arena.reserve(hint.max(VALUE_ARENA_CHUNK));
     }
+    arena.put_u8(MESSAGE_FORMAT_VERSION);
+    // Through `io::Write`, so the body is copied whole (`to_extend` pushes it
+    // byte by byte). Writing to memory cannot fail for these types; a
+    // failure is a bug.
+    if let Err(e) = postcard::to_io(&m, arena.writer()) {
+        panic!("message encoding failed: {e}");
+    }
+    arena.split().freeze()
+}
+
+#[cfg(test)]
+fn encode_message(msg: &Message, expires_at_ms: Option<u64>) -> Bytes {
+    encode_message_into(&mut BytesMut::new(), msg, expires_at_ms)
 }
 
 fn decode_message(b: &[u8]) -> Result<StoredMessage, RestoreError> {

@@ -343,7 +343,7 @@ impl Master {
         // One tag: not multiple, or multiple reaching only the oldest (a
         // client acking each message with `multiple` set, as the load
         // generator does), or everything (tag 0) when one is outstanding.
-        let one = match chan.unacked.first_key_value() {
+        let one = match chan.unacked.first() {
             _ if !a.multiple => Some(a.tag),
             Some((&first, _)) if first == a.tag || (a.tag == 0 && chan.unacked.len() == 1) => {
                 Some(first)
@@ -359,6 +359,7 @@ impl Master {
         // queue -> message ids, in delivery order
         let mut by_queue: BTreeMap<Arc<str>, Vec<u64>> = BTreeMap::new();
         let mut consumer_queues = BTreeSet::new();
+        let count = tags.len();
         for t in tags {
             if let Some(u) = chan.unacked.remove(&t) {
                 if let Some(ct) = &u.consumer_tag
@@ -370,7 +371,12 @@ impl Master {
                         consumer_queues.insert(Arc::<str>::from(c.queue.as_str()));
                     }
                 }
-                by_queue.entry(u.queue).or_default().push(u.msg_id);
+                // Sized for every tag at once: usually they all share a queue,
+                // and growing by doubling was a reallocation per power of two.
+                by_queue
+                    .entry(u.queue)
+                    .or_insert_with(|| Vec::with_capacity(count))
+                    .push(u.msg_id);
             }
         }
         for (queue, ids) in by_queue {

@@ -167,13 +167,7 @@ fn is_cycle(props: &BasicProperties, target: &str) -> bool {
 impl Master {
     /// Publish dead-lettered copies of `msgs` leaving `queue` to its dead-letter
     /// exchange, if it has one that exists (RabbitMQ drops them silently otherwise).
-    pub(super) fn dead_letter(
-        &mut self,
-        vhost: &str,
-        queue: &str,
-        msgs: &[Arc<Message>],
-        reason: &str,
-    ) {
+    pub(super) fn dead_letter(&mut self, vhost: &str, queue: &str, msgs: &[Message], reason: &str) {
         if let Some(q) = self.broker.queue(vhost, queue) {
             let has_dlx = q.args.dead_letter_exchange.is_some();
             crate::metrics::dead_lettered(reason, q.args.quorum, has_dlx, msgs.len() as u64);
@@ -189,7 +183,7 @@ impl Master {
         self.dead_letter_depth -= 1;
     }
 
-    fn dead_letter_inner(&mut self, vhost: &str, queue: &str, msgs: &[Arc<Message>], reason: &str) {
+    fn dead_letter_inner(&mut self, vhost: &str, queue: &str, msgs: &[Message], reason: &str) {
         let Some(q) = self.broker.queue(vhost, queue) else {
             return;
         };
@@ -250,7 +244,7 @@ impl Master {
         let logged = q.is_logged() && persistent;
         if let Some(reason) = reason {
             if q.args.dead_letter_exchange.is_some() {
-                let msgs: Vec<Arc<Message>> = ids.iter().filter_map(|id| q.message(*id)).collect();
+                let msgs: Vec<Message> = ids.iter().filter_map(|id| q.message(*id)).collect();
                 self.dead_letter(vhost, queue, &msgs, reason);
             } else {
                 crate::metrics::dead_lettered(reason, q.args.quorum, false, found);

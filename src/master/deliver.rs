@@ -10,9 +10,18 @@ use crate::fastmap::FastMap;
 use stablemq_protocol::{AMQPValue, ShortString};
 use std::sync::Arc;
 
+/// [`with_delivery_count`] of a message that leaves the queue: moved, not
+/// copied, unless the header must be added.
+fn into_delivery(q: &Queue, qm: QueuedMessage) -> Message {
+    if !q.args.quorum || qm.delivery_count == 0 {
+        return qm.msg;
+    }
+    with_delivery_count(q, &qm)
+}
+
 /// The content to send for `qm`: quorum queues tell consumers how often a message
 /// was delivered before in the `x-delivery-count` header.
-pub(super) fn with_delivery_count(q: &Queue, qm: &QueuedMessage) -> Arc<Message> {
+pub(super) fn with_delivery_count(q: &Queue, qm: &QueuedMessage) -> Message {
     if !q.args.quorum || qm.delivery_count == 0 {
         return qm.msg.clone();
     }
@@ -21,14 +30,14 @@ pub(super) fn with_delivery_count(q: &Queue, qm: &QueuedMessage) -> Arc<Message>
         ShortString::from("x-delivery-count"),
         AMQPValue::LongLongInt(i64::from(qm.delivery_count)),
     );
-    Arc::new(Message {
+    Message {
         id: qm.msg.id,
         exchange: qm.msg.exchange.clone(),
         routing_key: qm.msg.routing_key.clone(),
         properties: Arc::new((*qm.msg.properties).clone().with_headers(headers)),
         body: qm.msg.body.clone(),
         timestamp_ms: qm.msg.timestamp_ms,
-    })
+    }
 }
 
 /// Pick the consumer for the next message: among consumers with capacity, the
@@ -159,14 +168,16 @@ impl Master {
             let tag = chan.next_delivery_tag;
             chan.next_delivery_tag += 1;
             let (id, redelivered) = (msg.msg.id, msg.redelivered);
-            let content = with_delivery_count(q, &msg);
+            let content;
             if c.no_ack {
+                content = into_delivery(q, msg);
                 if log_auto_acks {
                     auto_acked_persistent |= content.is_persistent();
                     auto_acked.push(id);
                 }
                 self.counters.delivered_auto_ack[usize::from(quorum)].increment(1);
             } else {
+                content = with_delivery_count(q, &msg);
                 c.unacked += 1;
                 chan.unacked.insert(
                     tag,

@@ -144,8 +144,9 @@ pub enum Output {
 
 /// A message for a connection task.
 #[derive(Debug)]
-// Deliveries (the hot variant) carry an `Arc<Message>`; only the rare
-// `Return` has its properties boxed to keep the enum small.
+// Deliveries (the hot variant) carry a `Message`, whose parts are shared
+// (a copy of the queue's, no allocation); the rare `Return` has its
+// properties behind an `Arc` like every message.
 pub enum ToConn {
     /// connection.open accepted: send open-ok.
     Opened,
@@ -172,7 +173,7 @@ pub enum ToConn {
         /// Redelivered flag.
         redelivered: bool,
         /// The message.
-        msg: Arc<Message>,
+        msg: Message,
     },
     /// basic.get-ok with content.
     GetOk {
@@ -185,7 +186,7 @@ pub enum ToConn {
         /// Messages left in the queue.
         message_count: u32,
         /// The message.
-        msg: Arc<Message>,
+        msg: Message,
     },
     /// basic.return with content.
     Return {

@@ -144,14 +144,14 @@ impl Master {
         });
         let accepted = refused_by.is_empty();
         if !refused_by.is_empty() {
-            let msg = Arc::new(Message {
+            let msg = Message {
                 id: 0,
                 exchange: exchange.clone(),
                 routing_key: routing_key.clone(),
                 properties: properties.clone(),
                 body: body.clone(),
                 timestamp_ms: self.now_ms,
-            });
+            };
             for (qn, overflow) in refused_by {
                 if overflow == Overflow::RejectPublishDlx {
                     self.dead_letter(vhost, &qn, std::slice::from_ref(&msg), "maxlen");

@@ -104,14 +104,14 @@ impl Master {
         };
         let delivery_tag = chan.next_delivery_tag;
         chan.next_delivery_tag += 1;
-        let msg = Arc::new(Message {
+        let msg = Message {
             id: 0,
             exchange: ByteString::new(),
             routing_key: routing_key.clone(),
             properties,
             body,
             timestamp_ms: self.now_ms,
-        });
+        };
         self.send(
             conn,
             ToConn::Deliver {

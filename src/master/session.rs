@@ -4,9 +4,9 @@
 
 use super::io::{ConnId, ConnInfo};
 use crate::fastmap::FastMap;
+use crate::fifo_map::FifoMap;
 use bytes::Bytes;
 use stablemq_protocol::{BasicProperties, FieldTable, Publish};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A logged-in connection.
@@ -97,7 +97,7 @@ pub struct Channel {
     /// Next delivery tag to hand out (starts at 1).
     pub next_delivery_tag: u64,
     /// Deliveries awaiting ack, by delivery tag.
-    pub unacked: BTreeMap<u64, Unacked>,
+    pub unacked: FifoMap<u64, Unacked>,
     /// Consumers by tag.
     pub consumers: FastMap<Arc<str>, Consumer>,
     /// Prefetch given to consumers created from now on (basic.qos global=false).
@@ -133,7 +133,7 @@ impl Default for Channel {
     fn default() -> Self {
         Channel {
             next_delivery_tag: 1,
-            unacked: BTreeMap::new(),
+            unacked: FifoMap::default(),
             consumers: FastMap::default(),
             consumer_prefetch: 0,
             channel_prefetch: 0,
@@ -163,7 +163,13 @@ impl Channel {
             if tag != 0 && !self.unacked.contains_key(&tag) {
                 return None;
             }
-            Some(self.unacked.range(..=upto).map(|(t, _)| *t).collect())
+            // At most one tag per number from the oldest to `upto`: sized
+            // once instead of doubling (a reallocation per power of two).
+            let first = self.unacked.first().map_or(upto, |(t, _)| *t);
+            let bound = upto.saturating_sub(first).saturating_add(1);
+            let mut tags = Vec::with_capacity(self.unacked.len().min(bound as usize));
+            tags.extend(self.unacked.keys_through(upto));
+            Some(tags)
         } else if self.unacked.contains_key(&tag) {
             Some(vec![tag])
         } else {

@@ -125,7 +125,7 @@ impl Master {
         for (conn, s) in &self.sessions {
             for (ch, chan) in &s.channels {
                 // Tags grow with time, so the oldest delivery is the first one.
-                let Some((_, u)) = chan.unacked.first_key_value() else {
+                let Some((_, u)) = chan.unacked.first() else {
                     continue;
                 };
                 let limit = self

@@ -439,7 +439,7 @@ impl EventStore for FjallStore {
         }
         for (key, op) in &batch.ops {
             match op {
-                MergedOp::Put(value) => write.insert(&self.state, key.as_ref(), value.as_ref()),
+                MergedOp::Put(value) => write.insert(&self.state, key.clone(), value.clone()),
                 MergedOp::Delete => write.remove(&self.state, key.as_ref()),
                 // Put and deleted within the batch: write nothing unless an
                 // older value must go (a point read, bloom-filtered when absent).

@@ -31,11 +31,10 @@ use std::sync::{Arc, OnceLock};
 /// Default RAM budget for ready messages, for the whole process.
 pub const DEFAULT_RAM_BUDGET_BYTES: u64 = 96 << 20;
 
-/// What RAM costs per queued message besides its body and names: the message
-/// and queue entry structs, the `Arc` and the map slot.
-const MESSAGE_OVERHEAD_BYTES: u64 = (std::mem::size_of::<crate::broker::message::Message>()
-    + std::mem::size_of::<QueuedMessage>()
-    + 64) as u64;
+/// What RAM costs per queued message besides its body and names: the queue
+/// entry (the message inline in it), its map slot and key, and its share of
+/// the buffers its parts are slices of.
+const MESSAGE_OVERHEAD_BYTES: u64 = (std::mem::size_of::<QueuedMessage>() + 64) as u64;
 
 /// Reading a paged message back failed.
 #[derive(Debug, thiserror::Error)]

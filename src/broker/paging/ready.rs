@@ -12,13 +12,15 @@ use super::run::Run;
 use super::{Pager, fatal, ram_cost};
 use crate::broker::message::{Message, QueuedMessage};
 use crate::broker::queue::ReadyKey;
+use crate::fifo_map::FifoMap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// See the module docs.
 #[derive(Debug)]
 pub struct Ready {
-    ram: BTreeMap<ReadyKey, QueuedMessage>,
+    /// In order, as ready messages nearly always come and go (see [`FifoMap`]).
+    ram: FifoMap<ReadyKey, QueuedMessage>,
     /// What `ram` counts against the pager's budget.
     ram_cost: u64,
     /// Paged-out messages by priority level (inverse priority, as in the key).
@@ -35,7 +37,7 @@ impl Ready {
     /// An empty set; `prioritized` queues find RAM messages by id through a map.
     pub fn new(pager: Option<Arc<Pager>>, prioritized: bool) -> Ready {
         Ready {
-            ram: BTreeMap::new(),
+            ram: FifoMap::default(),
             ram_cost: 0,
             runs: BTreeMap::new(),
             paged: 0,
@@ -73,7 +75,7 @@ impl Ready {
 
     /// The first message (always in RAM).
     pub fn first(&self) -> Option<&QueuedMessage> {
-        self.ram.first_key_value().map(|(_, m)| m)
+        self.ram.first().map(|(_, m)| m)
     }
 
     /// The messages in RAM that come before every paged one, in order: the
@@ -108,17 +110,14 @@ impl Ready {
                 None => {
                     !m.redelivered
                         && !pager.has_room(ram_cost(&m))
-                        && self.ram.first_key_value().is_some_and(|(k, _)| *k < key)
-                        && self
-                            .ram
-                            .range(
-                                key..=ReadyKey {
-                                    inverse_priority: level,
-                                    id: u64::MAX,
-                                },
-                            )
-                            .next()
-                            .is_none()
+                        && self.ram.first().is_some_and(|(k, _)| *k < key)
+                        && !self.ram.any_in(
+                            key,
+                            ReadyKey {
+                                inverse_priority: level,
+                                id: u64::MAX,
+                            },
+                        )
                 }
             };
             if to_run {
@@ -204,7 +203,7 @@ impl Ready {
     }
 
     /// The content of a message, read from disk if it is paged out.
-    pub fn get(&self, id: u64) -> Option<Arc<Message>> {
+    pub fn get(&self, id: u64) -> Option<Message> {
         if let Some(k) = self.ram_key(id)
             && let Some(m) = self.ram.get(&k)
         {
@@ -244,7 +243,7 @@ impl Ready {
     /// until `f` returns false.
     pub fn visit(&self, mut f: impl FnMut(u64, u64, bool) -> bool) {
         let mut runs = self.runs.iter().peekable();
-        for (k, m) in &self.ram {
+        for (k, m) in self.ram.iter() {
             while let Some(&(&level, run)) = runs.peek() {
                 if level >= k.inverse_priority {
                     break;
@@ -290,7 +289,7 @@ impl Ready {
             }
         };
         let mut runs = self.runs.iter().peekable();
-        for (k, m) in &self.ram {
+        for (k, m) in self.ram.iter() {
             while let Some(&(&level, run)) = runs.peek() {
                 if level >= k.inverse_priority {
                     break;
@@ -317,10 +316,7 @@ impl Ready {
             let Some(first_paged) = self.first_paged_key() else {
                 return;
             };
-            let need = self
-                .ram
-                .first_key_value()
-                .is_none_or(|(k, _)| first_paged < *k);
+            let need = self.ram.first().is_none_or(|(k, _)| first_paged < *k);
             let want = self.ram_cost < pager.refill_below() && pager.used() < pager.budget();
             if !need && !want {
                 return;

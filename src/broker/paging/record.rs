@@ -59,14 +59,14 @@ pub fn encode(m: &QueuedMessage, out: &mut Vec<u8>) -> usize {
 pub fn decode(b: &[u8]) -> Result<QueuedMessage, RecordError> {
     let r: Record = postcard::from_bytes(b).map_err(|e| RecordError(e.to_string()))?;
     Ok(QueuedMessage {
-        msg: Arc::new(Message {
+        msg: Message {
             id: r.id,
             exchange: r.exchange,
             routing_key: r.routing_key,
             properties: Arc::new(r.properties),
             body: r.body,
             timestamp_ms: r.timestamp_ms,
-        }),
+        },
         redelivered: r.redelivered,
         wait_index: r.wait_index,
         expires_at_ms: r.expires_at_ms,

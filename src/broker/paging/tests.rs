@@ -31,14 +31,14 @@ fn msg(id: u64, priority: u8, body_len: usize) -> QueuedMessage {
     }
     let body: Vec<u8> = (0..body_len).map(|i| (id as usize + i) as u8).collect();
     QueuedMessage {
-        msg: Arc::new(Message {
+        msg: Message {
             id,
             exchange: "x".into(),
             routing_key: format!("k{id}").into(),
             properties: Arc::new(properties),
             body: Bytes::from(body),
             timestamp_ms: 1000 + id,
-        }),
+        },
         redelivered: false,
         wait_index: id,
         expires_at_ms: id.is_multiple_of(3).then_some(5000 + id),

@@ -484,3 +484,29 @@ fn the_borrowed_encoding_decodes_as_a_stored_message() {
     assert_eq!(&decoded.body[..], b"the body");
     assert_eq!(decoded.expires_at_ms, Some(99));
 }
+
+#[test]
+fn values_cut_from_one_arena_are_whole_and_share_its_chunk() {
+    let msg = |id: u64, body: &'static [u8]| Message {
+        id,
+        exchange: "x".into(),
+        routing_key: "rk".into(),
+        properties: Arc::new(BasicProperties::default().with_delivery_mode(2)),
+        body: Bytes::from_static(body),
+        timestamp_ms: id,
+    };
+    let mut arena = BytesMut::new();
+    let a = encode_message_into(&mut arena, &msg(1, b"first"), None);
+    let b = encode_message_into(&mut arena, &msg(2, b"second body"), Some(7));
+    // Byte for byte what a value of its own is.
+    assert_eq!(a, encode_message(&msg(1, b"first"), None));
+    assert_eq!(b, encode_message(&msg(2, b"second body"), Some(7)));
+    // Back to back in one chunk: the second starts where the first ends.
+    assert_eq!(a.as_ptr().wrapping_add(a.len()), b.as_ptr());
+    let (da, db) = (decode_message(&a).unwrap(), decode_message(&b).unwrap());
+    assert_eq!((&da.body[..], da.expires_at_ms), (&b"first"[..], None));
+    assert_eq!(
+        (&db.body[..], db.expires_at_ms),
+        (&b"second body"[..], Some(7))
+    );
+}
