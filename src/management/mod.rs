@@ -18,6 +18,7 @@
 
 mod access;
 pub mod alarms;
+mod bindings;
 pub mod definitions;
 mod forward;
 pub mod internal;
@@ -171,6 +172,7 @@ fn router() -> Router<AppState> {
         .merge(overview::routes())
         .merge(access::routes())
         .merge(objects::routes())
+        .merge(bindings::routes())
         .merge(sessions::routes())
         .merge(alarms::routes())
         .merge(definitions::routes())

@@ -9,6 +9,7 @@ mod master_task;
 pub(crate) mod outbox;
 mod proxy;
 mod replica;
+mod route;
 
 use crate::config::Config;
 use crate::management::{Listener, NodeStatusSource, Peer};
@@ -16,10 +17,8 @@ use crate::master::Master;
 use master_task::Backend;
 pub(crate) use master_task::MasterMsg;
 use replica::Core;
-use stablemq_cluster::driver::BrokerStatus;
-use stablemq_cluster::replication::NodeId;
+use route::{ConnContext, Router, route_client};
 use stablemq_cluster::{FjallStore, LocalLog};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -339,103 +338,6 @@ fn recover_local(opts: &ServeOptions) -> Result<(Core, Backend), ServeError> {
         stable: stable_rx,
     };
     Ok((Core::Serving(Box::new(master)), backend))
-}
-
-/// Where a new client connection goes.
-#[derive(Clone)]
-enum Router {
-    /// Always served here.
-    Local,
-    /// Served here while this node is master, proxied to the master otherwise.
-    Cluster {
-        me: NodeId,
-        serving: watch::Receiver<bool>,
-        status: watch::Receiver<BrokerStatus>,
-        amqp_addrs: Arc<HashMap<NodeId, SocketAddr>>,
-    },
-}
-
-/// How long a client arriving during an election waits for a master.
-const ELECTION_WAIT: Duration = Duration::from_secs(10);
-
-/// Everything a connection task needs besides its socket.
-#[derive(Clone)]
-struct ConnContext {
-    config: Arc<Config>,
-    master_tx: mpsc::Sender<MasterMsg>,
-    /// The budget of inputs connections may have waiting in batches.
-    credit: master_task::InputCredit,
-    shutdown: watch::Receiver<bool>,
-    router: Router,
-    /// The master task's latest users and permissions, for logins.
-    users: crate::users::Snapshot,
-    /// The master task's cluster name, for connection.start.
-    cluster_name: watch::Receiver<String>,
-}
-
-async fn route_client(ctx: ConnContext, id: u64, sock: tokio::net::TcpStream, peer: SocketAddr) {
-    let ConnContext {
-        config,
-        master_tx,
-        credit,
-        shutdown,
-        router,
-        users,
-        cluster_name,
-    } = ctx;
-    if let Router::Cluster {
-        me,
-        mut serving,
-        mut status,
-        amqp_addrs,
-    } = router
-    {
-        // Decide once: here while master, else the master's node. A client
-        // that arrives mid-election waits for the outcome.
-        let decided = tokio::time::timeout(ELECTION_WAIT, async {
-            loop {
-                if *serving.borrow_and_update() {
-                    return None;
-                }
-                if let Some(m) = status.borrow_and_update().master.filter(|m| *m != me) {
-                    return Some(m);
-                }
-                tokio::select! {
-                    r = serving.changed() => if r.is_err() { return Some(0) },
-                    r = status.changed() => if r.is_err() { return Some(0) },
-                }
-            }
-        })
-        .await;
-        match decided {
-            Ok(None) => {}
-            Ok(Some(master)) => {
-                match amqp_addrs.get(&master) {
-                    Some(&addr) => proxy::run(sock, addr, master, status, shutdown, config).await,
-                    None => {
-                        tracing::warn!(master, "no AMQP address for the master; dropping client")
-                    }
-                }
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(%peer, "no master elected in time; dropping client");
-                return;
-            }
-        }
-    }
-    conn_task::run(
-        id,
-        sock,
-        peer,
-        config,
-        master_tx,
-        credit,
-        shutdown,
-        users,
-        cluster_name,
-    )
-    .await;
 }
 
 /// Import the `--definitions` file through the master, as a management

@@ -526,79 +526,11 @@ impl EventStore for FjallStore {
         first: bool,
         pairs: &[(Bytes, Bytes)],
     ) -> Result<(), StoreError> {
-        if first {
-            if let Some((_, old, _)) = self.staging.take() {
-                self.db.delete_keyspace(old)?;
-            }
-            // Above every generation used before, so a deleted keyspace
-            // whose files are still going never shares a name.
-            let generation = self.state_gen.max(self.staging_gen_used) + 1;
-            self.staging_gen_used = generation;
-            let name = state_keyspace_name(generation);
-            if self.db.keyspace_exists(&name) {
-                let stale = self.db.keyspace(&name, state_options)?;
-                self.db.delete_keyspace(stale)?;
-            }
-            let keyspace = self.db.keyspace(&name, state_options)?;
-            self.staging = Some((base, keyspace, generation));
-        }
-        let Some((_, keyspace, _)) = self.staging.as_ref().filter(|(b, _, _)| *b == base) else {
-            return Err(StoreError::Misuse(format!(
-                "a chunk of the state at {base}, which is not being staged"
-            )));
-        };
-        let mut write = self.db.batch();
-        for (key, value) in pairs {
-            write.insert(keyspace, key.as_ref(), value.as_ref());
-        }
-        write.commit()?;
-        rotate_full(keyspace)?;
-        self.dirty = true;
-        self.fjall_dirty = true;
-        Ok(())
+        self.stage_chunk(base, first, pairs)
     }
 
     fn install_staged(&mut self, base: LogPosition) -> Result<(), StoreError> {
-        if base.index <= self.base.index {
-            return Err(StoreError::Misuse(format!(
-                "installing a state at {base}, not above the log base {}",
-                self.base
-            )));
-        }
-        let Some((_, staged, generation)) = self.staging.take_if(|(b, _, _)| *b == base) else {
-            return Err(StoreError::Misuse(format!(
-                "installing a state at {base}, which was not staged"
-            )));
-        };
-        let keep = super::keeps_suffix(held_at(&self.log, base.index)?, base);
-        let mut write = self.db.batch();
-        let stable = self.stable_index.max(base.index);
-        write.insert(&self.meta, STATE_GEN_KEY, generation.to_be_bytes());
-        write.insert(&self.meta, STATE_INDEX_KEY, base.index.to_be_bytes());
-        write.insert(&self.meta, LOG_BASE_KEY, encode_position(base));
-        write.insert(&self.meta, STABLE_INDEX_KEY, stable.to_be_bytes());
-        write.commit()?;
-        let old = std::mem::replace(&mut self.state, staged);
-        self.state_gen = generation;
-        self.state_index = base.index;
-        self.base = base;
-        self.log.set_base(base);
-        self.stable_index = stable;
-        // Durable before the old state goes: a crash must find either the
-        // old state named in meta, or the new one.
-        self.persist(true)?;
-        // Entries up to the new base die with the base (see the module
-        // docs); a log that does not continue it is reset, after the base
-        // is durable (`open` finishes it after a crash).
-        if !keep {
-            self.log.reset(base)?;
-            self.last = base;
-        }
-        self.log.set_stable(stable)?;
-        self.dirty = true;
-        // Its files go once no pinned snapshot reads it any more.
-        self.db.delete_keyspace(old)?;
-        Ok(())
+        self.install_chunks(base)
     }
 }
 
@@ -623,6 +555,9 @@ fn held_at(log: &SegmentLog, index: u64) -> Result<Option<LogPosition>, StoreErr
     }
     log.position(index).map(Some)
 }
+
+#[path = "fjall_install.rs"]
+mod install;
 
 #[cfg(test)]
 #[path = "fjall_tests.rs"]

@@ -1,0 +1,116 @@
+//! Where a new client connection goes: a single node serves it; a cluster
+//! node serves it while it is master and otherwise proxies it, in whole
+//! frames, to the master's node, waiting through an election for one.
+
+use super::master_task::{self, MasterMsg};
+use super::{conn_task, proxy};
+use crate::config::Config;
+use stablemq_cluster::driver::BrokerStatus;
+use stablemq_cluster::replication::NodeId;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Where a new client connection goes.
+#[derive(Clone)]
+pub(super) enum Router {
+    /// Always served here.
+    Local,
+    /// Served here while this node is master, proxied to the master otherwise.
+    Cluster {
+        me: NodeId,
+        serving: watch::Receiver<bool>,
+        status: watch::Receiver<BrokerStatus>,
+        amqp_addrs: Arc<HashMap<NodeId, SocketAddr>>,
+    },
+}
+
+/// How long a client arriving during an election waits for a master.
+const ELECTION_WAIT: Duration = Duration::from_secs(10);
+
+/// Everything a connection task needs besides its socket.
+#[derive(Clone)]
+pub(super) struct ConnContext {
+    pub(super) config: Arc<Config>,
+    pub(super) master_tx: mpsc::Sender<MasterMsg>,
+    /// The budget of inputs connections may have waiting in batches.
+    pub(super) credit: master_task::InputCredit,
+    pub(super) shutdown: watch::Receiver<bool>,
+    pub(super) router: Router,
+    /// The master task's latest users and permissions, for logins.
+    pub(super) users: crate::users::Snapshot,
+    /// The master task's cluster name, for connection.start.
+    pub(super) cluster_name: watch::Receiver<String>,
+}
+
+pub(super) async fn route_client(
+    ctx: ConnContext,
+    id: u64,
+    sock: tokio::net::TcpStream,
+    peer: SocketAddr,
+) {
+    let ConnContext {
+        config,
+        master_tx,
+        credit,
+        shutdown,
+        router,
+        users,
+        cluster_name,
+    } = ctx;
+    if let Router::Cluster {
+        me,
+        mut serving,
+        mut status,
+        amqp_addrs,
+    } = router
+    {
+        // Decide once: here while master, else the master's node. A client
+        // that arrives mid-election waits for the outcome.
+        let decided = tokio::time::timeout(ELECTION_WAIT, async {
+            loop {
+                if *serving.borrow_and_update() {
+                    return None;
+                }
+                if let Some(m) = status.borrow_and_update().master.filter(|m| *m != me) {
+                    return Some(m);
+                }
+                tokio::select! {
+                    r = serving.changed() => if r.is_err() { return Some(0) },
+                    r = status.changed() => if r.is_err() { return Some(0) },
+                }
+            }
+        })
+        .await;
+        match decided {
+            Ok(None) => {}
+            Ok(Some(master)) => {
+                match amqp_addrs.get(&master) {
+                    Some(&addr) => proxy::run(sock, addr, master, status, shutdown, config).await,
+                    None => {
+                        tracing::warn!(master, "no AMQP address for the master; dropping client")
+                    }
+                }
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(%peer, "no master elected in time; dropping client");
+                return;
+            }
+        }
+    }
+    conn_task::run(
+        id,
+        sock,
+        peer,
+        config,
+        master_tx,
+        credit,
+        shutdown,
+        users,
+        cluster_name,
+    )
+    .await;
+}
