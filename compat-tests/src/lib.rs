@@ -11,7 +11,7 @@
 
 pub mod cluster;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,6 +34,15 @@ pub fn binary_path() -> PathBuf {
 /// client socket's local port can never take the port a broker is about to bind.
 /// Each process walks the range from its own pid-derived start, and a port is
 /// handed out only once per process and only if it can be bound right now.
+///
+/// The check binds without listening. A test spawns brokers from several
+/// threads at once, and a child forked while the check's socket is open holds
+/// a copy of it until it execs. Were that copy listening, another test's
+/// readiness probe could connect to it (the probe passes before its broker
+/// has bound), and the test's client then met a reset or a refusal when the
+/// copy closed at exec (seen in CI: `bystander connect: ConnectionReset`).
+/// A copy that only binds (with `SO_REUSEADDR`, as the broker's listener
+/// has) neither answers a connect nor stops the broker binding the port.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const BASE: u32 = 20_000;
@@ -44,11 +53,20 @@ pub fn free_port() -> u16 {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = BASE + (start + n) % SPAN;
         let port = u16::try_from(port).expect("port range fits u16");
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if bind_without_listening(port).is_ok() {
             return port;
         }
     }
     panic!("no free port in {BASE}..{}", BASE + SPAN);
+}
+
+/// Bind 127.0.0.1:`port` with `SO_REUSEADDR` and close it: fails while a
+/// listener holds the port.
+fn bind_without_listening(port: u16) -> std::io::Result<()> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&SocketAddr::from(([127, 0, 0, 1], port)).into())
 }
 
 /// Options for starting a broker.
