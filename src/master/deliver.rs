@@ -13,16 +13,22 @@ use std::sync::Arc;
 /// [`with_delivery_count`] of a message that leaves the queue: moved, not
 /// copied, unless the header must be added.
 fn into_delivery(q: &Queue, qm: QueuedMessage) -> Message {
-    if !q.args.quorum || qm.delivery_count == 0 {
+    if !counts_deliveries(q, &qm) {
         return qm.msg;
     }
     with_delivery_count(q, &qm)
 }
 
+/// Whether `qm` goes out with an `x-delivery-count` header: a quorum queue's
+/// message delivered before.
+fn counts_deliveries(q: &Queue, qm: &QueuedMessage) -> bool {
+    q.args.quorum && qm.delivery_count > 0
+}
+
 /// The content to send for `qm`: quorum queues tell consumers how often a message
 /// was delivered before in the `x-delivery-count` header.
 pub(super) fn with_delivery_count(q: &Queue, qm: &QueuedMessage) -> Message {
-    if !q.args.quorum || qm.delivery_count == 0 {
+    if !counts_deliveries(q, qm) {
         return qm.msg.clone();
     }
     let mut headers = qm.msg.properties.headers().clone().unwrap_or_default();
