@@ -13,6 +13,51 @@ use std::net::IpAddr;
 /// Mechanisms offered in connection.start, in RabbitMQ's order.
 pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
 
+/// SASL EXTERNAL: the user is the name in the client's verified TLS
+/// certificate (RabbitMQ's rabbitmq_auth_mechanism_ssl).
+pub const EXTERNAL: &str = "EXTERNAL";
+
+/// The mechanisms connection.start offers: EXTERNAL too, but only on a TLS
+/// connection whose client certificate was verified and names a user.
+pub fn mechanisms(cert_login: Option<&str>) -> &'static str {
+    match cert_login {
+        Some(_) => "PLAIN AMQPLAIN EXTERNAL",
+        None => MECHANISMS,
+    }
+}
+
+/// Log in with SASL EXTERNAL as `cert_login`, the verified certificate's
+/// name. Without a verified certificate the mechanism was not offered, and
+/// is refused as RabbitMQ refuses a mechanism it does not offer. A name
+/// that is not a user is refused with 403, as any failed login.
+pub fn authenticate_external<'t>(
+    config: &Config,
+    users: &'t AccessTable,
+    cert_login: Option<&str>,
+    peer: IpAddr,
+) -> Result<&'t User, AmqpError> {
+    let Some(user) = cert_login else {
+        return Err(AmqpError::new(
+            ReplyCode::AccessRefused,
+            format!("unsupported authentication mechanism '{EXTERNAL}'"),
+        )
+        .at_connection());
+    };
+    let u = users.users.get(user).ok_or_else(|| {
+        AmqpError::access_refused(format!(
+            "Login was refused using authentication mechanism EXTERNAL. For details see the broker logfile. (user '{user}')"
+        ))
+        .at_connection()
+    })?;
+    if config.loopback_users.iter().any(|l| l == user) && !is_loopback(peer) {
+        return Err(AmqpError::access_refused(format!(
+            "user '{user}' can only connect via localhost"
+        ))
+        .at_connection());
+    }
+    Ok(u)
+}
+
 /// Pull user name and password out of a SASL response.
 pub fn parse_response(mechanism: &str, response: &[u8]) -> Result<(String, String), AmqpError> {
     match mechanism {
@@ -176,5 +221,18 @@ mod tests {
         assert!(authenticate(&c, &t, "guest", "nope", lo).is_err());
         assert!(authenticate(&c, &t, "nobody", "guest", lo).is_err());
         assert!(authenticate(&c, &t, "nopw", "", lo).is_err());
+        // EXTERNAL: the certificate's name must be a user; no password is
+        // checked, and without a certificate the mechanism is refused.
+        assert_eq!(
+            authenticate_external(&c, &t, Some("nopw"), lo)
+                .map(|u| u.name.clone())
+                .ok(),
+            Some("nopw".to_string())
+        );
+        assert!(authenticate_external(&c, &t, Some("nobody"), lo).is_err());
+        assert!(authenticate_external(&c, &t, None, lo).is_err());
+        assert!(authenticate_external(&c, &t, Some("guest"), remote).is_err());
+        assert_eq!(mechanisms(None), "PLAIN AMQPLAIN");
+        assert!(mechanisms(Some("nopw")).ends_with("EXTERNAL"));
     }
 }

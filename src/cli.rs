@@ -38,9 +38,13 @@ pub enum Command {
 /// Flags of `stablemq serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// AMQP port.
+    /// AMQP port; 0 turns plain AMQP off (AMQPS only).
     #[arg(long, default_value_t = 5672)]
     pub amqp_port: u16,
+    /// TLS for clients: these flags set (or override) the config's `[tls]`
+    /// section; see docs/tls.md.
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Address to listen on; repeat for several. Default: every IPv4 and IPv6
     /// address (0.0.0.0 and ::), as RabbitMQ does. Metrics use the first one.
     #[arg(long)]
@@ -70,6 +74,86 @@ pub struct ServeArgs {
     pub definitions: Option<PathBuf>,
 }
 
+/// The TLS flags of `stablemq serve`, over the config's `[tls]` section.
+#[derive(Debug, Default, clap::Args)]
+pub struct TlsArgs {
+    /// AMQPS port [default: the config's `[tls] amqps_port`, else 5671].
+    #[arg(long)]
+    pub amqps_port: Option<u16>,
+    /// Server certificate chain (PEM); with `--tls-key-file` turns AMQPS on.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Server private key (PEM: PKCS#8, RSA or EC).
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA bundle (PEM) that client certificates must chain to.
+    #[arg(long)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// Ask clients for a certificate and verify it (RabbitMQ's verify_peer).
+    #[arg(long)]
+    pub tls_verify_peer: bool,
+    /// With `--tls-verify-peer`: refuse clients that send no certificate.
+    #[arg(long)]
+    pub tls_fail_if_no_peer_cert: bool,
+    /// Serve the management API over HTTPS on this port too.
+    #[arg(long)]
+    pub management_https_port: Option<u16>,
+}
+
+impl TlsArgs {
+    /// Put the flags into `tls`, the config's section (created when the
+    /// certificate and key are given); the result is validated.
+    pub fn apply(self, tls: &mut Option<crate::config::TlsConfig>) -> Result<(), String> {
+        if tls.is_none() {
+            match (&self.tls_cert_file, &self.tls_key_file) {
+                (Some(c), Some(k)) => {
+                    *tls = Some(crate::config::TlsConfig::with_files(c.clone(), k.clone()))
+                }
+                (None, None) if !self.any() => return Ok(()),
+                _ => {
+                    return Err(
+                        "TLS needs both --tls-cert-file and --tls-key-file (or a [tls] section)"
+                            .into(),
+                    );
+                }
+            }
+        }
+        let Some(t) = tls.as_mut() else {
+            return Ok(());
+        };
+        if let Some(c) = self.tls_cert_file {
+            t.cert_file = c;
+        }
+        if let Some(k) = self.tls_key_file {
+            t.key_file = k;
+        }
+        if let Some(ca) = self.tls_ca_file {
+            t.ca_file = Some(ca);
+        }
+        if let Some(p) = self.amqps_port {
+            t.amqps_port = p;
+        }
+        if let Some(p) = self.management_https_port {
+            t.management_https_port = Some(p);
+        }
+        if self.tls_verify_peer {
+            t.verify = crate::config::Verify::VerifyPeer;
+        }
+        if self.tls_fail_if_no_peer_cert {
+            t.fail_if_no_peer_cert = true;
+        }
+        t.validate()
+    }
+
+    fn any(&self) -> bool {
+        self.amqps_port.is_some()
+            || self.tls_ca_file.is_some()
+            || self.tls_verify_peer
+            || self.tls_fail_if_no_peer_cert
+            || self.management_https_port.is_some()
+    }
+}
+
 /// Parse arguments and run; returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
@@ -96,6 +180,10 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
             return 2;
         }
     };
+    if let Err(e) = args.tls.apply(&mut config.tls) {
+        eprintln!("stablemq: {e}");
+        return 2;
+    }
     if store_only {
         let Some(cluster) = config.cluster.as_mut() else {
             eprintln!("stablemq: `store` needs a config with a [cluster] section");

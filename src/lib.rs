@@ -25,4 +25,5 @@ pub mod metrics;
 pub mod perf;
 pub mod server;
 pub mod shovel;
+pub mod tls;
 pub mod users;

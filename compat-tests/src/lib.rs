@@ -10,6 +10,7 @@
 //! kill or restart the broker cannot run in that mode and panic saying so.
 
 pub mod cluster;
+pub mod pki;
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -4,8 +4,10 @@
 //! user `guest`/`guest` allowed from loopback only.
 
 mod cluster;
+mod tls;
 
 pub use cluster::{ClusterConfig, NodeConfig, NodeRole};
+pub use tls::{CertLoginFrom, TlsConfig, Verify};
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -82,6 +84,10 @@ pub struct Config {
     /// embedded single node with its own local store.
     #[serde(default)]
     pub cluster: Option<ClusterConfig>,
+    /// TLS for clients: AMQPS, SASL EXTERNAL and HTTPS for the management
+    /// API (docs/tls.md). Absent = no TLS listener.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 fn default_vhosts() -> Vec<String> {
@@ -150,6 +156,7 @@ impl Default for Config {
             prometheus_port: None,
             management_port: None,
             cluster: None,
+            tls: None,
         }
     }
 }
@@ -197,6 +204,9 @@ impl Config {
         }
         if let Some(cluster) = &c.cluster {
             cluster.validate().map_err(ConfigError::Invalid)?;
+        }
+        if let Some(tls) = &c.tls {
+            tls.validate().map_err(ConfigError::Invalid)?;
         }
         Ok(c)
     }

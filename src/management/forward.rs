@@ -52,7 +52,8 @@ fn master_addr(state: &AppState) -> Result<Option<SocketAddr>, ApiError> {
 
 /// The middleware: writes on a slave are forwarded, the rest runs here.
 pub async fn writes_to_master(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if req.method() == Method::GET || req.method() == Method::HEAD {
+    let node_local = req.uri().path().starts_with(super::tls::NODE_LOCAL_PREFIX);
+    if req.method() == Method::GET || req.method() == Method::HEAD || node_local {
         return next.run(req).await;
     }
     let addr = match master_addr(&state) {

@@ -33,6 +33,7 @@ mod policies;
 mod query;
 mod sessions;
 mod stats;
+mod tls;
 mod users_api;
 mod writes;
 
@@ -124,6 +125,31 @@ pub async fn serve(
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!("management API listening on {addr}");
+    Ok(tokio::spawn(run_api(listener, state, "management API")))
+}
+
+/// Bind `addr` and serve the same API over HTTPS with the node's client
+/// certificate, until the task is aborted.
+pub async fn serve_https(
+    addr: SocketAddr,
+    state: AppState,
+    tls: Arc<crate::tls::ServerTls>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = tls::HttpsListener::bind(addr, tls).await?;
+    tracing::info!("management API listening on {addr} (HTTPS)");
+    Ok(tokio::spawn(run_api(
+        listener,
+        state,
+        "management API (HTTPS)",
+    )))
+}
+
+/// Serve the API on `listener` until the task is aborted.
+async fn run_api<L>(listener: L, state: AppState, what: &'static str)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     // Writes that reach a slave are passed on to the master (`forward`).
     let forward = axum::middleware::from_fn_with_state(state.clone(), forward::writes_to_master);
     let app = router()
@@ -133,11 +159,9 @@ pub async fn serve(
     // In front of the router, so the rewritten path is the one routed.
     let app = tower_layer::Layer::layer(&axum::middleware::from_fn(trim_trailing_slash), app);
     let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(app);
-    Ok(tokio::spawn(async move {
-        if let Err(err) = axum::serve(listener, app).await {
-            tracing::error!("management API stopped: {err}");
-        }
-    }))
+    if let Err(err) = axum::serve(listener, app).await {
+        tracing::error!("{what} stopped: {err}");
+    }
 }
 
 /// `/api/connections/` is `/api/connections`: RabbitMQ's router ignores a
@@ -180,6 +204,7 @@ fn router() -> Router<AppState> {
         .merge(messages::routes())
         .merge(policies::routes())
         .merge(parameters::routes())
+        .merge(tls::routes())
         .fallback(|| async { ApiError::NotFound })
 }
 

@@ -44,7 +44,7 @@ pub struct ConnectionJson {
     protocol: &'static str,
     auth_mechanism: String,
     ssl: bool,
-    /// No TLS yet: these are null, as RabbitMQ reports a plain connection.
+    /// Null on a plain connection, as RabbitMQ reports one.
     ssl_protocol: Option<String>,
     ssl_key_exchange: Option<String>,
     ssl_cipher: Option<String>,
@@ -90,6 +90,8 @@ struct Rate {
 impl ConnectionJson {
     fn of(id: ConnId, s: &Session, node: &str) -> ConnectionJson {
         let info = &s.info;
+        let tls = info.tls.as_ref();
+        let cert = tls.and_then(|t| t.peer_cert.as_ref());
         let name = connection_name(info.peer, info.local);
         let traffic = crate::metrics::conn_stats::traffic(id);
         let rate = |counter: &str, count: u64| Rate {
@@ -119,14 +121,14 @@ impl ConnectionJson {
             kind: "network",
             protocol: "AMQP 0-9-1",
             auth_mechanism: info.auth_mechanism.clone(),
-            ssl: false,
-            ssl_protocol: None,
-            ssl_key_exchange: None,
-            ssl_cipher: None,
-            ssl_hash: None,
-            peer_cert_issuer: None,
-            peer_cert_subject: None,
-            peer_cert_validity: None,
+            ssl: tls.is_some(),
+            ssl_protocol: tls.map(|t| t.protocol.clone()),
+            ssl_key_exchange: tls.map(|t| t.key_exchange.clone()),
+            ssl_cipher: tls.map(|t| t.cipher.clone()),
+            ssl_hash: tls.map(|t| t.hash.clone()),
+            peer_cert_issuer: cert.map(|c| c.issuer.clone()),
+            peer_cert_subject: cert.map(|c| c.subject.clone()),
+            peer_cert_validity: cert.map(|c| c.validity.clone()),
             host: info.local.as_ref().map(host),
             port: info.local.map(|a| a.port()),
             peer_host: info.peer.as_ref().map(host),

@@ -128,6 +128,8 @@ pub struct ConnInfo {
     pub channel_max: u16,
     /// Negotiated heartbeat in seconds.
     pub heartbeat_secs: u16,
+    /// The TLS session of an AMQPS connection.
+    pub tls: Option<crate::tls::TlsInfo>,
 }
 
 /// Something the server must do.

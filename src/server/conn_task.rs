@@ -1,42 +1,40 @@
 //! One task per client socket: read, decode, run the connection machine, write.
 
 use super::master_task::{InputCredit, MASTER_INPUTS, MasterMsg};
+use super::route::ConnContext;
+use super::socket::{ClientSocket, IntoHalves};
 use crate::amqp::connection::{Action, Connection};
 use crate::amqp::encode::Encoder;
-use crate::config::Config;
 use crate::master::io::{ConnId, Input, ToConn};
 use bytes::BytesMut;
 use stablemq_protocol::{Decoder, check_protocol_header, encode_frame};
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 /// Serve one connection until it closes.
-#[allow(clippy::too_many_arguments)] // the socket and each feed of the master task
-pub async fn run(
-    id: ConnId,
-    sock: TcpStream,
-    peer: SocketAddr,
-    config: Arc<Config>,
-    master: mpsc::Sender<MasterMsg>,
-    credit: InputCredit,
-    mut shutdown: watch::Receiver<bool>,
-    users: crate::users::Snapshot,
-    cluster_name: watch::Receiver<String>,
-) {
+pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: ConnContext) {
+    let ConnContext {
+        config,
+        master_tx: master,
+        credit,
+        mut shutdown,
+        users,
+        cluster_name,
+        ..
+    } = ctx;
     let (out_tx, mut out_rx) = super::outbox::channel();
     if master.send(MasterMsg::Register(id, out_tx)).await.is_err() {
         return;
     }
     // Bytes and reads/writes for the management API and Prometheus.
     let traffic = crate::metrics::conn_stats::register(id);
-    let local = sock.local_addr().ok();
-    let (mut rd, mut wr) = sock.into_split();
-    let mut conn = Connection::new(id, peer.ip(), config, Instant::now());
-    conn.set_addresses(peer, local);
+    let (mut rd, mut wr) = sock.stream.into_halves();
+    let mut conn = Connection::new(id, sock.peer.ip(), config, Instant::now());
+    conn.set_addresses(sock.peer, sock.local);
+    if let Some(tls) = sock.tls {
+        conn.set_tls(tls);
+    }
     conn.set_users(users);
     conn.set_cluster_name(cluster_name);
     let mut rbuf = BytesMut::with_capacity(64 * 1024);

@@ -2,6 +2,7 @@
 //! connection and one master task, moves bytes and timers, and choreographs
 //! shutdown. No protocol decision is made here.
 
+mod amqps;
 mod cluster_node;
 mod conn_task;
 mod listen;
@@ -10,6 +11,7 @@ pub(crate) mod outbox;
 mod proxy;
 mod replica;
 mod route;
+mod socket;
 
 use crate::config::Config;
 use crate::management::{Listener, NodeStatusSource, Peer};
@@ -18,6 +20,7 @@ use master_task::Backend;
 pub(crate) use master_task::MasterMsg;
 use replica::Core;
 use route::{ConnContext, Router, route_client};
+use socket::ClientSocket;
 use stablemq_cluster::{FjallStore, LocalLog};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,7 +34,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub struct ServeOptions {
     /// Addresses for AMQP.
     pub amqp_ips: Vec<std::net::IpAddr>,
-    /// AMQP port.
+    /// AMQP port; 0 = no plain AMQP listener (AMQPS only).
     pub amqp_port: u16,
     /// IPv6 addresses may be skipped when the host has no IPv6 (the default binds).
     pub ipv6_optional: bool,
@@ -67,6 +70,9 @@ pub enum ServeError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The `[tls]` certificate, key or CA cannot be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -85,6 +91,9 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
     let pager = crate::broker::paging::Pager::open(&pages, opts.config.message_ram_budget_bytes)
         .map_err(|e| ServeError::Other(format!("body store {}: {e}", pages.display())))?;
     crate::broker::paging::install(pager);
+    if let Some(tls) = &opts.config.tls {
+        crate::tls::install(crate::tls::ServerTls::load(tls)?);
+    }
     crate::metrics::started();
     // The master task's queue exists before anything that talks to it: the
     // management API and the Prometheus endpoint read broker state through it.
@@ -200,8 +209,9 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
     result
 }
 
-/// Serve the management API on `addr`, if any; the task stops when the
-/// returned guard drops. `master` is the master task's queue, which
+/// Serve the management API on `addr`, if any, and over HTTPS on the
+/// `[tls]` section's `management_https_port`; the tasks stop when the
+/// returned guards drop. `master` is the master task's queue, which
 /// answers the API's queries of broker state.
 async fn start_management(
     opts: &ServeOptions,
@@ -210,17 +220,37 @@ async fn start_management(
     source: NodeStatusSource,
     master: mpsc::Sender<MasterMsg>,
     users: &watch::Sender<Arc<crate::users::AccessTable>>,
-) -> Result<Option<AbortOnDrop>, ServeError> {
-    let Some(addr) = addr else { return Ok(None) };
+) -> Result<Vec<AbortOnDrop>, ServeError> {
+    let Some(addr) = addr else {
+        return Ok(Vec::new());
+    };
+    let mut guards = Vec::new();
     let mut listeners = vec![Listener {
         protocol: "http",
         addr,
     }];
-    if let Some(port) = amqp_port {
-        let ip = opts.amqp_ips.first().copied().unwrap_or(addr.ip());
+    let ip = opts.amqp_ips.first().copied().unwrap_or(addr.ip());
+    if let Some(port) = amqp_port.filter(|p| *p != 0) {
         listeners.push(Listener {
             protocol: "amqp",
             addr: SocketAddr::new(ip, port),
+        });
+    }
+    if let (Some(_), Some(tls)) = (amqp_port, &opts.config.tls) {
+        listeners.push(Listener {
+            protocol: "amqp/ssl",
+            addr: SocketAddr::new(ip, tls.amqps_port),
+        });
+    }
+    let https = opts
+        .config
+        .tls
+        .as_ref()
+        .and_then(|t| t.management_https_port);
+    if let Some(port) = https {
+        listeners.push(Listener {
+            protocol: "https",
+            addr: SocketAddr::new(addr.ip(), port),
         });
     }
     if let Some(p) = opts.prometheus_addr {
@@ -236,10 +266,21 @@ async fn start_management(
         listeners,
         users.subscribe(),
     );
+    if let (Some(port), Some(tls)) = (https, crate::tls::installed()) {
+        let https_addr = SocketAddr::new(addr.ip(), port);
+        let task = crate::management::serve_https(https_addr, state.clone(), tls)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: https_addr,
+                source,
+            })?;
+        guards.push(AbortOnDrop(task));
+    }
     let task = crate::management::serve(addr, state)
         .await
         .map_err(|source| ServeError::Listen { addr, source })?;
-    Ok(Some(AbortOnDrop(task)))
+    guards.push(AbortOnDrop(task));
+    Ok(guards)
 }
 
 /// Install the metrics recorder and serve `/metrics` and
@@ -390,6 +431,21 @@ async fn boot_import(
     Ok(())
 }
 
+/// SIGHUP: read the client TLS certificate and key again (new handshakes
+/// use them; open connections keep theirs). A file that does not load is
+/// logged and the old certificate stays.
+fn reload_tls() {
+    match crate::tls::installed() {
+        None => tracing::info!("SIGHUP: no [tls] configured, nothing to reload"),
+        Some(tls) => match tls.reload() {
+            Ok(fp) => tracing::info!(sha256 = %fp, "SIGHUP: TLS certificate reloaded"),
+            Err(e) => {
+                tracing::error!("SIGHUP: TLS reload failed, keeping the old certificate: {e}")
+            }
+        },
+    }
+}
+
 async fn wait_for_signal() -> Result<(), ServeError> {
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| ServeError::Other(format!("signal handler: {e}")))?;
@@ -410,37 +466,7 @@ async fn run_broker(
     (master_tx, master_rx): (mpsc::Sender<MasterMsg>, mpsc::Receiver<MasterMsg>),
     users: watch::Sender<Arc<crate::users::AccessTable>>,
 ) -> Result<(), ServeError> {
-    let listeners = listen::bind_all(&opts.amqp_ips, opts.amqp_port, opts.ipv6_optional)
-        .map_err(|(addr, source)| ServeError::Listen { addr, source })?;
-    if listeners.is_empty() {
-        return Err(ServeError::Other("no AMQP listener could be bound".into()));
-    }
-    // One accept task per listener feeds one queue of new sockets.
-    let (accepted_tx, mut accepted_rx) = mpsc::channel::<(tokio::net::TcpStream, SocketAddr)>(64);
-    let mut acceptors = Vec::new();
-    for l in listeners {
-        if let Ok(a) = l.local_addr() {
-            tracing::info!("AMQP listening on {a}");
-        }
-        let tx = accepted_tx.clone();
-        acceptors.push(tokio::spawn(async move {
-            loop {
-                match l.accept().await {
-                    Ok(pair) => {
-                        if tx.send(pair).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        // EMFILE and friends: back off briefly instead of spinning.
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        }));
-    }
-    drop(accepted_tx);
+    let (acceptors, mut accepted_rx) = listen::start_acceptors(&opts)?;
     let definitions = match &opts.definitions {
         Some(path) => {
             Some(crate::management::definitions::load_file(path).map_err(ServeError::Other)?)
@@ -482,13 +508,19 @@ async fn run_broker(
     let mut conns = tokio::task::JoinSet::new();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| ServeError::Other(format!("signal handler: {e}")))?;
+    let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| ServeError::Other(format!("signal handler: {e}")))?;
     loop {
         tokio::select! {
-            Some((sock, peer)) = accepted_rx.recv() => {
+            Some(listen::Accepted { sock, peer, tls }) = accepted_rx.recv() => {
                 let _ = sock.set_nodelay(true);
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
-                conns.spawn(route_client(ctx.clone(), id, sock, peer));
+                match tls {
+                    None => conns.spawn(route_client(ctx.clone(), id, ClientSocket::plain(sock, peer))),
+                    Some(tls) => conns.spawn(amqps::serve_client(tls, ctx.clone(), id, sock, peer)),
+                };
             }
+            _ = sighup.recv() => reload_tls(),
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
             _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }

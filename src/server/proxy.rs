@@ -8,6 +8,7 @@
 //! so the client sees what it sees when RabbitMQ closes a connection, and
 //! reconnects.
 
+use super::socket::{ClientSocket, IntoHalves};
 use crate::config::Config;
 use crate::error::ReplyCode;
 use bytes::{Buf, BytesMut};
@@ -28,17 +29,32 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// How long to try reaching the master.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Forward `client` to `master` (node id `master_id`, AMQP at `upstream`) until
-/// either side closes, the master changes, or the node shuts down.
-pub async fn run(
-    client: TcpStream,
-    upstream: SocketAddr,
-    master_id: NodeId,
-    mut status: watch::Receiver<BrokerStatus>,
+/// Where a slave forwards a client: the master's node and AMQP address, and
+/// the status that says when the master changes.
+pub(super) struct Upstream {
+    /// The master's AMQP address.
+    pub(super) addr: SocketAddr,
+    /// The master's node id.
+    pub(super) master: NodeId,
+    /// The broker driver's status.
+    pub(super) status: watch::Receiver<BrokerStatus>,
+}
+
+/// Forward `client` to the master until either side closes, the master
+/// changes, or the node shuts down. A TLS client's session ends here: the
+/// master is reached over plain AMQP.
+pub(super) async fn run<S: IntoHalves>(
+    client: ClientSocket<S>,
+    to: Upstream,
     mut shutdown: watch::Receiver<bool>,
     config: Arc<Config>,
 ) {
-    let client_ip = client.peer_addr().map(|a| a.ip()).ok();
+    let Upstream {
+        addr: upstream,
+        master: master_id,
+        mut status,
+    } = to;
+    let client_ip = Some(client.peer.ip());
     let up = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(upstream)).await {
         Ok(Ok(s)) => s,
         Ok(Err(err)) => {
@@ -51,7 +67,7 @@ pub async fn run(
         }
     };
     let _ = up.set_nodelay(true);
-    let (mut crd, mut cwr) = client.into_split();
+    let (mut crd, mut cwr) = client.stream.into_halves();
     let (mut urd, mut uwr) = up.into_split();
     let mut cbuf = BytesMut::with_capacity(64 * 1024);
     let mut ubuf = BytesMut::with_capacity(64 * 1024);

@@ -3,6 +3,7 @@
 //! frames, to the master's node, waiting through an election for one.
 
 use super::master_task::{self, MasterMsg};
+use super::socket::{ClientSocket, IntoHalves};
 use super::{conn_task, proxy};
 use crate::config::Config;
 use stablemq_cluster::driver::BrokerStatus;
@@ -45,28 +46,15 @@ pub(super) struct ConnContext {
     pub(super) cluster_name: watch::Receiver<String>,
 }
 
-pub(super) async fn route_client(
-    ctx: ConnContext,
-    id: u64,
-    sock: tokio::net::TcpStream,
-    peer: SocketAddr,
-) {
-    let ConnContext {
-        config,
-        master_tx,
-        credit,
-        shutdown,
-        router,
-        users,
-        cluster_name,
-    } = ctx;
+pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock: ClientSocket<S>) {
     if let Router::Cluster {
         me,
-        mut serving,
-        mut status,
+        serving,
+        status,
         amqp_addrs,
-    } = router
+    } = &ctx.router
     {
+        let (me, mut serving, mut status) = (*me, serving.clone(), status.clone());
         // Decide once: here while master, else the master's node. A client
         // that arrives mid-election waits for the outcome.
         let decided = tokio::time::timeout(ELECTION_WAIT, async {
@@ -88,7 +76,14 @@ pub(super) async fn route_client(
             Ok(None) => {}
             Ok(Some(master)) => {
                 match amqp_addrs.get(&master) {
-                    Some(&addr) => proxy::run(sock, addr, master, status, shutdown, config).await,
+                    Some(&addr) => {
+                        let to = proxy::Upstream {
+                            addr,
+                            master,
+                            status,
+                        };
+                        proxy::run(sock, to, ctx.shutdown.clone(), ctx.config.clone()).await
+                    }
                     None => {
                         tracing::warn!(master, "no AMQP address for the master; dropping client")
                     }
@@ -96,21 +91,10 @@ pub(super) async fn route_client(
                 return;
             }
             Err(_) => {
-                tracing::warn!(%peer, "no master elected in time; dropping client");
+                tracing::warn!(peer = %sock.peer, "no master elected in time; dropping client");
                 return;
             }
         }
     }
-    conn_task::run(
-        id,
-        sock,
-        peer,
-        config,
-        master_tx,
-        credit,
-        shutdown,
-        users,
-        cluster_name,
-    )
-    .await;
+    conn_task::run(id, sock, ctx).await;
 }

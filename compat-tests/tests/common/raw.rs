@@ -17,16 +17,24 @@ pub struct RawFrame {
 }
 
 /// A raw AMQP connection: bytes in, frames out. No state machine beyond the handshake.
-pub struct RawConn {
-    stream: TcpStream,
+/// Over TCP, or over any other byte stream (a TLS session).
+pub struct RawConn<S = TcpStream> {
+    stream: S,
 }
 
 impl RawConn {
     /// Connect and send the AMQP 0-9-1 protocol header.
     pub async fn connect(addr: SocketAddr) -> RawConn {
-        let mut stream = within("tcp connect", TcpStream::connect(addr))
+        let stream = within("tcp connect", TcpStream::connect(addr))
             .await
             .expect("tcp connect");
+        RawConn::over(stream).await
+    }
+}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> RawConn<S> {
+    /// Send the AMQP 0-9-1 protocol header on `stream`.
+    pub async fn over(mut stream: S) -> RawConn<S> {
         stream
             .write_all(b"AMQP\x00\x00\x09\x01")
             .await
@@ -116,6 +124,18 @@ impl RawConn {
             (0, AMQPClass::Connection(lapin::protocol::connection::AMQPMethod::Tune(t))) => t,
             other => panic!("expected connection.tune, got {other:?}"),
         }
+    }
+
+    /// Answer connection.start with `mechanism` and `response`; return what
+    /// the broker answers (connection.tune, or connection.close on a refusal).
+    pub async fn start_ok_with(&mut self, mechanism: &str, response: &[u8]) -> AMQPClass {
+        let mut args = Vec::new();
+        args.extend_from_slice(&0u32.to_be_bytes()); // empty client-properties table
+        put_shortstr(&mut args, mechanism);
+        put_longstr(&mut args, response);
+        put_shortstr(&mut args, "en_US");
+        self.send_method(0, 10, 11, &args).await;
+        self.read_method().await.1
     }
 
     /// Send connection.tune-ok and connection.open, and read connection.open-ok.

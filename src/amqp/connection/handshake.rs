@@ -10,6 +10,12 @@ use stablemq_protocol::{
 };
 
 impl Connection {
+    /// The user name of a verified client certificate, if this is a TLS
+    /// connection that carries one.
+    fn cert_login(&self) -> Option<&str> {
+        self.tls.as_ref().and_then(|t| t.cert_login())
+    }
+
     pub(super) fn start_method(&self) -> mconn::Start {
         let mut caps = FieldTable::default();
         for c in [
@@ -44,7 +50,7 @@ impl Connection {
             version_major: 0,
             version_minor: 9,
             server_properties: props,
-            mechanisms: LongString::from(auth::MECHANISMS),
+            mechanisms: LongString::from(auth::mechanisms(self.cert_login())),
             locales: LongString::from("en_US"),
         }
     }
@@ -67,11 +73,15 @@ impl Connection {
                 let mech = s.mechanism.as_str();
                 self.auth_mechanism = mech.to_string();
                 let users = self.users_now();
-                let result =
+                let result = if mech == auth::EXTERNAL {
+                    auth::authenticate_external(&self.config, &users, self.cert_login(), self.peer)
+                        .map(|u| u.name.clone())
+                } else {
                     auth::parse_response(mech, s.response.as_bytes()).and_then(|(u, p)| {
                         auth::authenticate(&self.config, &users, &u, &p, self.peer)
                             .map(|u| u.name.clone())
-                    });
+                    })
+                };
                 match result {
                     Ok(user) => {
                         self.user = Some(user);
@@ -152,6 +162,7 @@ impl Connection {
                         frame_max: self.frame_max,
                         channel_max: self.channel_max,
                         heartbeat_secs: self.heartbeat,
+                        tls: self.tls.clone(),
                     }),
                 }));
             }

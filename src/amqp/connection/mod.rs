@@ -132,6 +132,9 @@ pub struct Connection {
     /// The master task's cluster name (stored, else the default), for
     /// connection.start; none: the config's default (the machine's tests).
     cluster_name: Option<tokio::sync::watch::Receiver<String>>,
+    /// The TLS session, on an AMQPS connection: its verified client
+    /// certificate is what SASL EXTERNAL logs in as.
+    tls: Option<crate::tls::TlsInfo>,
 }
 
 impl Connection {
@@ -161,7 +164,13 @@ impl Connection {
             blocked_sent: false,
             users: None,
             cluster_name: None,
+            tls: None,
         }
+    }
+
+    /// This connection came over TLS with this session.
+    pub fn set_tls(&mut self, tls: crate::tls::TlsInfo) {
+        self.tls = Some(tls);
     }
 
     /// Check logins against the master task's replicated users.
