@@ -21,8 +21,6 @@ use stablemq_protocol::{
     AMQPClass, AMQPValue, FRAME_END, FieldTable, Frame, LongString, PROTOCOL_HEADER, decode_frame,
     encode_frame,
 };
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 pub use super::uri::AmqpUri;
 
@@ -185,7 +183,7 @@ pub fn put_heartbeat(out: &mut Vec<u8>) {
 
 /// One connection with channel 1 open.
 pub struct Conn {
-    stream: TcpStream,
+    stream: super::stream::PerfStream,
     /// Bytes read and not yet cut into frames.
     pub rbuf: BytesMut,
     /// The negotiated frame_max.
@@ -203,10 +201,9 @@ impl Conn {
 
     async fn open_inner(uri: &AmqpUri, name: &str) -> Result<Conn, String> {
         let at = uri.display();
-        let stream = TcpStream::connect((uri.host.as_str(), uri.port))
+        let stream = super::stream::PerfStream::connect(&uri.host, uri.port, uri.tls)
             .await
             .map_err(|e| format!("{at}: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| format!("{at}: {e}"))?;
         let mut conn = Conn {
             stream,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
@@ -301,7 +298,7 @@ impl Conn {
                 Err(e) => return Err(format!("bad frame from the broker: {e}")),
             }
             self.rbuf.reserve(READ_CHUNK);
-            let n = tokio::io::AsyncReadExt::read_buf(&mut self.stream, &mut self.rbuf)
+            let n = std::future::poll_fn(|cx| self.stream.poll_read_into(cx, &mut self.rbuf))
                 .await
                 .map_err(|e| format!("read: {e}"))?;
             if n == 0 {
@@ -368,18 +365,7 @@ impl Conn {
         if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
             self.rbuf.reserve(READ_CHUNK);
         }
-        loop {
-            match self.stream.poll_read_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Ready(Ok(())) => {}
-            }
-            match self.stream.try_read_buf(&mut self.rbuf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.stream.poll_read_into(cx, &mut self.rbuf)
     }
 
     /// Write as much of `bytes` as the socket takes now.
@@ -388,18 +374,7 @@ impl Conn {
         cx: &mut Context<'_>,
         bytes: &[u8],
     ) -> Poll<io::Result<usize>> {
-        loop {
-            match self.stream.poll_write_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Ready(Ok(())) => {}
-            }
-            match self.stream.try_write(bytes) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.stream.poll_write_some(cx, bytes)
     }
 }
 

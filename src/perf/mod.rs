@@ -29,6 +29,7 @@ pub mod producer;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod stream;
 pub mod uri;
 
 use std::sync::Arc;
@@ -112,6 +113,10 @@ pub struct PerfArgs {
     /// round-robin.
     #[arg(long = "uri")]
     pub uri: Vec<String>,
+    /// CA certificate (PEM) that signed the broker's certificate, for
+    /// `amqps://` URIs.
+    #[arg(long)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -396,6 +401,12 @@ pub fn main(args: PerfArgs) -> i32 {
             return 2;
         }
     };
+    if let Some(ca) = &args.tls_ca_file
+        && let Err(e) = stream::trust_ca_file(ca)
+    {
+        eprintln!("stablemq perf: --tls-ca-file {e}");
+        return 2;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,8 +1,11 @@
-//! `amqp://user:pass@host:port/vhost` URIs, as RabbitMQ's clients read them.
+//! `amqp://user:pass@host:port/vhost` URIs (and `amqps://`), as RabbitMQ's
+//! clients read them.
 
 /// Where and as whom to connect: `amqp://user:pass@host:port/vhost`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AmqpUri {
+    /// `amqps://`: TLS first (port 5671 by default).
+    pub tls: bool,
     pub host: String,
     pub port: u16,
     pub user: String,
@@ -14,11 +17,15 @@ impl AmqpUri {
     /// Parse an `amqp://` URI. Missing parts default as in RabbitMQ's clients:
     /// guest/guest, port 5672, vhost `/` (an empty path also means `/`). User,
     /// password and vhost are percent-decoded (`%2f` is `/`). Query strings are
-    /// ignored; `amqps://` is not supported.
+    /// ignored. `amqps://` is AMQP over TLS, on port 5671 by default.
     pub fn parse(s: &str) -> Result<AmqpUri, String> {
-        let rest = s
-            .strip_prefix("amqp://")
-            .ok_or_else(|| format!("{s}: only amqp:// URIs are supported"))?;
+        let (tls, rest) = match (s.strip_prefix("amqp://"), s.strip_prefix("amqps://")) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => {
+                return Err(format!("{s}: only amqp:// and amqps:// URIs are supported"));
+            }
+        };
         let rest = rest.split(['?', '#']).next().unwrap_or("");
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i + 1..]),
@@ -48,6 +55,7 @@ impl AmqpUri {
         };
         let port = match port {
             Some(p) => p.parse().map_err(|_| format!("{s}: bad port {p:?}"))?,
+            None if tls => 5671,
             None => 5672,
         };
         let host = if host.is_empty() {
@@ -61,6 +69,7 @@ impl AmqpUri {
             percent_decode(path)?
         };
         Ok(AmqpUri {
+            tls,
             host,
             port,
             user,
@@ -77,7 +86,11 @@ impl AmqpUri {
         } else {
             self.host.clone()
         };
-        format!("amqp://{}:***@{}:{}/{}", self.user, host, self.port, vhost)
+        let scheme = if self.tls { "amqps" } else { "amqp" };
+        format!(
+            "{scheme}://{}:***@{}:{}/{}",
+            self.user, host, self.port, vhost
+        )
     }
 }
 
@@ -111,6 +124,7 @@ mod tests {
         assert_eq!(
             u,
             AmqpUri {
+                tls: false,
                 host: "127.0.0.1".into(),
                 port: 5811,
                 user: "guest".into(),
@@ -130,7 +144,11 @@ mod tests {
         assert_eq!(u.port, 1234);
         assert_eq!(u.vhost, "my/vh");
         assert_eq!(u.display(), "amqp://a@b:***@[::1]:1234/my%2fvh");
-        assert!(AmqpUri::parse("amqps://x").is_err());
+        let s = AmqpUri::parse("amqps://x").unwrap();
+        assert!(s.tls);
+        assert_eq!(s.port, 5671);
+        assert_eq!(s.display(), "amqps://guest:***@x:5671/%2f");
+        assert!(AmqpUri::parse("http://x").is_err());
         assert!(AmqpUri::parse("amqp://h:notaport").is_err());
         assert!(AmqpUri::parse("amqp://h/%zz").is_err());
     }

@@ -215,7 +215,15 @@ pub struct TlsTarget {
 }
 
 impl TlsTarget {
-    /// Handshake without a client certificate.
+    /// A target at 127.0.0.1:`port` whose certificate `ca` signed.
+    pub fn new(ca: &std::path::Path, port: u16) -> TlsTarget {
+        TlsTarget {
+            ca: ca.to_path_buf(),
+            port,
+        }
+    }
+
+    /// Handshake (with `cert` as client certificate).
     pub async fn handshake(
         &self,
         cert: Option<&Pem>,

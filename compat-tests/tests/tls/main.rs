@@ -248,3 +248,111 @@ async fn sighup_reloads_the_certificate_and_open_connections_stay_up() {
     assert_eq!(code, 400, "{body}");
     assert_eq!(b.fingerprint_seen().await, after);
 }
+
+#[test]
+fn perf_publishes_confirms_and_consumes_over_amqps() {
+    let pki = Pki::new();
+    let b = TlsBroker::start(&pki, "");
+    let uri = format!("amqps://guest:guest@localhost:{}/%2f", b.amqps_port);
+    let out = Command::new(compat_tests::binary_path())
+        .args(["perf", "--uri", &uri, "--tls-ca-file"])
+        .arg(&pki.ca.cert_file)
+        .args([
+            "-x", "1", "-y", "1", "-s", "1000", "-c", "100", "-C", "3000",
+        ])
+        .args([
+            "--persistent",
+            "-u",
+            "perf-tls",
+            "--json",
+            "--timeout",
+            "120",
+        ])
+        .output()
+        .expect("run stablemq perf");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "perf over amqps failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("perf JSON");
+    assert_eq!(v["published"], 3000, "{v}");
+    assert_eq!(v["confirmed"], 3000, "{v}");
+    assert_eq!(v["consumed"], 3000, "{v}");
+    // Without the CA the broker's certificate is not trusted: a clear error.
+    let out = Command::new(compat_tests::binary_path())
+        .args(["perf", "--uri", &uri, "-x", "1", "-y", "0", "-C", "1"])
+        .args(["--timeout", "20"])
+        .output()
+        .expect("run stablemq perf");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("--tls-ca-file"), "{text}");
+}
+
+/// `--amqp-port 0`: AMQPS only. The node serves TLS clients and binds no
+/// plain AMQP listener.
+#[tokio::test]
+async fn amqp_port_zero_serves_amqps_only() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("dir");
+    let amqps = free_port();
+    let log_path = dir.path().join("broker.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    let mut child = Command::new(compat_tests::binary_path())
+        .args(["serve", "--bind", "127.0.0.1", "--amqp-port", "0"])
+        .args(["--prometheus-port", "0", "--management-port", "0"])
+        .arg("--amqps-port")
+        .arg(amqps.to_string())
+        .arg("--tls-cert-file")
+        .arg(&pki.server.cert)
+        .arg("--tls-key-file")
+        .arg(&pki.server.key)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn");
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = Kill(&mut child);
+    let target = client::TlsTarget::new(&pki.ca.cert_file, amqps);
+    let mut raw = within("the AMQPS listener", async {
+        loop {
+            if let Ok(s) = target.handshake(None).await {
+                return RawConn::over(s).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    raw.read_start().await;
+    let text = std::fs::read_to_string(&log_path).expect("log");
+    assert!(text.contains("AMQPS listening on 127.0.0.1"), "{text}");
+    assert!(!text.contains("AMQP listening on"), "{text}");
+    // And without [tls], --amqp-port 0 is refused at once with a reason.
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(compat_tests::binary_path())
+        .args(["serve", "--bind", "127.0.0.1", "--amqp-port", "0"])
+        .args([
+            "--prometheus-port",
+            "0",
+            "--management-port",
+            "0",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data2"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--amqp-port 0 needs [tls]"), "{err}");
+}
