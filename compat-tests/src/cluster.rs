@@ -76,6 +76,16 @@ impl Cluster {
     /// of the `[cluster]` section, e.g. `store_retention = 50`) added to
     /// every node's config.
     pub fn start_example_tuned(store_only: Option<usize>, cluster_lines: &str) -> Cluster {
+        Cluster::start_example_sections(store_only, cluster_lines, &|_| String::new())
+    }
+
+    /// Like [`Cluster::start_example_tuned`], with `sections(i)` (whole TOML
+    /// sections, e.g. a `[tls]` of its own) appended to node `i`'s config.
+    pub fn start_example_sections(
+        store_only: Option<usize>,
+        cluster_lines: &str,
+        sections: &dyn Fn(usize) -> String,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<[u16; 4]> = (0..3)
             .map(|_| [free_port(), free_port(), free_port(), free_port()])
@@ -127,6 +137,8 @@ impl Cluster {
                     1,
                 );
             }
+            text.push('\n');
+            text.push_str(&sections(id as usize - 1));
             let config = dir.path().join(format!("node{id}.toml"));
             std::fs::write(&config, text).expect("write config");
             nodes.push(ClusterNode {

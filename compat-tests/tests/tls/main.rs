@@ -10,6 +10,7 @@ mod common;
 
 mod bad_input;
 mod client;
+mod cluster;
 
 use client::{Pki, TlsBroker};
 use common::*;
@@ -31,7 +32,7 @@ fn pika_script() -> std::path::PathBuf {
 }
 
 /// Run the pika script with a bounded wait; returns (success, stdout+stderr).
-fn run_pika(args: &[String]) -> (bool, String) {
+pub(crate) fn run_pika(args: &[String]) -> (bool, String) {
     let mut child = Command::new("timeout")
         .arg("60")
         .arg(python())
