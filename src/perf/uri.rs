@@ -3,10 +3,15 @@
 /// Where and as whom to connect: `amqp://user:pass@host:port/vhost`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AmqpUri {
+    /// Host name or address.
     pub host: String,
+    /// TCP port (5672 by default).
     pub port: u16,
+    /// User name (guest by default).
     pub user: String,
+    /// Password (guest by default).
     pub password: String,
+    /// Virtual host (`/` by default).
     pub vhost: String,
 }
 
