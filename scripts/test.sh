@@ -2,21 +2,66 @@
 # Run every test of the workspace, the way CI does (.ci/run calls this script).
 #
 # 1. Build everything once in the release profile: the broker binary and all test
-#    binaries, so that `cargo test --release` below reuses them.
+#    binaries, so that `cargo test --release` below reuses them. Then the guard
+#    rails: `cargo fmt --all --check` and `cargo clippy --workspace --all-targets
+#    -- -D warnings` (the workspace's `[lints]` in Cargo.toml, clippy.toml). A
+#    formatting or lint failure fails the run; the tests still run, so one run
+#    shows everything.
 # 2. Create .venv (if missing) with the pinned Python clients the end-to-end tests
 #    run (compat-tests/python/requirements.txt).
 # 3. Run all tests with STABLEMQ_BIN and STABLEMQ_PYTHON pointing at those, and
 #    print a summary. Exits non-zero if anything failed.
 #
-# Needs only cargo/rustc and python3 (3.11) with pip; everything else is fetched
-# from crates.io and PyPI.
+# Needs only cargo/rustc (with rustfmt and clippy) and python3 (3.11) with pip;
+# everything else is fetched from crates.io and PyPI.
+#
+# `scripts/test.sh --guards-only` runs only the guard rails (no build, no tests)
+# and fails as the whole run would.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 START=$SECONDS
+GUARDS_ONLY=0
+if [[ ${1:-} == --guards-only ]]; then
+    GUARDS_ONLY=1
+fi
 
 log() { printf '==> %s\n' "$*"; }
+
+# Checks that fail the run when they fail, listed in the summary: the guard
+# rails after the build, the operations checks at the end.
+failed_checks=()
+run_check() {
+    local name=$1 t0=$SECONDS
+    shift
+    log "check: $name ($*)"
+    if "$@"; then
+        log "check $name passed ($((SECONDS - t0)) s)"
+    else
+        log "check $name FAILED ($((SECONDS - t0)) s)"
+        failed_checks+=("$name")
+    fi
+}
+
+# Formatting and lints: clippy with every warning an error, over every target
+# (tests, examples): the developers' guide's `cargo clippy --workspace
+# --all-targets -- -D warnings`, in the release profile so that it reuses the
+# build scripts and proc macros the build above compiled (no code of the
+# workspace differs between the profiles: nothing is `cfg(debug_assertions)`).
+run_guards() {
+    run_check fmt cargo fmt --all --check
+    run_check clippy cargo clippy --release --workspace --all-targets -- -D warnings
+}
+
+if [[ $GUARDS_ONLY == 1 ]]; then
+    run_guards
+    if [[ ${#failed_checks[@]} -ne 0 ]]; then
+        echo "checks failed: ${failed_checks[*]}"
+        exit 1
+    fi
+    exit 0
+fi
 
 # --- 1. Build ---------------------------------------------------------------
 log "building the workspace (release, all targets)"
@@ -27,6 +72,7 @@ if [[ ! -x "$BIN" ]]; then
     echo "error: $BIN was not built" >&2
     exit 1
 fi
+run_guards
 
 # --- 2. Python virtualenv ----------------------------------------------------
 REQUIREMENTS="$ROOT/compat-tests/python/requirements.txt"
@@ -102,7 +148,8 @@ fi
 # - amqp091-go's (Debian's Go client) integration tests pass against StableMQ;
 # - Debian's rabbitmqadmin 3.10 declares, lists, publishes, gets, purges, exports,
 #   imports and deletes through StableMQ's management API;
-# - the API docs build with no warning (`cargo doc`, private and broken links).
+# - the API docs build with no warning (`cargo doc`, private and broken links),
+#   and docs/architecture.md names only files and functions that exist.
 CHECKS=(
     "prometheus:scripts/prometheus-check.sh"
     "migration:scripts/migration-check.sh"
@@ -111,18 +158,9 @@ CHECKS=(
     "rabbitmqadmin:scripts/rabbitmqadmin-check.sh"
     "docs:scripts/doc-check.sh"
 )
-failed_checks=()
 if [[ ${CHECKS_IN_TEST_COMMAND:-1} == 1 ]]; then
     for c in "${CHECKS[@]}"; do
-        name=${c%%:*} script=${c#*:}
-        log "check: $name ($script)"
-        t0=$SECONDS
-        if bash "$script"; then
-            log "check $name passed ($((SECONDS - t0)) s)"
-        else
-            log "check $name FAILED ($((SECONDS - t0)) s)"
-            failed_checks+=("$name")
-        fi
+        run_check "${c%%:*}" bash "${c#*:}"
     done
 fi
 
@@ -164,7 +202,7 @@ if [[ $bench_status -ne 0 ]]; then
     echo "benchmark smoke run failed (exit $bench_status)"
 fi
 if [[ ${#failed_checks[@]} -ne 0 ]]; then
-    echo "operations checks failed: ${failed_checks[*]}"
+    echo "checks failed: ${failed_checks[*]}"
 fi
 if [[ $status -ne 0 || $failed -ne 0 || $suites_status -ne 0 || $bench_status -ne 0 || ${#failed_checks[@]} -ne 0 ]]; then
     exit 1

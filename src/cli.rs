@@ -28,7 +28,7 @@ pub enum Command {
     /// Load generator: publish and consume against any AMQP 0-9-1 broker and
     /// report rates, latencies and the client's CPU time.
     Perf(crate::perf::PerfArgs),
-    /// Operator commands against a running node (cluster-status).
+    /// rabbitmqctl-style commands over the management API (list_queues, cluster_status, ...).
     Ctl(crate::ctl::CtlArgs),
     /// Move the messages of a queue on another broker (a RabbitMQ) into this
     /// one, with confirms on both sides: at worst duplicates, never a loss.

@@ -10,6 +10,8 @@
 //! It is not the frame codec (`stablemq-protocol`) nor the replication and storage
 //! layer (`stablemq-cluster`), which knows nothing of AMQP. See `docs/architecture.md`.
 
+#![warn(missing_docs)]
+
 pub mod amqp;
 pub mod auth;
 pub mod broker;

@@ -20,6 +20,10 @@ const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 /// mimalloc v3's `mi_option_allow_thp` (its place in `mi_option_e`).
 const MI_OPTION_ALLOW_THP: std::ffi::c_int = 43;
 
+#[allow(
+    unsafe_code,
+    reason = "mimalloc's C API has no Rust binding in the mimalloc crate"
+)]
 unsafe extern "C" {
     /// From the mimalloc library the allocator above links in.
     fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
@@ -34,6 +38,7 @@ unsafe extern "C" {
 /// three processes' CPU samples; without THP it is 0.2%, for 8x as many
 /// (4 KiB) minor faults. This is what `MIMALLOC_ALLOW_THP=0` does, done
 /// here because the allocator has already started before `main`.
+#[allow(unsafe_code, reason = "C calls: mimalloc's option and prctl")]
 fn disable_transparent_huge_pages() {
     // SAFETY: plain integer options; mimalloc reads them atomically. prctl
     // with PR_SET_THP_DISABLE only sets a flag on this process.
@@ -43,6 +48,7 @@ fn disable_transparent_huge_pages() {
     }
 }
 
+#[allow(unsafe_code, reason = "a C call: mimalloc's option")]
 fn main() {
     // SAFETY: sets a plain integer option; mimalloc reads options atomically
     // and this option is only consulted when freed memory is purged.

@@ -54,6 +54,10 @@ fn note() {
 
 // SAFETY: every call is forwarded unchanged to `System`; counting touches
 // only const-initialised thread locals, which do not allocate.
+#[allow(
+    unsafe_code,
+    reason = "a global allocator is an unsafe trait; this one wraps System"
+)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note();

@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Box::new(FjallStore::open(&dir)?),
         move |index| {
             c.fetch_add(1, Ordering::Relaxed);
-            *s.0.lock().unwrap() = index;
+            *s.0.lock().expect("no holder of the lock panics") = index;
             s.1.notify_all();
         },
         |err| panic!("store failed: {err}"),
@@ -37,9 +37,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let payload = bytes::Bytes::from(vec![0xabu8; payload_bytes]);
     let started = Instant::now();
     for index in 1..=entries {
-        let mut done = stable.0.lock().unwrap();
+        let mut done = stable.0.lock().expect("no holder of the lock panics");
         while index - *done > in_flight_max {
-            done = stable.1.wait(done).unwrap();
+            done = stable.1.wait(done).expect("no holder of the lock panics");
         }
         drop(done);
         log.append(payload.clone());

@@ -2,6 +2,11 @@
 //! and failure. No test measures time: where the interleaving matters, a gate in
 //! the store makes it deterministic.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;

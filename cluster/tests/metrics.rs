@@ -1,6 +1,11 @@
 //! The fsync metrics carry the names the dashboards use and count what they
 //! claim to count. A thread-local recorder keeps this test isolated from others.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use std::sync::{Arc, Mutex};
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};

@@ -6,6 +6,11 @@
 //! SIGKILL while it is still writing, reopens the store, and checks that every
 //! index up to the last one printed is there with the right payload.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};

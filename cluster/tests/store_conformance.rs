@@ -5,6 +5,11 @@
 //! "Restart" means drop-and-reopen for fjall and `crash()` for memory: both keep
 //! exactly what was made durable, which is all the tests assert after one.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use bytes::Bytes;
 use proptest::prelude::*;
 use stablemq_cluster::{Entry, EventStore, FjallStore, LogPosition, MemoryStore, StoreError};

@@ -3,6 +3,11 @@
 //! base, `ReadSnapshot` serves the state, `StageSnapshot` and `InstallSnapshot` put it on a
 //! second store, and both restart with the base they had.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use std::sync::mpsc;
 use std::time::Duration;
 

@@ -3,6 +3,11 @@
 //! (keeping the log after it only where the log agrees with it). The same
 //! tests run on `FjallStore` (a real temporary directory) and `MemoryStore`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use bytes::Bytes;
 use stablemq_cluster::store::{MergedOp, StateBatch, StateSnapshot};
 use stablemq_cluster::{Entry, EventStore, FjallStore, LogPosition, MemoryStore, StoreError};

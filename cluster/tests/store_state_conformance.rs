@@ -5,6 +5,11 @@
 //! "Restart" is drop-and-reopen for fjall and `crash()` for memory; only what
 //! a sync made durable is asserted after one.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use std::collections::BTreeMap;
 
 use bytes::Bytes;

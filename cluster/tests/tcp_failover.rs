@@ -7,6 +7,11 @@
 //! A behaviour test, not a timing test: the bounds are generous and only there
 //! so a broken build fails instead of hanging.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;

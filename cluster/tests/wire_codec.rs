@@ -117,7 +117,7 @@ fn envelope() -> impl Strategy<Value = Envelope> {
 
 fn encode(env: &Envelope) -> BytesMut {
     let mut out = BytesMut::new();
-    wire::encode(env, &mut out, MAX_FRAME_DEFAULT).unwrap();
+    wire::encode(env, &mut out, MAX_FRAME_DEFAULT).expect("a test envelope fits a frame");
     out
 }
 

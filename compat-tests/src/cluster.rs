@@ -375,6 +375,7 @@ impl Cluster {
         self.nodes[i].stopped = false;
     }
 
+    #[allow(unsafe_code, reason = "kill(2) has no safe wrapper in libc")]
     fn signal(&self, i: usize, sig: i32) {
         let pid = self.nodes[i].child.as_ref().expect("node not running").id();
         let pid = i32::try_from(pid).expect("pid fits i32");

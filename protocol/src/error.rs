@@ -81,9 +81,13 @@ pub enum FrameError {
     /// [`crate::decode_frame`]).
     #[error("frame type {frame_type} on channel {channel} declares a {size}-octet payload, frame_max {frame_max} allows {}", .frame_max.saturating_sub(8))]
     TooLarge {
+        /// The frame's type octet.
         frame_type: u8,
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The payload size the frame header declares.
         size: u32,
+        /// The connection's negotiated `frame_max`.
         frame_max: u32,
     },
 
@@ -93,9 +97,13 @@ pub enum FrameError {
     /// RabbitMQ: 501 FRAME_ERROR, `{invalid_frame_end_marker, Octet}`.
     #[error("frame type {frame_type} on channel {channel} ends with octet {found}, not 206")]
     BadFrameEnd {
+        /// The frame's type octet.
         frame_type: u8,
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The octet found where 0xCE belongs.
         found: u8,
+        /// The start of the payload, quoted in the reply text.
         payload: Snippet,
     },
 
@@ -105,8 +113,11 @@ pub enum FrameError {
     /// (`rabbit_command_assembler:analyze_frame/2` returns `error`).
     #[error("unknown frame type {frame_type} on channel {channel}")]
     UnknownFrameType {
+        /// The frame's type octet.
         frame_type: u8,
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The start of the payload, quoted in the reply text.
         payload: Snippet,
     },
 
@@ -118,8 +129,11 @@ pub enum FrameError {
         "frame type {frame_type} on channel {channel} has a payload length impossible for its type"
     )]
     BadPayloadLength {
+        /// The frame's type octet.
         frame_type: u8,
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The start of the payload, quoted in the reply text.
         payload: Snippet,
     },
 
@@ -132,8 +146,11 @@ pub enum FrameError {
     /// the server lacks) so the client learns why.
     #[error("unknown method {class_id}.{method_id} on channel {channel}")]
     UnknownMethod {
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The class id of the method or content.
         class_id: u16,
+        /// The method id within the class.
         method_id: u16,
     },
 
@@ -143,7 +160,12 @@ pub enum FrameError {
     /// RabbitMQ: `rabbit_misc:protocol_error(not_implemented, "prefetch_size!=0 (~w)")`,
     /// a connection close with 540.
     #[error("basic.qos prefetch_size {prefetch_size} on channel {channel}")]
-    PrefetchSizeNotSupported { channel: u16, prefetch_size: u32 },
+    PrefetchSizeNotSupported {
+        /// The channel the frame was sent on.
+        channel: u16,
+        /// The prefetch_size the client asked for.
+        prefetch_size: u32,
+    },
 
     /// A known method whose arguments do not decode: truncated, trailing octets, a
     /// malformed field table, a `shortstr` that is not UTF-8.
@@ -153,9 +175,13 @@ pub enum FrameError {
     /// `rabbit_framing_amqp_0_9_1:decode_method_fields/2`). Not 502 SYNTAX_ERROR.
     #[error("cannot decode arguments of method {class_id}.{method_id} on channel {channel}")]
     BadMethodArguments {
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The class id of the method or content.
         class_id: u16,
+        /// The method id within the class.
         method_id: u16,
+        /// The start of the method's arguments, quoted in the reply text.
         args: Snippet,
     },
 
@@ -166,8 +192,11 @@ pub enum FrameError {
     /// undecodable method: 501 FRAME_ERROR.
     #[error("cannot decode content header properties for class {class_id} on channel {channel}")]
     BadContentHeader {
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The class id of the method or content.
         class_id: u16,
+        /// The start of the property list, quoted in the reply text.
         properties: Snippet,
     },
 
@@ -177,8 +206,11 @@ pub enum FrameError {
     /// matches weight 0, so the header counts as "non content header frame").
     #[error("content header for class {class_id} on channel {channel} has weight {weight}, not 0")]
     NonZeroWeight {
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The class id of the method or content.
         class_id: u16,
+        /// The weight field as sent.
         weight: u16,
     },
 
@@ -192,9 +224,13 @@ pub enum FrameError {
         "field tables nested deeper than {MAX_TABLE_DEPTH} in frame type {frame_type} on channel {channel}"
     )]
     TooDeeplyNested {
+        /// The channel the frame was sent on.
         channel: u16,
+        /// The frame's type octet.
         frame_type: u8,
+        /// The class id of the method or content.
         class_id: u16,
+        /// The method id within the class.
         method_id: u16,
     },
 }

@@ -34,16 +34,22 @@ pub(crate) const FRAME_OVERHEAD: usize = FRAME_HEADER_LEN + 1;
 /// from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
+    /// A method frame, with its decoded arguments.
     Method {
+        /// The channel the frame travels on.
         channel: u16,
+        /// The method and its arguments.
         method: AMQPClass,
     },
     /// Content header. `class_id` is kept, not assumed to be basic (60), because
     /// the channel must check it against the method it follows (RabbitMQ answers a
     /// mismatch with 505 UNEXPECTED_FRAME).
     Header {
+        /// The channel the frame travels on.
         channel: u16,
+        /// The content's class id (60 for basic).
         class_id: u16,
+        /// The size of the whole body, over all body frames.
         body_size: u64,
         /// Shared, not inline: inline, the properties (~280 bytes) made every
         /// `Frame`, and every move of one on the publish path, that much
@@ -51,8 +57,11 @@ pub enum Frame {
         /// [`Decoder`] hands the same one to headers with the same octets.
         properties: Arc<BasicProperties>,
     },
+    /// A content body frame.
     Body {
+        /// The channel the frame travels on.
         channel: u16,
+        /// The body bytes, a slice of the read buffer.
         payload: Bytes,
     },
     /// basic.publish, whose strings are slices of the frame (see
@@ -60,17 +69,21 @@ pub enum Frame {
     /// amq-protocol's generic one (not valid UTF-8, say) arrives as a
     /// [`Frame::Method`] instead, as any method does.
     Publish {
+        /// The channel the frame travels on.
         channel: u16,
+        /// The publish's arguments.
         publish: Publish,
     },
     /// Heartbeats belong on channel 0; the channel is kept so the connection can
     /// answer one elsewhere with 505 UNEXPECTED_FRAME as RabbitMQ does.
     Heartbeat {
+        /// The channel the frame travels on.
         channel: u16,
     },
 }
 
 impl Frame {
+    /// The channel the frame travels on.
     pub fn channel(&self) -> u16 {
         match *self {
             Frame::Method { channel, .. }

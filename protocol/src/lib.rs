@@ -38,6 +38,8 @@
 //! assert!(matches!(&frames[2], Frame::Body { payload, .. } if payload == &body));
 //! ```
 
+#![warn(missing_docs)]
+
 pub use amq_protocol::protocol::{self as methods, AMQPClass, BasicProperties};
 pub use amq_protocol::types::{self, AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 

@@ -1,5 +1,10 @@
 //! Partial input, arbitrary read boundaries, frame_max, and zero-copy bodies.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 mod common;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};

@@ -22,6 +22,7 @@ pub fn node_name(cluster_node: Option<u64>) -> String {
 }
 
 /// Resident set size of this process in bytes, from /proc (0 where unavailable).
+#[allow(unsafe_code, reason = "libc has no safe wrapper for this call")]
 pub fn resident_memory_bytes() -> u64 {
     let Ok(s) = std::fs::read_to_string("/proc/self/statm") else {
         return 0;
@@ -45,6 +46,7 @@ pub fn total_memory_bytes() -> Option<u64> {
 }
 
 /// Free bytes on the filesystem holding `path` (None where unavailable).
+#[allow(unsafe_code, reason = "libc has no safe wrapper for this call")]
 pub fn disk_free_bytes(path: &std::path::Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
@@ -75,6 +77,7 @@ pub fn open_fds() -> Option<(u64, u64)> {
 }
 
 /// The soft limit on open file descriptors (RLIMIT_NOFILE).
+#[allow(unsafe_code, reason = "libc has no safe wrapper for this call")]
 pub fn max_fds() -> Option<u64> {
     // SAFETY: getrlimit writes into the struct we own.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };

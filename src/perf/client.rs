@@ -36,24 +36,31 @@ const DEFAULT_FRAME_MAX: u32 = 131_072;
 pub enum Fast<'a> {
     /// basic.ack from the broker: a publisher confirm.
     Ack {
+        /// The delivery tag.
         tag: u64,
+        /// Whether it covers every tag up to `tag`.
         multiple: bool,
     },
     /// basic.nack from the broker.
     Nack {
+        /// The delivery tag.
         tag: u64,
+        /// Whether it covers every tag up to `tag`.
         multiple: bool,
     },
     /// basic.deliver (only the delivery tag).
     Deliver {
+        /// The delivery tag.
         tag: u64,
     },
     /// A content header (only the body size).
     Header {
+        /// The size of the whole body.
         body_size: u64,
     },
     /// A body frame's payload, borrowed from the read buffer.
     Body(&'a [u8]),
+    /// A heartbeat from the broker.
     Heartbeat,
     /// Anything else, decoded in full.
     Other(Box<Frame>),
@@ -271,6 +278,7 @@ impl Conn {
         }
     }
 
+    /// Write `bytes` to the socket.
     pub async fn write_all(&mut self, bytes: &[u8]) -> Result<(), String> {
         self.stream
             .write_all(bytes)
@@ -278,6 +286,7 @@ impl Conn {
             .map_err(|e| format!("write: {e}"))
     }
 
+    /// Encode `method` as one frame on `channel` and write it.
     pub async fn send_method(&mut self, channel: u16, method: AMQPClass) -> Result<(), String> {
         let mut out = BytesMut::new();
         encode_frame(&Frame::Method { channel, method }, &mut out);

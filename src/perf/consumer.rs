@@ -21,6 +21,7 @@ use super::{Ended, TaskCtx, TaskReport, drive, wait_go};
 pub struct ConsumerConfig {
     /// basic.qos prefetch count; 0 = none sent (unlimited).
     pub prefetch: u16,
+    /// Consume with no-ack: the broker considers a message acked when it sends it.
     pub auto_ack: bool,
     /// Ack (multiple=true) after this many messages.
     pub multi_ack_every: u64,
@@ -34,6 +35,7 @@ impl AckTemplate {
     /// Where the delivery tag sits: frame header (7) + class and method ids (4).
     const TAG_AT: usize = 11;
 
+    /// The ack frame with tag 0, to patch.
     pub fn new() -> AckTemplate {
         let mut out = BytesMut::new();
         let ack = AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
@@ -50,6 +52,7 @@ impl AckTemplate {
         AckTemplate(out[..].try_into().expect("basic.ack is 21 octets"))
     }
 
+    /// Append the ack of every tag up to `tag` to `out`.
     pub fn append(&self, out: &mut Vec<u8>, tag: u64) {
         let base = out.len();
         out.extend_from_slice(&self.0);
@@ -74,12 +77,16 @@ pub struct Receiver {
     remaining: u64,
     first_body: bool,
     sent_ns: Option<u64>,
+    /// Messages received whole.
     pub consumed: u64,
+    /// Clock time (ns) of the last message received whole.
     pub last_consume_ns: u64,
+    /// End-to-end latencies, from the send time in each body.
     pub hist: Histogram<u64>,
 }
 
 impl Receiver {
+    /// A receiver for one consumer with `cfg`'s acking.
     pub fn new(cfg: &ConsumerConfig) -> Receiver {
         Receiver {
             auto_ack: cfg.auto_ack,

@@ -135,8 +135,11 @@ pub struct PerfArgs {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ArgValue {
+    /// An integer (`x-max-length=10`).
     Int(i64),
+    /// A boolean (`true`, `false`).
     Bool(bool),
+    /// Anything else, as a string.
     Str(String),
 }
 
@@ -186,18 +189,27 @@ pub fn task_queues(k: usize, tasks: usize, n: usize) -> Vec<usize> {
 /// The validated shape of a run.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The brokers: task `k` connects to `uris[k % uris.len()]`.
     pub uris: Vec<AmqpUri>,
     /// The queue names: `-u` alone, or `<-u>-1` to `<-u>-N` with `--queues N`.
     pub queues: Vec<String>,
+    /// Producer connections.
     pub producers: u32,
+    /// Consumer connections.
     pub consumers: u32,
+    /// How long to run (`-z`); `None` runs until the counts are reached.
     pub duration_ns: Option<u64>,
     /// The consumers' stop count: every producer's count, or `-C` with `-x 0`.
     pub consume_target: Option<u64>,
+    /// The run gives up after this long (`--timeout`).
     pub timeout: Duration,
+    /// Purge the queues before the run.
     pub purge: bool,
+    /// What each producer does.
     pub producer: Arc<ProducerConfig>,
+    /// What each consumer does.
     pub consumer: Arc<ConsumerConfig>,
+    /// The command line, for the report.
     pub args: PerfArgs,
 }
 
@@ -209,6 +221,7 @@ fn secs_to_ns(what: &str, s: f64) -> Result<u64, String> {
 }
 
 impl Plan {
+    /// Check the arguments and work out the run.
     pub fn new(args: &PerfArgs) -> Result<Plan, String> {
         if args.producers == 0 && args.consumers == 0 {
             return Err("nothing to do: -x 0 and -y 0".into());
@@ -300,11 +313,13 @@ impl Plan {
 /// Where a run is; tasks watch it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
+    /// Connecting and declaring.
     Setup,
     /// Go, at this clock time (ns).
     Go(u64),
     /// Stop now; `done` when every expected message arrived (not an abort).
     Stop {
+        /// Whether every expected message arrived (not an abort or a deadline).
         done: bool,
     },
 }
@@ -312,10 +327,15 @@ pub enum Phase {
 /// What each producer and consumer task is handed.
 #[derive(Debug, Clone)]
 pub struct TaskCtx {
+    /// The run's clock.
     pub clock: Clock,
+    /// The run's shared totals.
     pub counters: Arc<Counters>,
+    /// Where the run is.
     pub phase: watch::Receiver<Phase>,
+    /// Sent once the task is set up.
     pub ready: mpsc::Sender<()>,
+    /// How long to run (`-z`); `None` runs until the counts are reached.
     pub duration_ns: Option<u64>,
 }
 
@@ -328,19 +348,30 @@ impl TaskCtx {
 /// What a task hands back: when its measurements ended and its histograms.
 #[derive(Debug, Default)]
 pub struct TaskReport {
+    /// When this task's last publish went out.
     pub publish_end_ns: Option<u64>,
+    /// When this task's last confirm arrived.
     pub confirm_end_ns: Option<u64>,
+    /// When this task's last message arrived.
     pub consume_end_ns: Option<u64>,
+    /// Confirm latencies (a producer with confirms).
     pub confirm_hist: Option<Histogram<u64>>,
+    /// End-to-end latencies (a consumer).
     pub e2e_hist: Option<Histogram<u64>>,
 }
 
 /// Why a task's main loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
+    /// Its count is done.
     Finished,
+    /// The run's duration is over.
     Deadline,
-    Stopped { done: bool },
+    /// The run was stopped.
+    Stopped {
+        /// Whether every expected message arrived (not an abort).
+        done: bool,
+    },
 }
 
 /// Wait for the start; `None` if the run stops first.

@@ -27,7 +27,9 @@ const DONE: u64 = u64::MAX;
 /// What every producer of a run does.
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
+    /// Bytes per message body.
     pub body_size: usize,
+    /// Publish with delivery mode 2.
     pub persistent: bool,
     /// Most unconfirmed publishes; 0 = no confirm mode.
     pub confirm_window: u32,
@@ -93,12 +95,16 @@ pub struct Confirms {
     mask: u64,
     /// Every sequence number up to this one is confirmed or nacked.
     pub done_upto: u64,
+    /// Publishes the broker acked.
     pub confirmed: u64,
+    /// Publishes the broker nacked.
     pub nacked: u64,
+    /// Confirm latencies.
     pub hist: Histogram<u64>,
 }
 
 impl Confirms {
+    /// Bookkeeping for at most `window` unconfirmed publishes.
     pub fn new(window: u32) -> Confirms {
         let cap = u64::from(window.max(1)).next_power_of_two();
         Confirms {

@@ -14,42 +14,67 @@ use super::{ArgValue, Ends, Plan};
 pub struct Settings {
     /// Broker URIs, passwords masked.
     pub uris: Vec<String>,
+    /// The queue name (or the prefix of the names).
     pub queue: String,
     /// The number of queues (`--queues`); with more than one, `queue` is the
     /// prefix of their names.
     pub queues: u32,
+    /// Queue arguments declared with each queue.
     pub queue_args: Vec<(String, ArgValue)>,
+    /// Producer connections.
     pub producers: u32,
+    /// Consumer connections.
     pub consumers: u32,
+    /// Bytes per message body.
     pub body_size: usize,
+    /// Whether messages were persistent.
     pub persistent: bool,
     /// 0 = no publisher confirms.
     pub confirm_window: u32,
+    /// basic.qos prefetch count; 0 = none.
     pub prefetch: u16,
+    /// Whether consumers used no-ack.
     pub auto_ack: bool,
+    /// Consumers acked (multiple) every this many messages.
     pub multi_ack_every: u64,
+    /// Each producer's publish rate limit, if any.
     pub rate_per_producer: Option<f64>,
+    /// The run's duration, if it had one.
     pub duration_s: Option<f64>,
+    /// Messages per producer, if counted.
     pub count_per_producer: Option<u64>,
 }
 
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// What was asked for.
     pub settings: Settings,
     /// From the start until the last measurement ended.
     pub elapsed_s: f64,
+    /// Whether the run hit `--timeout`.
     pub timed_out: bool,
+    /// What went wrong, one line per task.
     pub errors: Vec<String>,
+    /// Messages published.
     pub published: u64,
+    /// Publishes acked by the broker.
     pub confirmed: u64,
+    /// Publishes nacked by the broker.
     pub nacked: u64,
+    /// Messages consumed.
     pub consumed: u64,
+    /// Messages published per second.
     pub publish_rate: f64,
+    /// Confirms per second.
     pub confirm_rate: f64,
+    /// Messages consumed per second.
     pub consume_rate: f64,
+    /// From publish to confirm, in microseconds.
     pub confirm_latency_us: Option<Latency>,
+    /// From publish to consume, in microseconds.
     pub e2e_latency_us: Option<Latency>,
+    /// The client's own CPU use.
     pub cpu: Option<Cpu>,
     /// Rates over each second of the run.
     pub samples: Vec<Sample>,

@@ -222,10 +222,15 @@ async fn finish_tasks(set: &mut JoinSet<Result<TaskReport, String>>, report: &mu
 /// The task reports merged: latest end per measure, and merged histograms.
 #[derive(Debug)]
 pub struct Ends {
+    /// When the last publish went out.
     pub publish_ns: Option<u64>,
+    /// When the last confirm arrived.
     pub confirm_ns: Option<u64>,
+    /// When the last message arrived.
     pub consume_ns: Option<u64>,
+    /// Every producer's confirm latencies.
     pub confirm: Histogram<u64>,
+    /// Every consumer's end-to-end latencies.
     pub e2e: Histogram<u64>,
 }
 
@@ -242,6 +247,7 @@ impl Default for Ends {
 }
 
 impl Ends {
+    /// Merge in one task's report.
     pub fn add(&mut self, t: TaskReport) {
         let later = |a: Option<u64>, b: Option<u64>| a.max(b);
         self.publish_ns = later(self.publish_ns, t.publish_end_ns);
@@ -255,10 +261,12 @@ impl Ends {
         }
     }
 
+    /// Percentiles of the confirm latencies.
     pub fn confirm_latency(&self) -> Option<Latency> {
         Latency::of(&self.confirm)
     }
 
+    /// Percentiles of the end-to-end latencies.
     pub fn e2e_latency(&self) -> Option<Latency> {
         Latency::of(&self.e2e)
     }

@@ -16,6 +16,7 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// A clock that starts now.
     pub fn new() -> Clock {
         Clock {
             start: Instant::now(),
@@ -42,22 +43,31 @@ impl Default for Clock {
 /// Totals so far, updated by every task once per batch and read by the sampler.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Messages published.
     pub published: AtomicU64,
+    /// Publishes acked by the broker.
     pub confirmed: AtomicU64,
+    /// Publishes nacked by the broker.
     pub nacked: AtomicU64,
+    /// Messages consumed.
     pub consumed: AtomicU64,
 }
 
 /// A copy of [`Counters`] at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Snapshot {
+    /// Messages published.
     pub published: u64,
+    /// Publishes acked by the broker.
     pub confirmed: u64,
+    /// Publishes nacked by the broker.
     pub nacked: u64,
+    /// Messages consumed.
     pub consumed: u64,
 }
 
 impl Counters {
+    /// The totals now.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             published: self.published.load(Ordering::Relaxed),
@@ -74,6 +84,7 @@ impl Counters {
 pub struct Flushed(u64);
 
 impl Flushed {
+    /// Add what `local` gained since the last flush to `shared`.
     pub fn flush(&mut self, local: u64, shared: &AtomicU64) {
         if local > self.0 {
             shared.fetch_add(local - self.0, Ordering::Relaxed);
@@ -100,11 +111,17 @@ pub fn record_latency(h: &mut Histogram<u64>, sent_ns: u64, now_ns: u64) {
 /// Percentiles of one latency histogram, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Latency {
+    /// Latencies recorded.
     pub count: u64,
+    /// The median.
     pub p50: u64,
+    /// The 99th percentile.
     pub p99: u64,
+    /// The 99.9th percentile.
     pub p999: u64,
+    /// The largest.
     pub max: u64,
+    /// The mean.
     pub mean: f64,
 }
 
@@ -136,8 +153,11 @@ pub fn rate(count: u64, ns: u64) -> f64 {
 pub struct Sample {
     /// Seconds since the start of the run, at the end of this sample.
     pub t: f64,
+    /// Messages published per second.
     pub publish_rate: f64,
+    /// Confirms per second.
     pub confirm_rate: f64,
+    /// Messages consumed per second.
     pub consume_rate: f64,
 }
 
@@ -154,6 +174,7 @@ impl Sample {
 }
 
 /// User and system CPU seconds this process has used so far.
+#[allow(unsafe_code, reason = "libc has no safe wrapper for this call")]
 pub fn cpu_seconds() -> (f64, f64) {
     // SAFETY: getrusage only writes the struct we hand it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -168,8 +189,11 @@ pub fn cpu_seconds() -> (f64, f64) {
 /// The client's CPU use over the measured part of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Cpu {
+    /// User CPU seconds.
     pub user_s: f64,
+    /// System CPU seconds.
     pub sys_s: f64,
+    /// User plus system CPU seconds.
     pub total_s: f64,
     /// CPU seconds over wall seconds: 1.0 is one core busy.
     pub cores: f64,
@@ -179,6 +203,7 @@ pub struct Cpu {
 }
 
 impl Cpu {
+    /// The CPU use between two `cpu_seconds` readings `wall_ns` apart, over which `msgs` messages moved.
     pub fn between(before: (f64, f64), after: (f64, f64), wall_ns: u64, msgs: u64) -> Cpu {
         let user_s = (after.0 - before.0).max(0.0);
         let sys_s = (after.1 - before.1).max(0.0);

@@ -6,10 +6,15 @@
 pub struct AmqpUri {
     /// `amqps://`: TLS first (port 5671 by default).
     pub tls: bool,
+    /// Host name or address.
     pub host: String,
+    /// TCP port (5672 by default, 5671 for `amqps://`).
     pub port: u16,
+    /// User name (guest by default).
     pub user: String,
+    /// Password (guest by default).
     pub password: String,
+    /// Virtual host (`/` by default).
     pub vhost: String,
 }
 

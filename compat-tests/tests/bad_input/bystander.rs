@@ -2,6 +2,11 @@
 //! consumes on its own queue while another connection misbehaves, and must end
 //! with exactly what it published, in order.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use super::*;
 
 pub(crate) struct Bystander {
