@@ -273,6 +273,7 @@ fn frames_per_write_1_writes_each_publish_and_ack_on_its_own() {
     let broker = Broker::start();
     let (producer, consumer) =
         run_through_proxy(&broker, "perf-fpw1", &["--frames-per-write", "1"]);
+    eprintln!("one per write: producer {producer:?}, consumer {consumer:?}");
     assert_eq!(producer.publishes, COUNT, "{producer:?}");
     assert_eq!(consumer.acks, COUNT, "{consumer:?}");
     one_per_write(&producer, &consumer).unwrap();
@@ -282,6 +283,7 @@ fn frames_per_write_1_writes_each_publish_and_ack_on_its_own() {
 fn the_default_batches_several_publishes_and_acks_per_write() {
     let broker = Broker::start();
     let (producer, consumer) = run_through_proxy(&broker, "perf-batched", &[]);
+    eprintln!("batched: producer {producer:?}, consumer {consumer:?}");
     assert_eq!(producer.publishes, COUNT, "{producer:?}");
     assert!(consumer.acks >= 1, "{consumer:?}");
     let err = one_per_write(&producer, &consumer)
