@@ -9,13 +9,18 @@
   bench.py scenario NAME --perf BIN --out DIR --runs N --duration S [--backlog N]
                     --broker stablemq=URI,PID[+PID...] --broker rabbitmq=URI,PID[+PID...]
                     [--master stablemq=ID,MGMT_URL[+MGMT_URL...]]
-      run one scenario's perf commands against every broker, RUNS times
+                    [--go BIN] [--java-cp CLASSPATH] [--clients go,java,perf]
+      run one scenario's load commands against every broker, RUNS times
       (alternating which broker goes first), sample each broker's CPU time and
       RSS from /proc while it runs, and write one JSON result per run to DIR;
       exit 1 if a run failed or moved no message. A cluster is given by all
       its nodes' pids (CPU and RSS are summed over every node's process tree).
       With --master, StableMQ's management API is asked before and after every
-      perf run which node is master; a run fails if it is not node ID.
+      perf run which node is master; a run fails if it is not node ID. The
+      real-client scenarios (R1 to R4) run the load programs of clients/ (the
+      Go one, BIN, built from clients/go; the Java one, class PerfTest on
+      CLASSPATH, built from clients/java) and `stablemq perf --frames-per-write
+      1`; --clients keeps only the phases of the clients named.
   bench.py smq-master URL TIMEOUT CTL
       wait until `CTL ctl --url URL cluster-status --json` shows every node
       reachable and exactly one master (all agreeing on it); print its id
@@ -30,7 +35,9 @@
 Broker CPU is utime+stime of the broker's process and all its descendants
 (RabbitMQ: the start script, beam.smp, erl_child_setup, ...), from
 /proc/<pid>/stat; RSS is the sum of their VmRSS, sampled every 0.2 s. For a
-cluster, both are summed over the three nodes' process trees.
+cluster, both are summed over the three nodes' process trees. Broker CPU per
+message is that CPU time over the larger of the messages published and
+consumed in the run (s per million messages = µs per message).
 """
 
 from __future__ import annotations
@@ -104,7 +111,72 @@ SCENARIOS = {
         "phases": [("run", "-x 1 -y 1 --queues 1000 -r 1000 -s 16 -q 10 -u bench-s7 -z {D7}")],
     },
 }
+
+# Real-client scenarios (issue 23): the load programs of clients/ (a Go one on
+# amqp091-go, a Java one on the RabbitMQ Java client), which publish with one
+# library call, and so one socket write, per message. A phase is (name, template,
+# client); the Go and Java programs take the same flags. R2 also runs `stablemq
+# perf --frames-per-write 1` with S2's settings.
+RC_WINDOWS = (1, 10, 100, 1000)
+RC_CLIENTS = ("go", "java")
+RC_S2 = ("--producers 1 --consumers 1 --size 1024 --persistent --confirm {W} --prefetch 1000"
+         " --multi-ack 100 --queue {Q} --duration {{D}}")
+RC_S1 = "--producers 1 --consumers 1 --size 16 --auto-ack --queue bench-r1 --duration {D}"
+RC_MANY = ("--producers 100 --consumers 1 --size 1024 --persistent --confirm 10 --rate 100"
+           " --prefetch 1000 --multi-ack 100 --queue bench-r4 --duration {D}")
+SCENARIOS.update({
+    "R1": {
+        "title": "real clients: S1 (16 B transient, no confirms, auto-ack, 1 producer 1 consumer)",
+        "real": True,
+        "phases": [(c, RC_S1, c) for c in RC_CLIENTS],
+    },
+    "R2": {
+        "title": "real clients: S2 (1 KB persistent, durable queue, prefetch 1000, multi-ack 100, 1x1)"
+                 " at confirm windows 1, 10, 100, 1000; and stablemq perf --frames-per-write 1 with S2's flags",
+        "real": True,
+        "phases": [(f"{c}-c{w}", RC_S2.format(W=w, Q="bench-r2"), c) for c in RC_CLIENTS for w in RC_WINDOWS]
+                  + [("perf-fpw1", S2_ARGS.format(Q="bench-r2") + " --frames-per-write 1 -z {D}", "perf")],
+    },
+    "R3": {
+        "title": "real clients: S3 (R2's load on 3-node clusters; a RabbitMQ quorum queue)"
+                 " at confirm windows 1, 10, 100, 1000",
+        "real": True,
+        "cluster": True,
+        "phases": [(f"{c}-c{w}", RC_S2.format(W=w, Q="bench-r3") + " --queue-type quorum", c)
+                   for c in RC_CLIENTS for w in RC_WINDOWS],
+    },
+    "R4": {
+        "title": "real clients: 100 producers at 100 msg/s each (100 connections; 1 KB persistent,"
+                 " confirm window 10) and 1 consumer (prefetch 1000, multi-ack 100)",
+        "real": True,
+        "phases": [(c, RC_MANY, c) for c in RC_CLIENTS],
+    },
+})
 BROKERS = ("stablemq", "rabbitmq")
+
+
+def phases_of(spec: dict, clients: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """(name, template, client) of a scenario's phases; in a real-client
+    scenario, only those of `clients` (None: all)."""
+    out = [(p[0], p[1], p[2] if len(p) > 2 else "perf") for p in spec["phases"]]
+    if not spec.get("real") or clients is None:
+        return out
+    return [p for p in out if p[2] in clients]
+
+
+def load_command(client: str, uri: str, args: list[str], a: argparse.Namespace) -> list[str]:
+    """The command line of one phase's load program."""
+    if client == "perf":
+        return [a.perf, "perf", "--uri", uri, *args, "--json"]
+    if client == "go":
+        if not a.go:
+            sys.exit("bench.py: a Go phase needs --go")
+        return [a.go, "--uri", uri, *args]
+    if client == "java":
+        if not a.java_cp:
+            sys.exit("bench.py: a Java phase needs --java-cp")
+        return ["java", "-XX:+UseSerialGC", "-cp", a.java_cp, "PerfTest", "--uri", uri, *args]
+    sys.exit(f"bench.py: unknown client {client}")
 
 
 def phase_args(template: str, duration: float, backlog: int) -> list[str]:
@@ -339,15 +411,14 @@ def smq_master(mgmt_urls: list[str]) -> dict | None:
     return best
 
 
-def run_perf(perf: str, uri: str, args: list[str], pids: list[int], log, master: tuple | None = None,
+def run_perf(cmd: list[str], pids: list[int], log, master: tuple | None = None,
              idle_pids: list[int] | None = None) -> dict:
     """One perf run with the broker (every node's process tree) sampled; returns
     the result record. With master = (id, mgmt urls), the StableMQ master is
     checked before and after the run. idle_pids: the other broker, which is up
     but has no load; its CPU during the run is recorded too (it is part of the
     "other processes")."""
-    cmd = [perf, "perf", "--uri", uri, *args, "--json"]
-    shown = " ".join(shlex.quote(c) for c in [os.path.basename(perf), *cmd[1:]])
+    shown = " ".join(shlex.quote(c) for c in [os.path.basename(cmd[0]), *cmd[1:]])
     print(f"    $ {shown}", file=log, flush=True)
     cluster_before = smq_master(master[1]) if master else None
     load_before = load_1m()
@@ -360,7 +431,7 @@ def run_perf(perf: str, uri: str, args: list[str], pids: list[int], log, master:
     if idle:
         idle.sample()
     started = time.monotonic()
-    deadline = started + perf_deadline_s(args)
+    deadline = started + perf_deadline_s(cmd)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Read the output in the background so a large report never blocks perf.
     out: dict[str, str] = {}
@@ -392,7 +463,7 @@ def run_perf(perf: str, uri: str, args: list[str], pids: list[int], log, master:
     perf_cpu = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
     rec: dict = {"command": shown, "exit_code": proc.returncode, "wall_s": ended - started,
                  "load_1m_before": load_before, "load_1m_after": load_1m(), "killed": killed,
-                 "broker_pids": pids}
+                 "broker_pids": pids, "client_cpu_s": perf_cpu}
     try:
         rec["perf"] = json.loads(out.get("stdout", "").strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -472,6 +543,10 @@ def scenario(a: argparse.Namespace) -> int:
         mid, urls = rest.split(",", 1)
         masters[name] = (int(mid), urls.split("+"))
     os.makedirs(a.out, exist_ok=True)
+    clients = a.clients.split(",") if a.clients else None
+    if not phases_of(spec, clients):
+        print(f"==> {a.name}: no phase for the clients {a.clients}", flush=True)
+        return 0
     title = spec["title"].format(B=a.backlog)
     print(f"==> {a.name}: {title}", flush=True)
     failed = 0
@@ -479,10 +554,11 @@ def scenario(a: argparse.Namespace) -> int:
         order = brokers if run % 2 == 1 else list(reversed(brokers))
         for name, uri, pids in order:
             phases = []
-            for phase, template in spec["phases"]:
+            for phase, template, client in phases_of(spec, clients):
                 idle = [p for n2, _, ps in brokers if n2 != name for p in ps]
-                rec = run_perf(a.perf, uri, phase_args(template, a.duration, a.backlog), pids, sys.stdout,
-                               masters.get(name), idle)
+                cmd = load_command(client, uri, phase_args(template, a.duration, a.backlog), a)
+                rec = run_perf(cmd, pids, sys.stdout, masters.get(name), idle)
+                rec["client"] = client
                 rec["phase"] = phase
                 why = check(rec)
                 rec["failure"] = why
@@ -554,6 +630,33 @@ HEADLINE = {"S1": ("consume msg/s", ["consume_rate"]),
             "S7": ("broker CPU %", ["cpu_pct"])}
 
 
+def _real_metrics(name: str) -> list[tuple[str, str, str, bool]]:
+    """Per phase of a real-client scenario: the rate (confirmed, or consumed
+    without confirms), its latency p50 and p99, and broker CPU per message."""
+    rows = []
+    for ph, template, _ in phases_of(SCENARIOS[name]):
+        confirms = "--confirm" in template or " -c " in template
+        what = "confirmed rate" if confirms else "consume rate"
+        lat = "confirm latency" if confirms else "end-to-end latency"
+        rows += [(f"{ph}_rate", f"{ph}: {what}", "msg/s", True),
+                 (f"{ph}_p50", f"{ph}: {lat} p50", "ms", False),
+                 (f"{ph}_p99", f"{ph}: {lat} p99", "ms", False),
+                 (f"{ph}_cpu_us", f"{ph}: broker CPU per message", "us", False)]
+    rows.append(("peak_rss", "broker peak RSS (all phases)", "MiB", False))
+    return rows
+
+
+for _name, _spec in SCENARIOS.items():
+    if _spec.get("real"):
+        METRICS[_name] = _real_metrics(_name)
+        HEADLINE[_name] = ("msg/s per phase (" + ", ".join(ph for ph, _, _ in phases_of(_spec)) + ")",
+                           [f"{ph}_rate" for ph, _, _ in phases_of(_spec)])
+
+
+def is_real(name: str) -> bool:
+    return bool(SCENARIOS.get(name, {}).get("real"))
+
+
 def is_cluster(name: str) -> bool:
     return bool(SCENARIOS.get(name, {}).get("cluster"))
 
@@ -583,6 +686,19 @@ def metrics(result: dict) -> dict:
             m[f"r{k}k_confirm_p99"] = cl["p99"] / 1000 if cl else None
             m[f"r{k}k_e2e_p50"] = el["p50"] / 1000 if el else None
             m[f"r{k}k_e2e_p99"] = el["p99"] / 1000 if el else None
+    if is_real(result["scenario"]):
+        for rec in result["phases"]:
+            p = rec.get("perf")
+            if not p:
+                continue
+            name = rec["phase"]
+            confirms = p["settings"].get("confirm_window", 0) > 0
+            m[f"{name}_rate"] = p["confirm_rate"] if confirms else p["consume_rate"]
+            lat = p.get("confirm_latency_us") if confirms else p.get("e2e_latency_us")
+            m[f"{name}_p50"] = lat["p50"] / 1000 if lat else None
+            m[f"{name}_p99"] = lat["p99"] / 1000 if lat else None
+            moved = max(p["published"], p["consumed"])
+            m[f"{name}_cpu_us"] = rec["broker_cpu_s"] / moved * 1e6 if moved else None
     if "fill" in ph and ph["fill"].get("perf"):
         m["fill_rate"] = ph["fill"]["perf"]["confirm_rate"]
     if "drain" in ph and ph["drain"].get("perf"):
@@ -659,6 +775,10 @@ def table(a: argparse.Namespace) -> int:
         print("  ".join("-" * n for n in w))
         for row in rows:
             print(line(row))
+    real = [n for n in sorted(titles) if is_real(n)]
+    if real:
+        print()
+        real_table(real, results, a.markdown)
     runs = {k: len(v) for k, v in results.items()}
     print()
     for name in sorted(titles):
@@ -677,7 +797,7 @@ def table(a: argparse.Namespace) -> int:
                 cells.append(f"run {run}: {v} ({other:.2f}; {'-' if idle is None else f'{idle:.2f}'})")
             print(f"  {name} {labels} {b}: {'; '.join(cells) or '-'}")
     if any(is_cluster(n) for n in titles):
-        print("Cluster scenarios (S3, S3p, S4, S5): 3 nodes per broker; broker CPU and RSS are summed over"
+        print("Cluster scenarios (S3, S3p, S4, S5, R3): 3 nodes per broker; broker CPU and RSS are summed over"
               " all three nodes' process trees.")
     if loads:
         print(f"1-minute load average around the runs: {min(loads):.2f} to {max(loads):.2f}"
@@ -688,6 +808,38 @@ def table(a: argparse.Namespace) -> int:
     print("Medians over the runs; ratio = StableMQ / RabbitMQ. Broker CPU per million msgs counts the"
           " larger of published and consumed; RSS is sampled every 0.2 s over the broker's process tree.")
     return 1 if failed else 0
+
+
+def real_table(names: list[str], results: dict, markdown: bool) -> None:
+    """The real-client rows side by side, one line per phase: rate, ratio,
+    broker CPU per message and latency (medians over the runs)."""
+    def med(name, broker, key):
+        vals = [m[key] for m in results.get((name, broker), []) if m.get(key) is not None]
+        return statistics.median(vals) if vals else None
+    head = ("scenario", "load", "StableMQ msg/s", "RabbitMQ msg/s", "ratio",
+            "broker CPU per msg, us (S vs R)", "latency p50 / p99, ms (S vs R)")
+    rows = []
+    for name in names:
+        for ph, _, _ in phases_of(SCENARIOS[name]):
+            s, r = med(name, "stablemq", f"{ph}_rate"), med(name, "rabbitmq", f"{ph}_rate")
+            if s is None and r is None:
+                continue
+            cpu = f"{fmt(med(name, 'stablemq', f'{ph}_cpu_us'), 'us')} vs {fmt(med(name, 'rabbitmq', f'{ph}_cpu_us'), 'us')}"
+            lat = " vs ".join(f"{fmt(med(name, b, f'{ph}_p50'), 'ms')} / {fmt(med(name, b, f'{ph}_p99'), 'ms')}"
+                              for b in BROKERS)
+            ratio = f"{s / r:.2f}" if s is not None and r else "-"
+            rows.append((name, ph, fmt(s, "msg/s"), fmt(r, "msg/s"), ratio, cpu, lat))
+    print("Real clients (one socket write per publish), medians over the runs:")
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|---|---|---:|---:|---:|---|---|")
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+    else:
+        w = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
+        for row in [head, tuple("-" * n for n in w), *rows]:
+            print("  ".join(str(c).ljust(w[i]) if i in (0, 1, 5, 6) else str(c).rjust(w[i])
+                            for i, c in enumerate(row)))
 
 
 def main(argv: list[str]) -> int:
@@ -708,6 +860,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--backlog", type=int, default=1_000_000)
     p.add_argument("--broker", action="append", required=True, help="NAME=URI,PID[+PID...]")
     p.add_argument("--master", action="append", help="NAME=ID,MGMT_URL[+MGMT_URL...] (StableMQ cluster)")
+    p.add_argument("--go", help="the Go load program (clients/go, built)")
+    p.add_argument("--java-cp", help="class path of the Java load program (clients/java, built)")
+    p.add_argument("--clients", help="comma-separated: run only the phases of these clients (go, java, perf)")
     p = sub.add_parser("smq-master")
     p.add_argument("url")
     p.add_argument("timeout", type=float)

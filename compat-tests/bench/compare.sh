@@ -3,7 +3,7 @@
 #
 #   compat-tests/bench/compare.sh [--quick] [--scenarios S1,S2,...] [--duration N]
 #                                 [--runs N] [--backlog N] [--keep DIR] [--markdown]
-#                                 [--no-proxy]
+#                                 [--no-proxy] [--real-clients] [--clients go,java,perf]
 #
 # For each scenario, a fresh StableMQ (a copy of target/release/stablemq, fresh data
 # dir) and a fresh private RabbitMQ node (Debian's rabbitmq-server, installed with
@@ -40,6 +40,24 @@
 #   S5  S3's setup at fixed rates of 1k, 10k and 50k msg/s (one run of --duration
 #       per rate): confirm and end-to-end latency p50/p99
 #
+# Real-client scenarios (issue 23; --real-clients runs R1 to R4): instead of
+# `stablemq perf`, which packs about 64 KiB of publishes into each write, the
+# load programs of compat-tests/bench/clients/, on RabbitMQ's own client
+# libraries, which write each publish on its own: clients/go/perftest.go
+# (amqp091-go) and clients/java/PerfTest.java (the RabbitMQ Java client), both
+# from Debian's packages (golang-go, golang-github-rabbitmq-amqp091-go-dev,
+# librabbitmq-client-java, default-jdk-headless, libslf4j-java, installed with
+# apt-get if missing) and built into the temp dir. Each phase of a scenario is one
+# run of --duration with one client; each row reports the rate, its latency p50
+# and p99 and the broker's CPU per message.
+#   R1  S1 (16 B transient, auto-ack, no confirms), Go and Java
+#   R2  S2 (1 KB persistent, prefetch 1000, multi-ack 100) at confirm windows 1,
+#       10, 100 and 1000, Go and Java; and `stablemq perf --frames-per-write 1`
+#       with S2's flags (perf-fpw1)
+#   R3  R2's client phases on the 3-node clusters of S3 (a RabbitMQ quorum queue)
+#   R4  100 producers (100 connections) at 100 msg/s each, 1 KB persistent,
+#       confirm window 10, and 1 consumer, Go and Java
+#
 # Options:
 #   --quick          one short run per scenario (3 s; S7 9 s): a smoke run
 #   --scenarios L    comma-separated list (default S1,S2,S3,S4,S5,S7)
@@ -49,6 +67,10 @@
 #   --keep DIR       keep the per-run JSON results (and broker logs) in DIR
 #   --markdown       print the table as Markdown
 #   --no-proxy       skip the extra S3 run through a non-master node (S3p)
+#   --real-clients   run the real-client scenarios R1,R2,R3,R4 (unless --scenarios
+#                    names what to run; it may name S* and R* alike)
+#   --clients L      in the R scenarios, only the phases of these clients
+#                    (comma-separated: go, java, perf; default all)
 #
 # Exits non-zero if either broker failed to start or a run failed or moved no
 # message (this is what the smoke run in the test command checks). Slow numbers
@@ -73,7 +95,7 @@ log() { printf '==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 
-QUICK=0 SCENARIOS="S1,S2,S3,S4,S5,S7" DURATION="" RUNS="" BACKLOG=1000000 KEEP="" MARKDOWN="" PROXY=1
+QUICK=0 SCENARIOS="" DURATION="" RUNS="" BACKLOG=1000000 KEEP="" MARKDOWN="" PROXY=1 REAL=0 CLIENTS="go,java,perf"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 ;;
@@ -89,6 +111,9 @@ while [[ $# -gt 0 ]]; do
         --keep=*) KEEP=${1#*=} ;;
         --markdown) MARKDOWN=--markdown ;;
         --no-proxy) PROXY=0 ;;
+        --real-clients) REAL=1 ;;
+        --clients) CLIENTS=${2:?--clients needs a list}; shift ;;
+        --clients=*) CLIENTS=${1#*=} ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -103,13 +128,26 @@ fi
 [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--duration must be a number of seconds"
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive integer"
 [[ $BACKLOG =~ ^[1-9][0-9]*$ ]] || die "--backlog must be a positive integer"
+if [[ -z $SCENARIOS ]]; then
+    if [[ $REAL -eq 1 ]]; then SCENARIOS="R1,R2,R3,R4"; else SCENARIOS="S1,S2,S3,S4,S5,S7"; fi
+fi
 IFS=',' read -r -a SCEN <<<"$SCENARIOS"
+NEED_CLIENTS=0
 for s in "${SCEN[@]}"; do
     case "$s" in
         S1|S2|S3|S4|S5|S6|S7) ;;
-        *) die "unknown scenario '$s' (S1 to S7)" ;;
+        R1|R2|R3|R4) NEED_CLIENTS=1 ;;
+        *) die "unknown scenario '$s' (S1 to S7, R1 to R4)" ;;
     esac
 done
+IFS=',' read -r -a CLIENT_LIST <<<"$CLIENTS"
+for c in "${CLIENT_LIST[@]}"; do
+    case "$c" in
+        go|java|perf) ;;
+        *) die "unknown client '$c' (go, java, perf)" ;;
+    esac
+done
+has_client() { [[ ",$CLIENTS," == *",$1,"* ]]; }
 
 # --- cleanup: every process started here is stopped by its pid ---------------------
 WORK=$(mktemp -d -t stablemq-bench.XXXXXX)
@@ -363,8 +401,38 @@ start_rabbitmq_cluster() { # scenario
     RMQ_OTHER_URI="amqp://guest:guest@127.0.0.1:${ports[1]}/%2f"
 }
 
+# --- real clients ---------------------------------------------------------------------------
+# The load programs of clients/, built into $WORK from Debian's packages: Go in GOPATH
+# mode against /usr/share/gocode (as scripts/amqp091-go-check.sh does), Java with javac
+# against /usr/share/java. Globals set: GO_LOAD, JAVA_CP.
+GO_LOAD="" JAVA_CP=""
+build_clients() {
+    local dir="$WORK/clients" gopath=/usr/share/gocode jars=/usr/share/java
+    mkdir -p "$dir/java"
+    if has_client go; then
+        if ! command -v go >/dev/null 2>&1 || [[ ! -d $gopath/src/github.com/rabbitmq/amqp091-go ]]; then
+            log "installing Debian's golang-go and golang-github-rabbitmq-amqp091-go-dev"
+            apt_install golang-go golang-github-rabbitmq-amqp091-go-dev || return 1
+        fi
+        mkdir -p "$ROOT/compat-tests/.cache/go-build"
+        (cd "$HERE/clients/go" && GO111MODULE=off GOPATH=$gopath GOFLAGS= \
+            GOCACHE="$ROOT/compat-tests/.cache/go-build" go build -o "$dir/perftest-go" perftest.go) || return 1
+        GO_LOAD="$dir/perftest-go"
+        log "Go load program: amqp091-go $(dpkg-query -W -f '${Version}' golang-github-rabbitmq-amqp091-go-dev 2>/dev/null || echo '?'), $(go version | cut -d' ' -f3)"
+    fi
+    if has_client java; then
+        if ! command -v javac >/dev/null 2>&1 || [[ ! -f $jars/amqp-client.jar || ! -f $jars/slf4j-nop.jar ]]; then
+            log "installing Debian's librabbitmq-client-java, libslf4j-java and default-jdk-headless"
+            apt_install librabbitmq-client-java libslf4j-java default-jdk-headless || return 1
+        fi
+        javac -nowarn -cp "$jars/amqp-client.jar" -d "$dir/java" "$HERE/clients/java/PerfTest.java" || return 1
+        JAVA_CP="$dir/java:$jars/amqp-client.jar:$jars/slf4j-api.jar:$jars/slf4j-nop.jar"
+        log "Java load program: RabbitMQ Java client $(dpkg-query -W -f '${Version}' librabbitmq-client-java 2>/dev/null || echo '?'), $(java -version 2>&1 | head -n 1)"
+    fi
+}
+
 # --- run -----------------------------------------------------------------------------------
-is_cluster() { [[ $1 == S3 || $1 == S4 || $1 == S5 ]]; }
+is_cluster() { [[ $1 == S3 || $1 == S4 || $1 == S5 || $1 == R3 ]]; }
 plus_list() { local IFS=+; echo "$*"; }
 
 ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
@@ -375,6 +443,9 @@ SMQ_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
 log "StableMQ $SRC_BIN (built $BIN_DATE; git HEAD $SMQ_REV); RabbitMQ $RMQ_VERSION (Erlang $ERL_VERSION)"
 log "scenarios ${SCEN[*]}; $RUNS run(s) of ${DURATION} s each per broker$([[ " ${SCEN[*]} " == *" S6 "* ]] && echo "; S6 backlog $BACKLOG")"
 "$PY" "$BENCH" machine | sed 's/^/    /'
+if [[ $NEED_CLIENTS -eq 1 ]]; then
+    build_clients || die "could not install or build the real-client load programs"
+fi
 
 status=0
 for s in "${SCEN[@]}"; do
@@ -396,7 +467,10 @@ for s in "${SCEN[@]}"; do
         stop_brokers
         continue
     fi
-    common=(--perf "$BIN" --out "$OUT" --runs "$RUNS" --duration "$DURATION" --backlog "$BACKLOG")
+    common=(--perf "$BIN" --out "$OUT" --runs "$RUNS" --duration "$DURATION" --backlog "$BACKLOG"
+            --clients "$CLIENTS")
+    [[ -z $GO_LOAD ]] || common+=(--go "$GO_LOAD")
+    [[ -z $JAVA_CP ]] || common+=(--java-cp "$JAVA_CP")
     smq_pids=$(plus_list "${SMQ_PIDS[@]}") rmq_pids=$(plus_list "${RMQ_PIDS[@]}")
     master=()
     if is_cluster "$s"; then

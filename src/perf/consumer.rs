@@ -1,8 +1,11 @@
 //! One consumer: one connection, one task. Deliveries are read straight from
 //! the read buffer ([`scan_frames`]); the send time in each body's first 8 octets
 //! gives the end-to-end latency. Manual-ack consumers ack with `multiple` every
-//! N messages.
+//! N messages. By default the acks decided in one read go out in one write; with
+//! `--frames-per-write N`, a write carries at most N of them ([`AckWrites`]), as
+//! a client library's `basic_ack` writes each one.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -25,6 +28,51 @@ pub struct ConsumerConfig {
     pub auto_ack: bool,
     /// Ack (multiple=true) after this many messages.
     pub multi_ack_every: u64,
+    /// Most acks per socket write; `None` = all those one read produced.
+    pub frames_per_write: Option<u32>,
+}
+
+/// Where each frame set (an ack, a heartbeat) ends in the write buffer, so that
+/// a write can stop after at most N of them.
+#[derive(Debug)]
+pub struct AckWrites {
+    per_write: usize,
+    /// Buffer offsets just past each queued frame set, oldest first.
+    ends: VecDeque<usize>,
+}
+
+impl AckWrites {
+    /// At most `per_write` frame sets (at least one) per write.
+    pub fn new(per_write: u32) -> AckWrites {
+        AckWrites {
+            per_write: per_write.max(1) as usize,
+            ends: VecDeque::new(),
+        }
+    }
+
+    /// The buffer grew to `len` with one more frame set.
+    pub fn pushed(&mut self, len: usize) {
+        if self.ends.back().is_none_or(|&e| e < len) {
+            self.ends.push_back(len);
+        }
+    }
+
+    /// Where the next write, starting at `pos`, must stop (≤ `len`).
+    pub fn write_end(&mut self, pos: usize, len: usize) -> usize {
+        while self.ends.front().is_some_and(|&e| e <= pos) {
+            self.ends.pop_front();
+        }
+        self.ends
+            .get(self.per_write - 1)
+            .copied()
+            .unwrap_or(len)
+            .min(len)
+    }
+
+    /// The buffer was emptied.
+    pub fn clear(&mut self) {
+        self.ends.clear();
+    }
 }
 
 /// basic.ack(multiple=true) on channel 1, with the delivery tag patched in.
@@ -165,6 +213,8 @@ struct Consumer {
     rx: Receiver,
     wbuf: Vec<u8>,
     wpos: usize,
+    /// With `--frames-per-write`: the frame-set boundaries in `wbuf`.
+    writes: Option<AckWrites>,
     flushed: Flushed,
 }
 
@@ -173,10 +223,32 @@ impl Consumer {
         let mut rbuf = std::mem::take(&mut self.conn.rbuf);
         // One clock reading per read: everything in it arrived together.
         let now = self.ctx.clock.now_ns();
-        let (rx, out) = (&mut self.rx, &mut self.wbuf);
-        let res = scan_frames(&mut rbuf, self.conn.frame_max, |f| rx.on_frame(f, now, out));
+        let (rx, out, writes) = (&mut self.rx, &mut self.wbuf, &mut self.writes);
+        let res = scan_frames(&mut rbuf, self.conn.frame_max, |f| {
+            let before = out.len();
+            let r = rx.on_frame(f, now, out);
+            if let Some(w) = writes.as_mut()
+                && out.len() > before
+            {
+                w.pushed(out.len());
+            }
+            r
+        });
         self.conn.rbuf = rbuf;
         res
+    }
+
+    /// Write what is left in the buffer, keeping to `--frames-per-write`.
+    async fn write_rest(&mut self) -> Result<(), String> {
+        while self.wpos < self.wbuf.len() {
+            let end = match &mut self.writes {
+                Some(w) => w.write_end(self.wpos, self.wbuf.len()),
+                None => self.wbuf.len(),
+            };
+            self.conn.write_all(&self.wbuf[self.wpos..end]).await?;
+            self.wpos = end;
+        }
+        Ok(())
     }
 
     fn poll_io(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
@@ -198,13 +270,20 @@ impl Consumer {
                 Poll::Pending => {}
             }
             if self.wpos < self.wbuf.len() {
-                match self.conn.poll_write_some(cx, &self.wbuf[self.wpos..]) {
+                let end = match &mut self.writes {
+                    Some(w) => w.write_end(self.wpos, self.wbuf.len()),
+                    None => self.wbuf.len(),
+                };
+                match self.conn.poll_write_some(cx, &self.wbuf[self.wpos..end]) {
                     Poll::Ready(Ok(n)) => {
                         self.wpos += n;
                         progress = true;
                         if self.wpos == self.wbuf.len() {
                             self.wbuf.clear();
                             self.wpos = 0;
+                            if let Some(w) = &mut self.writes {
+                                w.clear();
+                            }
                         }
                     }
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(format!("write: {e}"))),
@@ -270,6 +349,7 @@ pub async fn run(
         rx: Receiver::new(&cfg),
         wbuf: Vec::with_capacity(4096),
         wpos: 0,
+        writes: cfg.frames_per_write.map(AckWrites::new),
         flushed: Flushed::default(),
     };
     c.rx.last_consume_ns = go_ns;
@@ -283,9 +363,14 @@ pub async fn run(
         _ => clock.now_ns(),
     };
     // Leave nothing unacked behind: ack the tail, then close.
+    let before = c.wbuf.len();
     c.rx.ack_all(&mut c.wbuf);
-    let tail = c.wbuf.split_off(c.wpos);
-    let _ = tokio::time::timeout(Duration::from_secs(2), c.conn.write_all(&tail)).await;
+    if let Some(w) = c.writes.as_mut()
+        && c.wbuf.len() > before
+    {
+        w.pushed(c.wbuf.len());
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), c.write_rest()).await;
     let report = TaskReport {
         consume_end_ns: Some(consume_end),
         e2e_hist: Some(c.rx.hist),
@@ -306,6 +391,7 @@ mod tests {
             prefetch: 0,
             auto_ack,
             multi_ack_every: every,
+            frames_per_write: None,
         }
     }
 
@@ -382,5 +468,26 @@ mod tests {
         let mut empty = deliveries(2, b"", 131_072);
         scan_frames(&mut empty, 131_072, |f| rx.on_frame(f, 10, &mut out)).unwrap();
         assert_eq!(rx.consumed, 7);
+    }
+
+    #[test]
+    fn ack_writes_stop_after_n_frame_sets() {
+        let mut w = AckWrites::new(1);
+        for end in [21, 42, 63] {
+            w.pushed(end);
+        }
+        w.pushed(63); // nothing new: ignored
+        assert_eq!(w.write_end(0, 63), 21);
+        assert_eq!(w.write_end(10, 63), 21, "a partial write finishes its ack");
+        assert_eq!(w.write_end(21, 63), 42);
+        assert_eq!(w.write_end(42, 63), 63);
+        w.clear();
+        assert_eq!(w.write_end(0, 8), 8, "unmarked bytes go in one write");
+        let mut w = AckWrites::new(2);
+        for end in [21, 42, 63] {
+            w.pushed(end);
+        }
+        assert_eq!(w.write_end(0, 63), 42);
+        assert_eq!(w.write_end(42, 63), 63);
     }
 }

@@ -7,7 +7,9 @@
 //! (HdrHistogram) and its own CPU time. The client is a raw one ([`client`]) so
 //! that it is not the bottleneck: publish frames are encoded once and written
 //! many per syscall ([`producer`]), deliveries are read without allocating
-//! ([`consumer`]).
+//! ([`consumer`]). `--frames-per-write 1` gives up the batching of writes: each
+//! publish and each ack is one socket write, as a client library's are, so the
+//! broker sees the small reads real applications send it.
 //!
 //! With `--queues N` (N > 1) the run uses N queues, `<queue>-1` to
 //! `<queue>-N`, spread over the producers and consumers by [`task_queues`]:
@@ -129,6 +131,13 @@ pub struct PerfArgs {
     /// Give up after this many seconds in all (default: -z + 30, or 300).
     #[arg(long)]
     pub timeout: Option<f64>,
+    /// Most publishes per socket write, and most acks per consumer write. Unset
+    /// (the default), publishes are packed into writes of about 64 KiB and a
+    /// consumer writes all the acks of one read at once; 1 writes every publish
+    /// (method, header and body frames) and every ack on its own, as client
+    /// libraries do.
+    #[arg(long = "frames-per-write", value_name = "N")]
+    pub frames_per_write: Option<u32>,
 }
 
 /// A queue argument's value.
@@ -266,6 +275,9 @@ impl Plan {
         if args.count == Some(0) {
             return Err("the count (-C) must be at least 1".into());
         }
+        if args.frames_per_write == Some(0) {
+            return Err("--frames-per-write must be at least 1".into());
+        }
         let uris = if args.uri.is_empty() {
             vec![AmqpUri::parse(DEFAULT_URI)?]
         } else {
@@ -299,11 +311,13 @@ impl Plan {
                 confirm_window: args.confirm,
                 count: args.count,
                 rate: args.rate,
+                frames_per_write: args.frames_per_write,
             }),
             consumer: Arc::new(ConsumerConfig {
                 prefetch: args.prefetch,
                 auto_ack: args.auto_ack,
                 multi_ack_every: args.multi_ack_every,
+                frames_per_write: args.frames_per_write,
             }),
             args: args.clone(),
         })
@@ -520,6 +534,8 @@ mod tests {
             "--uri",
             "amqp://h2",
             "--json",
+            "--frames-per-write",
+            "1",
         ])
         .unwrap();
         assert_eq!((a.producers, a.consumers, a.size), (2, 3, 1024));
@@ -539,7 +555,10 @@ mod tests {
         );
         assert!(a.persistent && a.auto_ack && a.json);
         assert_eq!(a.uri.len(), 2);
+        assert_eq!(a.frames_per_write, Some(1));
         let p = Plan::new(&a).unwrap();
+        assert_eq!(p.producer.frames_per_write, Some(1));
+        assert_eq!(p.consumer.frames_per_write, Some(1));
         assert_eq!(p.uris[1].host, "h2");
         assert_eq!(p.duration_ns, Some(5_000_000_000));
         assert_eq!(p.consume_target, Some(18_000));
@@ -551,6 +570,7 @@ mod tests {
         let a = parse(&[]).unwrap();
         assert_eq!((a.producers, a.consumers, a.size, a.confirm), (1, 1, 16, 0));
         assert_eq!((a.prefetch, a.multi_ack_every), (0, 1));
+        assert_eq!(a.frames_per_write, None, "batching is the default");
         let p = Plan::new(&a).unwrap();
         assert_eq!(p.uris, [AmqpUri::parse(DEFAULT_URI).unwrap()]);
         assert_eq!(p.duration_ns, Some(10_000_000_000)); // 10 s by default
@@ -576,6 +596,7 @@ mod tests {
         assert!(bad(&["-r", "0"]).contains("rate"));
         assert!(bad(&["-z=-1"]).contains("-z"));
         assert!(bad(&["-C", "0"]).contains("count"));
+        assert!(bad(&["--frames-per-write", "0"]).contains("--frames-per-write"));
         assert!(bad(&["-u", ""]).contains("queue name"));
         assert!(bad(&["--uri", "http://x"]).contains("amqp://"));
         // auto-ack makes the ack batch irrelevant

@@ -3,6 +3,12 @@
 //! message's send time patched into the first 8 octets of its body. Confirms are
 //! tracked in a ring of send times indexed by sequence number, at most the
 //! confirm window (`-c`) outstanding.
+//!
+//! A write carries about 64 KiB of publishes, or with `--frames-per-write N` at
+//! most N: the buffer is refilled only once the socket took all of it, so a
+//! publish never shares a write with more than N-1 others (with N = 1, each
+//! publish is its own write, as a client library's `basic_publish` is). The
+//! socket is read between writes, so confirms are taken as they come.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,8 +25,8 @@ use super::client::{AmqpUri, Conn, Fast, frame_error, put_heartbeat, scan_frames
 use super::stats::{Flushed, latency_histogram, record_latency};
 use super::{Ended, TaskCtx, TaskReport, drive, wait_go};
 
-/// Aim for about this many octets per socket write.
-const WRITE_BATCH_BYTES: usize = 64 * 1024;
+/// Aim for about this many octets per socket write (the default batching).
+pub const WRITE_BATCH_BYTES: usize = 64 * 1024;
 /// Marks a ring slot whose publish is confirmed (or nacked).
 const DONE: u64 = u64::MAX;
 
@@ -37,6 +43,17 @@ pub struct ProducerConfig {
     pub count: Option<u64>,
     /// Messages per second for this producer; `None` = as fast as possible.
     pub rate: Option<f64>,
+    /// Most publishes per socket write; `None` = about [`WRITE_BATCH_BYTES`].
+    pub frames_per_write: Option<u32>,
+}
+
+/// Publishes per write: `--frames-per-write`, or as many of `wire_len` octets
+/// as fit in [`WRITE_BATCH_BYTES`] (at least one).
+pub fn batch_max(frames_per_write: Option<u32>, wire_len: usize) -> u64 {
+    match frames_per_write {
+        Some(n) => u64::from(n.max(1)),
+        None => (WRITE_BATCH_BYTES / wire_len.max(1)).max(1) as u64,
+    }
 }
 
 /// basic.publish + header + body of one message, encoded once.
@@ -358,7 +375,7 @@ pub async fn run(
         return Ok(TaskReport::default());
     };
     let wire_len = tpls.iter().map(Template::wire_len).max().unwrap_or(1);
-    let batch_max = (WRITE_BATCH_BYTES / wire_len).max(1) as u64;
+    let batch_max = batch_max(cfg.frames_per_write, wire_len);
     let clock = ctx.clock;
     let mut phase = ctx.phase.clone();
     let deadline = ctx.deadline(go_ns);
@@ -510,5 +527,13 @@ mod tests {
         }
         c.on_ack(12, true, false, 12, 21_000_000);
         assert_eq!((c.done_upto, c.confirmed), (12, 11));
+    }
+
+    #[test]
+    fn batch_size_is_64_kib_of_publishes_or_the_frames_per_write() {
+        assert_eq!(batch_max(None, 1024), 64);
+        assert_eq!(batch_max(None, 100_000), 1, "a large message still goes");
+        assert_eq!(batch_max(Some(1), 60), 1);
+        assert_eq!(batch_max(Some(10), 60), 10);
     }
 }

@@ -43,6 +43,8 @@ pub struct Settings {
     pub duration_s: Option<f64>,
     /// Messages per producer, if counted.
     pub count_per_producer: Option<u64>,
+    /// Most publishes (and acks) per socket write; `None` = batched writes.
+    pub frames_per_write: Option<u32>,
 }
 
 /// Everything a run measured.
@@ -101,6 +103,7 @@ impl Report {
                 rate_per_producer: a.rate,
                 duration_s: plan.duration_ns.map(|d| d as f64 / 1e9),
                 count_per_producer: a.count,
+                frames_per_write: a.frames_per_write,
             },
             elapsed_s: 0.0,
             timed_out: false,
@@ -185,9 +188,14 @@ impl Report {
             .rate_per_producer
             .map(|r| format!(", {r} msg/s per producer"))
             .unwrap_or_default();
+        let writes = match s.frames_per_write {
+            None => String::new(),
+            Some(1) => ", one publish per write".to_string(),
+            Some(n) => format!(", at most {n} publishes per write"),
+        };
         let _ = writeln!(
             o,
-            "  {} B {}, {confirms}, prefetch {}, {acks}{rate_mode}",
+            "  {} B {}, {confirms}, prefetch {}, {acks}{rate_mode}{writes}",
             s.body_size,
             if s.persistent {
                 "persistent"
