@@ -10,20 +10,30 @@ use crate::error::{AmqpError, ReplyCode};
 use crate::users::{AccessTable, User};
 use std::net::IpAddr;
 
-/// Mechanisms offered in connection.start, in RabbitMQ's order.
-pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
-
 /// SASL EXTERNAL: the user is the name in the client's verified TLS
 /// certificate (RabbitMQ's rabbitmq_auth_mechanism_ssl).
 pub const EXTERNAL: &str = "EXTERNAL";
 
-/// The mechanisms connection.start offers: EXTERNAL too, but only on a TLS
-/// connection whose client certificate was verified and names a user.
-pub fn mechanisms(cert_login: Option<&str>) -> &'static str {
-    match cert_login {
-        Some(_) => "PLAIN AMQPLAIN EXTERNAL",
-        None => MECHANISMS,
-    }
+/// The mechanisms this broker implements (`auth_mechanisms` may list these).
+pub const KNOWN_MECHANISMS: [&str; 3] = ["PLAIN", "AMQPLAIN", EXTERNAL];
+
+/// The mechanisms connection.start offers, space-separated: the configured
+/// `auth_mechanisms` in their order, EXTERNAL only on a TLS connection whose
+/// client certificate was verified and names someone.
+pub fn mechanisms(configured: &[String], cert_login: Option<&str>) -> String {
+    configured
+        .iter()
+        .filter(|m| m.as_str() != EXTERNAL || cert_login.is_some())
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether `mechanism` is one connection.start offered.
+pub fn offered(configured: &[String], cert_login: Option<&str>, mechanism: &str) -> bool {
+    mechanisms(configured, cert_login)
+        .split(' ')
+        .any(|m| m == mechanism)
 }
 
 /// Log in with SASL EXTERNAL as `cert_login`, the verified certificate's
@@ -232,7 +242,14 @@ mod tests {
         assert!(authenticate_external(&c, &t, Some("nobody"), lo).is_err());
         assert!(authenticate_external(&c, &t, None, lo).is_err());
         assert!(authenticate_external(&c, &t, Some("guest"), remote).is_err());
-        assert_eq!(mechanisms(None), "PLAIN AMQPLAIN");
-        assert!(mechanisms(Some("nopw")).ends_with("EXTERNAL"));
+        // EXTERNAL is offered only when configured and a certificate names someone.
+        let default = Config::default().auth_mechanisms;
+        assert_eq!(mechanisms(&default, Some("nopw")), "PLAIN AMQPLAIN");
+        let with: Vec<String> = ["EXTERNAL", "PLAIN"].map(String::from).to_vec();
+        assert_eq!(mechanisms(&with, Some("nopw")), "EXTERNAL PLAIN");
+        assert_eq!(mechanisms(&with, None), "PLAIN");
+        assert!(offered(&with, Some("nopw"), "EXTERNAL"));
+        assert!(!offered(&with, None, "EXTERNAL"));
+        assert!(!offered(&with, None, "AMQPLAIN"));
     }
 }

@@ -37,6 +37,13 @@ pub struct Config {
     /// Users that may connect only from loopback (RabbitMQ's `loopback_users`).
     #[serde(default = "default_loopback_users")]
     pub loopback_users: Vec<String>,
+    /// SASL mechanisms connection.start offers, in this order (RabbitMQ's
+    /// `auth_mechanisms`): `PLAIN`, `AMQPLAIN`, `EXTERNAL`. EXTERNAL is
+    /// off by default, as in RabbitMQ, where it needs a plugin and this
+    /// list; listed, it is offered on TLS connections with a verified client
+    /// certificate only.
+    #[serde(default = "default_auth_mechanisms")]
+    pub auth_mechanisms: Vec<String>,
     /// Highest channel number a client may open.
     #[serde(default = "default_channel_max")]
     pub channel_max: u16,
@@ -103,6 +110,9 @@ fn default_users() -> Vec<UserConfig> {
 fn default_loopback_users() -> Vec<String> {
     vec!["guest".into()]
 }
+fn default_auth_mechanisms() -> Vec<String> {
+    vec!["PLAIN".into(), "AMQPLAIN".into()]
+}
 fn default_channel_max() -> u16 {
     2047
 }
@@ -144,6 +154,7 @@ impl Default for Config {
             vhosts: default_vhosts(),
             users: default_users(),
             loopback_users: default_loopback_users(),
+            auth_mechanisms: default_auth_mechanisms(),
             channel_max: default_channel_max(),
             frame_max: default_frame_max(),
             heartbeat_secs: default_heartbeat(),
@@ -207,6 +218,15 @@ impl Config {
         }
         if let Some(tls) = &c.tls {
             tls.validate().map_err(ConfigError::Invalid)?;
+        }
+        if let Some(m) = c
+            .auth_mechanisms
+            .iter()
+            .find(|m| !crate::auth::KNOWN_MECHANISMS.contains(&m.as_str()))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth_mechanisms: unknown mechanism {m:?} (known: PLAIN, AMQPLAIN, EXTERNAL)"
+            )));
         }
         Ok(c)
     }

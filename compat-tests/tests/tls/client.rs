@@ -100,9 +100,14 @@ pub async fn first_read(mut s: TlsStream<tokio::net::TcpStream>) -> std::io::Res
 
 impl TlsBroker {
     pub fn start(pki: &Pki, extra: &str) -> TlsBroker {
+        TlsBroker::start_top(pki, "", extra)
+    }
+
+    /// With `top` (top-level config keys) before the `[tls]` section.
+    pub fn start_top(pki: &Pki, top: &str, extra: &str) -> TlsBroker {
         let amqps_port = free_port();
         let broker = Broker::start_with(BrokerOptions {
-            config_toml: Some(tls_section(&pki.server, amqps_port, extra)),
+            config_toml: Some(format!("{top}\n{}", tls_section(&pki.server, amqps_port, extra))),
             ..Default::default()
         });
         TlsBroker {

@@ -113,7 +113,18 @@ async fn the_api_lists_the_amqps_listener_and_a_tls_connection() {
 #[tokio::test]
 async fn external_logs_in_as_the_certificate_cn() {
     let pki = Pki::new();
-    let b = TlsBroker::start(&pki, &pki.verify_peer_lines(false));
+    // As in RabbitMQ, EXTERNAL is offered only when auth_mechanisms lists it.
+    let off = TlsBroker::start(&pki, &pki.verify_peer_lines(false));
+    let mut raw = off.raw(Some(&pki.alice)).await;
+    let start = raw.read_start().await;
+    assert_eq!(start.mechanisms.to_string(), "PLAIN AMQPLAIN", "EXTERNAL not configured");
+    match raw.start_ok_with("EXTERNAL", b"").await {
+        AMQPClass::Connection(ConnMethod::Close(c)) => assert_eq!(c.reply_code, ACCESS_REFUSED),
+        other => panic!("an unoffered EXTERNAL was accepted: {other:?}"),
+    }
+    drop(off);
+    let top = "auth_mechanisms = [\"PLAIN\", \"AMQPLAIN\", \"EXTERNAL\"]";
+    let b = TlsBroker::start_top(&pki, top, &pki.verify_peer_lines(false));
     b.add_user("alice");
     // A raw client first: EXTERNAL is offered with a verified certificate
     // only, and logs in as the certificate's CN with no password.

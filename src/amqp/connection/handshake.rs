@@ -50,7 +50,10 @@ impl Connection {
             version_major: 0,
             version_minor: 9,
             server_properties: props,
-            mechanisms: LongString::from(auth::mechanisms(self.cert_login())),
+            mechanisms: LongString::from(auth::mechanisms(
+                &self.config.auth_mechanisms,
+                self.cert_login(),
+            )),
             locales: LongString::from("en_US"),
         }
     }
@@ -73,7 +76,14 @@ impl Connection {
                 let mech = s.mechanism.as_str();
                 self.auth_mechanism = mech.to_string();
                 let users = self.users_now();
-                let result = if mech == auth::EXTERNAL {
+                let offered = auth::offered(&self.config.auth_mechanisms, self.cert_login(), mech);
+                let result = if !offered {
+                    Err(AmqpError::new(
+                        ReplyCode::AccessRefused,
+                        format!("unsupported authentication mechanism '{mech}'"),
+                    )
+                    .at_connection())
+                } else if mech == auth::EXTERNAL {
                     auth::authenticate_external(&self.config, &users, self.cert_login(), self.peer)
                         .map(|u| u.name.clone())
                 } else {
