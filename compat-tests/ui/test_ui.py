@@ -630,6 +630,12 @@ def test_cluster_page_names_the_master_after_kill9(ctx):
         new = b.text("#cluster-master")
         assert new == cluster.master(other)["name"], (new, cluster.master(other)["name"])
         b.shot("16-cluster-after-kill9")
+        # One store of three left: the page says a quorum is missing.
+        third = ({1, 2, 3} - {master_id, other}).pop()
+        cluster.kill9(third)
+        b.until("the missing-quorum banner", lambda: "quorum of stores is missing" in b.text("#cluster-banner"),
+                timeout=30)
+        b.shot("17-cluster-no-quorum")
         errors = b.js_errors(allow_network=True)
         assert not errors, errors
     finally:

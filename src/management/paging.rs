@@ -231,7 +231,9 @@ mod tests {
             json!({"name": "a", "messages": 10}),
             json!({"name": "c", "messages": 2, "message_stats": {"publish": 9}}),
         ];
-        let p = parse("sort=messages&sort_reverse=true").expect("ok").expect("some");
+        let p = parse("sort=messages&sort_reverse=true")
+            .expect("ok")
+            .expect("some");
         assert!(p.page.is_none());
         assert_eq!(names(&sorted(list.clone(), &p)), ["a", "b", "c"]);
         let p = parse("sort=message_stats.publish&page=1&page_size=2")

@@ -7,6 +7,10 @@
 //! talks to the management API (`/api/...`) with the user's basic-auth
 //! credentials, the same endpoints rabbitmqadmin uses; it needs no rights the
 //! user lacks. docs/management-ui.md describes each page.
+//!
+//! For work on the front end, `STABLEMQ_UI_DIR=src/management/ui/static`
+//! serves the same file names from that directory instead of the embedded
+//! copies, so a reload of the page shows an edit without a rebuild.
 
 use super::AppState;
 use axum::Router;
@@ -63,10 +67,20 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/{file}", get(asset))
 }
 
+/// The file `name` from `STABLEMQ_UI_DIR`, when that is set and holds it.
+fn from_dir(name: &str) -> Option<String> {
+    let dir = std::env::var_os("STABLEMQ_UI_DIR")?;
+    std::fs::read_to_string(std::path::Path::new(&dir).join(name)).ok()
+}
+
 /// Headers every UI response carries: the page runs only its own scripts,
 /// is never framed, and is revalidated on each load (a new broker version
 /// serves new files at the same names).
-fn respond(content_type: &'static str, body: &'static str) -> Response {
+fn respond(content_type: &'static str, name: &str, body: &'static str) -> Response {
+    let body: axum::body::Body = match from_dir(name) {
+        Some(text) => text.into(),
+        None => body.into(),
+    };
     (
         [
             (header::CONTENT_TYPE, content_type),
@@ -84,13 +98,13 @@ fn respond(content_type: &'static str, body: &'static str) -> Response {
 
 /// `GET /`: the single page.
 async fn index() -> Response {
-    respond("text/html; charset=utf-8", INDEX)
+    respond("text/html; charset=utf-8", "index.html", INDEX)
 }
 
 /// `GET /ui/{file}`: one embedded asset, or 404.
 async fn asset(Path(file): Path<String>) -> Response {
     match ASSETS.iter().find(|a| a.name == file) {
-        Some(a) => respond(a.content_type, a.body),
+        Some(a) => respond(a.content_type, a.name, a.body),
         None => (StatusCode::NOT_FOUND, "no such file").into_response(),
     }
 }
