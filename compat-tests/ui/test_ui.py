@@ -656,6 +656,8 @@ class Ctx:
 
 def main():
     only = sys.argv[1:]
+    for old in SHOTS.glob("FAILED-*.png"):
+        old.unlink()
     tmp = Path(tempfile.mkdtemp(prefix="stablemq-ui-"))
     ctx = Ctx()
     ctx.broker = Broker(tmp)
