@@ -157,6 +157,7 @@ CHECKS=(
     "amqp091-go:scripts/amqp091-go-check.sh"
     "rabbitmqadmin:scripts/rabbitmqadmin-check.sh"
     "docs:scripts/doc-check.sh"
+    "ui:scripts/ui-check.sh"
 )
 if [[ ${CHECKS_IN_TEST_COMMAND:-1} == 1 ]]; then
     for c in "${CHECKS[@]}"; do

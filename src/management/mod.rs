@@ -34,6 +34,7 @@ mod query;
 mod sessions;
 mod stats;
 mod tls;
+mod ui;
 mod users_api;
 mod writes;
 
@@ -205,6 +206,7 @@ fn router() -> Router<AppState> {
         .merge(policies::routes())
         .merge(parameters::routes())
         .merge(tls::routes())
+        .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound })
 }
 

@@ -5,9 +5,12 @@
 //! `items` holds one page of the (name-filtered) list, with `page`,
 //! `page_size`, `page_count`, `item_count`, `filtered_count` and
 //! `total_count`. Clients such as amqpstorm's management API page through
-//! queues, exchanges and connections this way. The lists are built by
-//! their own handlers; this layer only filters and cuts the finished list,
-//! so every list endpoint pages the same way.
+//! queues, exchanges and connections this way. `sort` (a field, dotted for a
+//! nested one: `message_stats.publish_details.rate`) and `sort_reverse=true`
+//! order the list before it is cut, with or without `page`, as RabbitMQ's
+//! web UI asks for its sortable columns. The lists are built by their own
+//! handlers; this layer only sorts, filters and cuts the finished list, so
+//! every list endpoint pages the same way.
 
 use super::ApiError;
 use axum::body::{Body, to_bytes};
@@ -26,10 +29,14 @@ const BODY_MAX_BYTES: usize = 256 << 20;
 
 /// The paging parameters of a request.
 struct Paging {
-    page: usize,
+    /// `None`: sort only, answer the bare list.
+    page: Option<usize>,
     page_size: usize,
     name: Option<String>,
     use_regex: bool,
+    /// The field to order by, split at its dots.
+    sort: Option<Vec<String>>,
+    sort_reverse: bool,
 }
 
 fn parse(query: &str) -> Result<Option<Paging>, ApiError> {
@@ -38,15 +45,22 @@ fn parse(query: &str) -> Result<Option<Paging>, ApiError> {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (decode(k), decode(v)))
         .collect();
-    let Some(page) = params.get("page") else {
-        return Ok(None);
-    };
+    let sort = params
+        .get("sort")
+        .filter(|s| !s.is_empty())
+        .map(|s| s.split('.').map(str::to_string).collect::<Vec<_>>());
+    let sort_reverse = params.get("sort_reverse").is_some_and(|v| v == "true");
     let bad = |what: &str| ApiError::BadRequest(format!("{what} must be a positive integer"));
-    let page: usize = page
-        .parse()
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| bad("page"))?;
+    let page = match params.get("page") {
+        None if sort.is_none() => return Ok(None),
+        None => None,
+        Some(page) => Some(
+            page.parse()
+                .ok()
+                .filter(|p: &usize| *p > 0)
+                .ok_or_else(|| bad("page"))?,
+        ),
+    };
     let page_size = match params.get("page_size") {
         Some(s) => s
             .parse()
@@ -60,6 +74,8 @@ fn parse(query: &str) -> Result<Option<Paging>, ApiError> {
         page_size,
         name: params.get("name").filter(|n| !n.is_empty()).cloned(),
         use_regex: params.get("use_regex").is_some_and(|v| v == "true"),
+        sort,
+        sort_reverse,
     }))
 }
 
@@ -110,13 +126,50 @@ pub async fn paginate(req: Request, next: Next) -> Response {
         // Not a list: answer as it was.
         return Response::from_parts(parts, Body::from(bytes));
     };
+    let all = sorted(all, &paging);
+    if paging.page.is_none() {
+        let body = Value::Array(all).to_string();
+        return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    }
     match page_of(all, &paging) {
         Ok(v) => ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
+/// The list ordered by `p.sort`: numbers by value, strings by their text, an
+/// item without the field first (RabbitMQ's order for a missing rate).
+fn sorted(mut all: Vec<Value>, p: &Paging) -> Vec<Value> {
+    let Some(path) = &p.sort else {
+        return all;
+    };
+    let key = |item: &Value| -> Value {
+        path.iter()
+            .try_fold(item, |v, k| v.get(k))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    all.sort_by(|a, b| {
+        let (a, b) = (key(a), key(b));
+        let ord = match (&a, &b) {
+            (Value::Number(x), Value::Number(y)) => {
+                let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+                x.total_cmp(&y)
+            }
+            (Value::String(x), Value::String(y)) => x.cmp(y),
+            (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+            (Value::Null, Value::Null) => std::cmp::Ordering::Equal,
+            (Value::Null, _) => std::cmp::Ordering::Less,
+            (_, Value::Null) => std::cmp::Ordering::Greater,
+            (x, y) => x.to_string().cmp(&y.to_string()),
+        };
+        if p.sort_reverse { ord.reverse() } else { ord }
+    });
+    all
+}
+
 fn page_of(all: Vec<Value>, p: &Paging) -> Result<Value, ApiError> {
+    let page = p.page.unwrap_or(1);
     let total = all.len();
     let filtered: Vec<Value> = match &p.name {
         None => all,
@@ -142,24 +195,56 @@ fn page_of(all: Vec<Value>, p: &Paging) -> Result<Value, ApiError> {
     };
     let filtered_count = filtered.len();
     let page_count = filtered_count.div_ceil(p.page_size).max(1);
-    if p.page > page_count {
+    if page > page_count {
         return Err(ApiError::BadRequest(format!(
-            "page {} is out of range (page_count {page_count})",
-            p.page
+            "page {page} is out of range (page_count {page_count})"
         )));
     }
     let items: Vec<Value> = filtered
         .into_iter()
-        .skip((p.page - 1) * p.page_size)
+        .skip((page - 1) * p.page_size)
         .take(p.page_size)
         .collect();
     Ok(json!({
         "filtered_count": filtered_count,
         "item_count": items.len(),
         "items": items,
-        "page": p.page,
+        "page": page,
         "page_count": page_count,
         "page_size": p.page_size,
         "total_count": total,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[Value]) -> Vec<&str> {
+        v.iter().filter_map(|i| i["name"].as_str()).collect()
+    }
+
+    #[test]
+    fn sorts_by_a_nested_field_and_reverses() {
+        let list = vec![
+            json!({"name": "b", "messages": 5, "message_stats": {"publish": 1}}),
+            json!({"name": "a", "messages": 10}),
+            json!({"name": "c", "messages": 2, "message_stats": {"publish": 9}}),
+        ];
+        let p = parse("sort=messages&sort_reverse=true")
+            .expect("ok")
+            .expect("some");
+        assert!(p.page.is_none());
+        assert_eq!(names(&sorted(list.clone(), &p)), ["a", "b", "c"]);
+        let p = parse("sort=message_stats.publish&page=1&page_size=2")
+            .expect("ok")
+            .expect("some");
+        let page = page_of(sorted(list.clone(), &p), &p).expect("page");
+        let items = page["items"].as_array().expect("items");
+        assert_eq!(names(items), ["a", "b"]);
+        assert_eq!(page["page_count"], 2);
+        let p = parse("sort=name").expect("ok").expect("some");
+        assert_eq!(names(&sorted(list, &p)), ["a", "b", "c"]);
+        assert!(parse("name=x").expect("ok").is_none());
+    }
 }
