@@ -33,6 +33,7 @@ mod policies;
 mod query;
 mod sessions;
 mod stats;
+mod user_limits;
 mod users_api;
 mod writes;
 
@@ -180,6 +181,7 @@ fn router() -> Router<AppState> {
         .merge(messages::routes())
         .merge(policies::routes())
         .merge(parameters::routes())
+        .merge(user_limits::routes())
         .fallback(|| async { ApiError::NotFound })
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod outbox;
 mod proxy;
 mod replica;
 mod route;
+mod slots;
 
 use crate::config::Config;
 use crate::management::{Listener, NodeStatusSource, Peer};
@@ -467,6 +468,7 @@ async fn run_broker(
         router,
         users: users.subscribe(),
         cluster_name: cluster_name.1,
+        slots: slots::Slots::new(opts.config.connection_max),
     };
 
     if let Some((events, not_imported)) = definitions {
