@@ -103,7 +103,9 @@ async fn read_until(c: &mut RawConn, ch: u16, last: (u16, u16)) -> usize {
             match method_of(&f) {
                 Some(m) if m == last => return,
                 Some((60, 80)) | Some((60, 120)) => confirms += 1,
-                other => panic!("unexpected frame on channel {ch} before the close: {other:?} {f:?}"),
+                other => {
+                    panic!("unexpected frame on channel {ch} before the close: {other:?} {f:?}")
+                }
             }
         }
     })
@@ -123,7 +125,8 @@ async fn assert_quiet(c: &mut RawConn, ch: u16, after: &str) {
             None => return,
             Some(None) => panic!("broker closed the socket {after}"),
             Some(Some(f)) => assert_ne!(
-                f.channel, ch,
+                f.channel,
+                ch,
                 "frame on channel {ch} {after}: {:?} {f:?}",
                 method_of(&f)
             ),
@@ -148,7 +151,13 @@ async fn a_closed_confirm_channel_gets_nothing_after_close_ok() {
         confirm_channel_with_queue(&mut c, 1, queue, persistent).await;
         let mut burst = Vec::new();
         for i in 0..PUBLISHES {
-            burst.extend(publish_bytes(1, "", queue, persistent, format!("m{i}").as_bytes()));
+            burst.extend(publish_bytes(
+                1,
+                "",
+                queue,
+                persistent,
+                format!("m{i}").as_bytes(),
+            ));
         }
         burst.extend(channel_close_bytes(1));
         c.send_bytes(&burst).await;
@@ -173,12 +182,23 @@ async fn a_channel_the_broker_closes_gets_nothing_after_its_close() {
         confirm_channel_with_queue(&mut c, 1, &queue, false).await;
         let mut burst = Vec::new();
         for i in 0..PUBLISHES {
-            burst.extend(publish_bytes(1, "", &queue, false, format!("m{i}").as_bytes()));
+            burst.extend(publish_bytes(
+                1,
+                "",
+                &queue,
+                false,
+                format!("m{i}").as_bytes(),
+            ));
         }
         burst.extend(publish_bytes(1, "no-such-exchange-here", "k", false, b"x"));
         c.send_bytes(&burst).await;
         read_until(&mut c, 1, (20, 40)).await;
-        assert_quiet(&mut c, 1, &format!("after the broker's close (round {round})")).await;
+        assert_quiet(
+            &mut c,
+            1,
+            &format!("after the broker's close (round {round})"),
+        )
+        .await;
         c.send_method(1, 20, 41, &[]).await;
         assert_quiet(&mut c, 1, &format!("after our close-ok (round {round})")).await;
     }

@@ -70,8 +70,7 @@ async fn product_and_version_are_stablemq_unless_configured() {
     assert_eq!(text_property(&start, "product"), "StableMQ");
     assert!(!text_property(&start, "version").is_empty());
 
-    let broker =
-        broker_with("[server_properties]\nproduct = \"RabbitMQ\"\nversion = \"3.10.8\"\n");
+    let broker = broker_with("[server_properties]\nproduct = \"RabbitMQ\"\nversion = \"3.10.8\"\n");
     let mut raw = RawConn::connect(broker.addr()).await;
     let start = raw.read_start().await;
     assert_eq!(text_property(&start, "product"), "RabbitMQ");
@@ -144,9 +143,18 @@ async fn a_client_that_does_not_finish_the_handshake_is_closed_after_the_timeout
     );
     // After connection.start, nothing but EOF.
     let closed = within("header only", async { header_only.read_frame().await }).await;
-    assert!(closed.is_none(), "header only: a frame instead of EOF: {closed:?}");
-    let closed = within("after start-ok", async { after_start_ok.read_frame().await }).await;
-    assert!(closed.is_none(), "after start-ok: a frame instead of EOF: {closed:?}");
+    assert!(
+        closed.is_none(),
+        "header only: a frame instead of EOF: {closed:?}"
+    );
+    let closed = within("after start-ok", async {
+        after_start_ok.read_frame().await
+    })
+    .await;
+    assert!(
+        closed.is_none(),
+        "after start-ok: a frame instead of EOF: {closed:?}"
+    );
     // The bystander, open for longer than the timeout, still works.
     by.round_trip(b"after").await;
     by.conn.close(200, "bye".into()).await.expect("close");

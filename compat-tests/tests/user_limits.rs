@@ -43,7 +43,9 @@ impl<'a> TestUser<'a> {
     }
 
     fn set(&self, limit: &str, value: i64) {
-        let a = self.api.put(&self.limit_path(limit), &json!({"value": value}));
+        let a = self
+            .api
+            .put(&self.limit_path(limit), &json!({"value": value}));
         assert_eq!(a.status, 204, "{a:?}");
     }
 }
@@ -57,7 +59,10 @@ impl Drop for TestUser<'_> {
 async fn connect_as(broker: &Broker, user: &str) -> lapin::Result<Connection> {
     within(
         "connect",
-        Connection::connect(&broker.uri_with(user, "pw", "/"), ConnectionProperties::default()),
+        Connection::connect(
+            &broker.uri_with(user, "pw", "/"),
+            ConnectionProperties::default(),
+        ),
     )
     .await
 }
@@ -79,7 +84,10 @@ async fn the_api_reads_and_writes_user_limits_in_rabbitmqs_shapes() {
     assert_eq!(api.get(&one).body, json!([{"user": u.name, "value": want}]));
     let all = api.get("/api/user-limits");
     assert_eq!(all.status, 200);
-    assert_eq!(row(&all.body, &u.name), Some(&json!({"user": u.name, "value": want})));
+    assert_eq!(
+        row(&all.body, &u.name),
+        Some(&json!({"user": u.name, "value": want}))
+    );
     // The user and the definitions carry them.
     let user = api.get(&format!("/api/users/{}", enc(&u.name)));
     assert_eq!(user.body["limits"], want);
@@ -104,7 +112,10 @@ async fn the_api_reads_and_writes_user_limits_in_rabbitmqs_shapes() {
         a.body["reason"],
         "max-channels should be a number, actually was <<\"x\">>"
     );
-    assert_eq!(api.put(&u.limit_path("max-channels"), &json!({})).status, 400);
+    assert_eq!(
+        api.put(&u.limit_path("max-channels"), &json!({})).status,
+        400
+    );
     let a = api.put(
         "/api/user-limits/no-such-user-here/max-channels",
         &json!({"value": 1}),
@@ -118,7 +129,8 @@ async fn the_api_reads_and_writes_user_limits_in_rabbitmqs_shapes() {
     assert_eq!(seen.status, 200);
     assert!(row(&seen.body, &u.name).is_some(), "{seen:?}");
     assert_eq!(
-        as_m.put(&u.limit_path("max-channels"), &json!({"value": 9})).status,
+        as_m.put(&u.limit_path("max-channels"), &json!({"value": 9}))
+            .status,
         401
     );
 
@@ -167,7 +179,9 @@ async fn max_connections_refuses_the_users_connection_over_the_limit() {
     let u = TestUser::new(&api, "ul-conn", "");
     u.set("max-connections", 1);
     let (bystander, by_ch) = open(&broker).await;
-    let first = connect_as(&broker, &u.name).await.expect("first connection");
+    let first = connect_as(&broker, &u.name)
+        .await
+        .expect("first connection");
     let err = connect_as(&broker, &u.name)
         .await
         .expect_err("a second connection is over the limit");
@@ -184,7 +198,10 @@ async fn max_connections_refuses_the_users_connection_over_the_limit() {
     let q = unique("ul-by");
     declare_queue(&by_ch, &q).await;
     publish(&by_ch, "", &q, b"still here").await;
-    assert_eq!(get_eventually(&by_ch, &q, true).await.delivery.data, b"still here");
+    assert_eq!(
+        get_eventually(&by_ch, &q, true).await.delivery.data,
+        b"still here"
+    );
     // Room again once the first is gone.
     first.close(200, "bye".into()).await.expect("close");
     let deadline = Instant::now() + WAIT;
@@ -199,9 +216,12 @@ async fn max_connections_refuses_the_users_connection_over_the_limit() {
         }
     };
     again.close(200, "bye".into()).await.expect("close");
-    within("delete", by_ch.queue_delete(q.as_str().into(), Default::default()))
-        .await
-        .expect("delete");
+    within(
+        "delete",
+        by_ch.queue_delete(q.as_str().into(), Default::default()),
+    )
+    .await
+    .expect("delete");
     bystander.close(200, "bye".into()).await.expect("close");
 }
 
@@ -254,9 +274,12 @@ async fn max_channels_closes_the_connection_that_opens_one_too_many() {
     // The user's other connection and channel are fine.
     let q = unique("ul-chan-q");
     declare_queue(&other_ch, &q).await;
-    within("delete", other_ch.queue_delete(q.as_str().into(), Default::default()))
-        .await
-        .expect("delete");
+    within(
+        "delete",
+        other_ch.queue_delete(q.as_str().into(), Default::default()),
+    )
+    .await
+    .expect("delete");
     other.close(200, "bye".into()).await.expect("close");
 }
 

@@ -65,7 +65,11 @@ async fn user_limits(
 
 /// Submit a change of `user`'s limits; a user that does not exist (or went
 /// away meanwhile) is RabbitMQ's 400 `no_such_user`.
-async fn submit(state: &AppState, user: String, change: Map<String, Value>) -> Result<(), WriteError> {
+async fn submit(
+    state: &AppState,
+    user: String,
+    change: Map<String, Value>,
+) -> Result<(), WriteError> {
     let no_such_user = || WriteError::BadRequest(format!("no_such_user: {user}"));
     if !state.access().users.contains_key(&user) {
         return Err(no_such_user());

@@ -61,13 +61,19 @@ impl Slots {
         let before = self.waiting.fetch_add(1, Ordering::Relaxed);
         let _waiting = Waiting(&self.waiting);
         if before >= MAX_WAITING {
-            tracing::warn!("connection limit reached and {MAX_WAITING} clients wait: closing one more");
+            tracing::warn!(
+                "connection limit reached and {MAX_WAITING} clients wait: closing one more"
+            );
             return None;
         }
         if before == 0 {
             tracing::warn!("node connection limit is reached: new clients wait for a free slot");
         }
-        sem.clone().acquire_owned().await.ok().map(|p| Slot { _permit: Some(p) })
+        sem.clone()
+            .acquire_owned()
+            .await
+            .ok()
+            .map(|p| Slot { _permit: Some(p) })
     }
 }
 

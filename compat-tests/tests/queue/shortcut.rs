@@ -25,9 +25,12 @@ async fn consume_and_get_with_an_empty_name_use_the_server_named_queue() {
     let name = q.name().as_str().to_string();
     assert!(name.starts_with("amq.gen-"), "{name}");
     publish(&ch, "", &name, b"one").await;
-    let got = within("basic.get ''", ch.basic_get("".into(), BasicGetOptions { no_ack: true }))
-        .await
-        .expect("basic.get '' after declare");
+    let got = within(
+        "basic.get ''",
+        ch.basic_get("".into(), BasicGetOptions { no_ack: true }),
+    )
+    .await
+    .expect("basic.get '' after declare");
     assert_eq!(got.map(|m| m.delivery.data), Some(b"one".to_vec()));
     let mut consumer = consume(&ch, "", "c", true).await;
     publish(&ch, "", &name, b"two").await;
@@ -80,9 +83,12 @@ async fn bind_unbind_purge_and_delete_with_an_empty_name() {
     // A publish on the same channel is handled in order: the count after it is
     // what the queue holds.
     assert_eq!(queue_counts(&ch, &name).await.0, 0);
-    within("queue.delete ''", ch.queue_delete("".into(), QueueDeleteOptions::default()))
-        .await
-        .expect("delete with the empty name");
+    within(
+        "queue.delete ''",
+        ch.queue_delete("".into(), QueueDeleteOptions::default()),
+    )
+    .await
+    .expect("delete with the empty name");
     assert!(!queue_exists(&conn, &name).await);
     conn.close(200, "bye".into()).await.expect("close");
 }
@@ -97,15 +103,25 @@ async fn a_named_or_passive_declare_sets_the_channels_queue() {
     declare_queue_with(&ch, &a, exclusive(), FieldTable::default()).await;
     declare_queue_with(&ch, &b, exclusive(), FieldTable::default()).await;
     declare_queue_with(&ch, &a, passive(), FieldTable::default()).await;
-    within("queue.delete ''", ch.queue_delete("".into(), QueueDeleteOptions::default()))
-        .await
-        .expect("delete with the empty name");
-    assert!(!queue_exists(&conn, &a).await, "the passive declare's queue goes");
+    within(
+        "queue.delete ''",
+        ch.queue_delete("".into(), QueueDeleteOptions::default()),
+    )
+    .await
+    .expect("delete with the empty name");
+    assert!(
+        !queue_exists(&conn, &a).await,
+        "the passive declare's queue goes"
+    );
     assert!(queue_exists(&conn, &b).await);
     // Another channel has its own: none yet.
     let other = channel(&conn).await;
     assert_no_previous(
-        within("purge '' elsewhere", other.queue_purge("".into(), QueuePurgeOptions::default())).await,
+        within(
+            "purge '' elsewhere",
+            other.queue_purge("".into(), QueuePurgeOptions::default()),
+        )
+        .await,
         "purge '' on a channel that declared nothing",
     );
     conn.close(200, "bye".into()).await.expect("close");
@@ -133,17 +149,29 @@ async fn without_a_declared_queue_each_method_gets_404() {
     );
     let ch = channel(&conn).await;
     assert_no_previous(
-        within("get ''", ch.basic_get("".into(), BasicGetOptions::default())).await,
+        within(
+            "get ''",
+            ch.basic_get("".into(), BasicGetOptions::default()),
+        )
+        .await,
         "basic.get ''",
     );
     let ch = channel(&conn).await;
     assert_no_previous(
-        within("purge ''", ch.queue_purge("".into(), QueuePurgeOptions::default())).await,
+        within(
+            "purge ''",
+            ch.queue_purge("".into(), QueuePurgeOptions::default()),
+        )
+        .await,
         "queue.purge ''",
     );
     let ch = channel(&conn).await;
     assert_no_previous(
-        within("delete ''", ch.queue_delete("".into(), QueueDeleteOptions::default())).await,
+        within(
+            "delete ''",
+            ch.queue_delete("".into(), QueueDeleteOptions::default()),
+        )
+        .await,
         "queue.delete ''",
     );
     let ch = channel(&conn).await;
@@ -165,7 +193,12 @@ async fn without_a_declared_queue_each_method_gets_404() {
     assert_no_previous(
         within(
             "unbind ''",
-            ch.queue_unbind("".into(), "amq.direct".into(), "k".into(), FieldTable::default()),
+            ch.queue_unbind(
+                "".into(),
+                "amq.direct".into(),
+                "k".into(),
+                FieldTable::default(),
+            ),
         )
         .await,
         "queue.unbind ''",

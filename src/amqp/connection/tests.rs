@@ -448,16 +448,16 @@ fn a_closing_or_closed_channel_gets_nothing_but_its_close_ok() {
     assert!(out.is_empty(), "a confirm after close-ok: {out:?}");
     // Reopened, the number gets its messages again.
     k.on_frame(
-        m(
-            1,
-            AMQPClass::Channel(mch::AMQPMethod::Open(mch::Open {})),
-        ),
+        m(1, AMQPClass::Channel(mch::AMQPMethod::Open(mch::Open {}))),
         now(),
         &mut out,
     );
     out.clear();
     k.on_master(ack(1), &mut out);
-    assert!(matches!(out.as_slice(), [Action::Out(ToConn::Confirm { ch: 1, .. })]));
+    assert!(matches!(
+        out.as_slice(),
+        [Action::Out(ToConn::Confirm { ch: 1, .. })]
+    ));
 }
 
 /// The handshake timeout is the config's, counted from the connect.
