@@ -32,7 +32,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// `[{"user": .., "value": {..}}]`, one row per user with limits.
-fn rows<'a>(t: &crate::users::AccessTable, only: Option<&'a str>) -> Vec<Value> {
+fn rows(t: &crate::users::AccessTable, only: Option<&str>) -> Vec<Value> {
     t.user_limits
         .iter()
         .filter(|(u, l)| only.is_none_or(|o| o == u.as_str()) && !l.is_empty())
