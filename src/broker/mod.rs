@@ -222,7 +222,8 @@ impl Broker {
             | Event::PermissionSet { .. }
             | Event::PermissionCleared { .. }
             | Event::TopicPermissionSet { .. }
-            | Event::TopicPermissionCleared { .. } => self.apply_access(ev, &mut out),
+            | Event::TopicPermissionCleared { .. }
+            | Event::UserLimitsSet { .. } => self.apply_access(ev, &mut out),
             Event::Published {
                 vhost,
                 exchange,

@@ -4,9 +4,11 @@
 //! user `guest`/`guest` allowed from loopback only.
 
 mod cluster;
+mod front;
 mod tls;
 
 pub use cluster::{ClusterConfig, NodeConfig, NodeRole};
+pub use front::ServerProperties;
 pub use tls::{CertLoginFrom, TlsConfig, Verify};
 
 use serde::Deserialize;
@@ -62,6 +64,18 @@ pub struct Config {
     /// with 406 (RabbitMQ's `consumer_timeout`, 30 minutes by default).
     #[serde(default = "default_consumer_timeout")]
     pub consumer_timeout_ms: u64,
+    /// How many client connections the node serves at once (RabbitMQ's
+    /// `connection_max`); unset, no limit. As in RabbitMQ, a client over the
+    /// limit is not served until another connection closes.
+    #[serde(default)]
+    pub connection_max: Option<u32>,
+    /// How long a client has from its TCP connect to connection.open before
+    /// the socket is closed (RabbitMQ's `handshake_timeout`, 10 s).
+    #[serde(default = "front::default_handshake_timeout_ms")]
+    pub handshake_timeout_ms: u64,
+    /// The `product` and `version` connection.start reports.
+    #[serde(default)]
+    pub server_properties: ServerProperties,
     /// Memory alarm threshold in bytes of resident memory: above it publishers are
     /// blocked (connection.blocked), as with RabbitMQ's vm_memory_high_watermark.
     /// Default: 40% of the machine's memory.
@@ -160,6 +174,9 @@ impl Default for Config {
             heartbeat_secs: default_heartbeat(),
             cluster_name: None,
             consumer_timeout_ms: default_consumer_timeout(),
+            connection_max: None,
+            handshake_timeout_ms: front::default_handshake_timeout_ms(),
+            server_properties: ServerProperties::default(),
             memory_high_watermark_bytes: None,
             disk_free_limit_bytes: default_disk_free_limit(),
             message_ram_budget_bytes: default_message_ram_budget(),
@@ -269,5 +286,23 @@ mod tests {
         assert_eq!(c.users.len(), 1);
         assert!(Config::from_toml("bogus = 1", "x").is_err());
         assert!(Config::from_toml("frame_max = 100", "x").is_err());
+    }
+
+    #[test]
+    fn front_door_settings_parse_with_rabbitmq_defaults() {
+        let c = Config::from_toml("", "x").unwrap();
+        assert_eq!(c.server_properties.product, "StableMQ");
+        assert_eq!(c.connection_max, None);
+        assert_eq!(c.handshake_timeout_ms, 10_000);
+        let c = Config::from_toml(
+            "connection_max = 5\nhandshake_timeout_ms = 500\n[server_properties]\nproduct = \"RabbitMQ\"\nversion = \"3.10.8\"\n",
+            "x",
+        )
+        .unwrap();
+        assert_eq!(c.connection_max, Some(5));
+        assert_eq!(c.handshake_timeout_ms, 500);
+        assert_eq!(c.server_properties.product, "RabbitMQ");
+        assert_eq!(c.server_properties.version, "3.10.8");
+        assert!(Config::from_toml("[server_properties]\nbogus = 1\n", "x").is_err());
     }
 }

@@ -176,7 +176,7 @@ pub(super) fn users(t: &AccessTable) -> Vec<UserJson> {
             password_hash: u.password_hash.clone(),
             hashing_algorithm: u.hashing_algorithm.name(),
             tags: u.tags.clone(),
-            limits: json!({}),
+            limits: Value::Object(t.user_limits_of(&u.name)),
         })
         .collect()
 }

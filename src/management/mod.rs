@@ -35,6 +35,7 @@ mod sessions;
 mod stats;
 mod tls;
 mod ui;
+mod user_limits;
 mod users_api;
 mod writes;
 
@@ -207,6 +208,7 @@ fn router() -> Router<AppState> {
         .merge(parameters::routes())
         .merge(tls::routes())
         .merge(ui::routes())
+        .merge(user_limits::routes())
         .fallback(|| async { ApiError::NotFound })
 }
 

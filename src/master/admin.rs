@@ -503,6 +503,9 @@ impl Master {
                 }
                 Ok(Some(true))
             }
+            Event::UserLimitsSet { name, .. } if !self.broker.access.users.contains_key(name) => {
+                Err(format!("user '{name}' does not exist"))
+            }
             // Users and anything else the importer built: always applies.
             _ => Ok(Some(true)),
         }

@@ -128,7 +128,7 @@ impl Master {
         if c.queue.as_str() == super::reply_to::REPLY_TO {
             return self.consume_reply_to(conn, ch, c);
         }
-        let queue = c.queue.to_string();
+        let queue = self.queue_shortcut(conn, ch, c.queue.as_str())?;
         self.authorize(conn, crate::users::Perm::Read, "queue", &queue)?;
         if self.broker.queue(vhost, &queue).is_none() {
             return Err(AmqpError::no_queue(vhost, &queue));
@@ -223,7 +223,7 @@ impl Master {
     }
 
     fn get(&mut self, conn: ConnId, ch: u16, vhost: &str, g: mb::Get) -> AmqpResult<()> {
-        let queue = g.queue.to_string();
+        let queue = self.queue_shortcut(conn, ch, g.queue.as_str())?;
         self.authorize(conn, crate::users::Perm::Read, "queue", &queue)?;
         if self.broker.queue(vhost, &queue).is_none() {
             return Err(AmqpError::no_queue(vhost, &queue));

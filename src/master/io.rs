@@ -217,3 +217,18 @@ pub enum ToConn {
     /// blocked while it lasts.
     Alarm(Option<String>),
 }
+
+impl ToConn {
+    /// The channel this message is for; None for connection-level messages.
+    pub fn channel(&self) -> Option<u16> {
+        match self {
+            ToConn::Method(ch, _)
+            | ToConn::Confirm { ch, .. }
+            | ToConn::Deliver { ch, .. }
+            | ToConn::GetOk { ch, .. }
+            | ToConn::Return { ch, .. }
+            | ToConn::CloseChannel(ch, _) => Some(*ch),
+            ToConn::Opened | ToConn::CloseConnection(_) | ToConn::Alarm(_) => None,
+        }
+    }
+}

@@ -297,7 +297,10 @@ impl Master {
             self.send(conn, ToConn::CloseConnection(e));
             return;
         }
-        if let Some(e) = self.connection_limit_refusal(conn, &user, &vhost) {
+        if let Some(e) = self
+            .connection_limit_refusal(conn, &user, &vhost)
+            .or_else(|| self.user_connection_refusal(conn, &user))
+        {
             self.send(conn, ToConn::CloseConnection(e));
             return;
         }
@@ -317,6 +320,11 @@ impl Master {
     }
 
     fn channel_open(&mut self, conn: ConnId, ch: u16) {
+        if let Some(e) = self.user_channel_refusal(conn) {
+            self.send(conn, ToConn::CloseConnection(e));
+            self.disconnect(conn);
+            return;
+        }
         let Some(s) = self.sessions.get_mut(&conn) else {
             return;
         };

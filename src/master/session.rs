@@ -127,6 +127,11 @@ pub struct Channel {
     /// until any access event bumps the generation, so a revoked permission
     /// refuses the very next publish.
     pub write_permitted: Option<(u64, String)>,
+    /// The queue of this channel's last queue.declare-ok (server-named or
+    /// not, passive or not; empty: none yet): an empty queue name in
+    /// queue.bind, unbind, purge, delete, basic.consume and basic.get means
+    /// it (AMQP 0-9-1, RabbitMQ's "most recently declared queue").
+    pub declared_queue: String,
 }
 
 impl Default for Channel {
@@ -145,6 +150,7 @@ impl Default for Channel {
             pending_replies: 0,
             publishing: false,
             write_permitted: None,
+            declared_queue: String::new(),
         }
     }
 }

@@ -97,7 +97,12 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
         let mut pass = actions.drain(..);
         while let Some(a) = pass.next() {
             match a {
-                Action::Write(f) => encode_frame(&f, &mut wbuf),
+                // Acks the encoder holds back came first: a frame written
+                // here (a channel's close-ok) must not overtake them.
+                Action::Write(f) => {
+                    enc.flush(&mut wbuf);
+                    encode_frame(&f, &mut wbuf)
+                }
                 Action::WriteRaw(b) => wbuf.extend_from_slice(&b),
                 Action::Out(m) => enc.push(m, frame_max, &mut wbuf),
                 Action::ToMaster(i) => {

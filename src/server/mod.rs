@@ -12,6 +12,7 @@ mod proxy;
 mod replica;
 mod route;
 mod socket;
+mod slots;
 
 use crate::config::Config;
 use crate::management::{Listener, NodeStatusSource, Peer};
@@ -493,6 +494,7 @@ async fn run_broker(
         router,
         users: users.subscribe(),
         cluster_name: cluster_name.1,
+        slots: slots::Slots::new(opts.config.connection_max),
     };
 
     if let Some((events, not_imported)) = definitions {

@@ -44,9 +44,21 @@ pub(super) struct ConnContext {
     pub(super) users: crate::users::Snapshot,
     /// The master task's cluster name, for connection.start.
     pub(super) cluster_name: watch::Receiver<String>,
+    /// The node's connection limit (`connection_max`).
+    pub(super) slots: super::slots::Slots,
 }
 
 pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock: ClientSocket<S>) {
+    // Over `connection_max`, wait unserved for a slot, as RabbitMQ's
+    // listener does; the slot is held until this client is gone.
+    let mut stop = ctx.shutdown.clone();
+    let _slot = tokio::select! {
+        s = ctx.slots.admit() => match s {
+            Some(s) => s,
+            None => return,
+        },
+        _ = stop.changed() => return,
+    };
     if let Router::Cluster {
         me,
         serving,

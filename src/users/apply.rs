@@ -53,6 +53,7 @@ impl Broker {
                 tags: tags.clone(),
             }),
             Event::UserDeleted { name } => table.delete_user(name),
+            Event::UserLimitsSet { name, value } => table.set_user_limits(name, value),
             // A permission on a vhost that does not exist refers to nothing.
             Event::PermissionSet {
                 user,

@@ -17,6 +17,7 @@
 //! (user, vhost, exchange) without topic permissions is unrestricted.
 
 mod apply;
+pub mod limits;
 pub mod password;
 
 pub use password::HashAlgorithm;
@@ -166,6 +167,8 @@ pub struct AccessTable {
     pub topic_permissions: BTreeMap<String, BTreeMap<String, BTreeMap<String, TopicPermission>>>,
     /// Vhost descriptions, tags and default queue types, by vhost.
     pub vhost_meta: BTreeMap<String, VhostMeta>,
+    /// user → its limits (`limits`), for users that have some.
+    pub user_limits: BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
     /// Set by the first user or vhost event ever applied: from then on the
     /// config file's users and vhosts no longer seed anything.
     pub initialized: bool,
@@ -197,6 +200,7 @@ impl AccessTable {
     pub fn delete_user(&mut self, name: &str) {
         self.initialized = true;
         self.users.remove(name);
+        self.user_limits.remove(name);
         self.permissions.remove(name);
         self.topic_permissions.remove(name);
     }

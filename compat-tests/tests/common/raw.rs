@@ -175,3 +175,46 @@ pub fn put_longstr(buf: &mut Vec<u8>, s: &[u8]) {
     buf.extend_from_slice(&(s.len() as u32).to_be_bytes());
     buf.extend_from_slice(s);
 }
+
+/// One frame's bytes: type, channel, size, payload, frame-end.
+pub fn frame_bytes(kind: u8, channel: u16, payload: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(payload.len() + 8);
+    buf.push(kind);
+    buf.extend_from_slice(&channel.to_be_bytes());
+    buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    buf.extend_from_slice(payload);
+    buf.push(FRAME_END);
+    buf
+}
+
+/// A method frame's bytes: class id, method id, then the encoded arguments.
+pub fn method_bytes(channel: u16, class: u16, method: u16, args: &[u8]) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(args.len() + 4);
+    payload.extend_from_slice(&class.to_be_bytes());
+    payload.extend_from_slice(&method.to_be_bytes());
+    payload.extend_from_slice(args);
+    frame_bytes(FRAME_METHOD, channel, &payload)
+}
+
+impl RawConn {
+    /// Connect, log in as guest/guest and open vhost `/` (no heartbeats).
+    pub async fn open(addr: SocketAddr) -> RawConn {
+        let mut c = RawConn::connect(addr).await;
+        c.read_start().await;
+        let tune = c.start_ok("guest", "guest").await;
+        c.tune_ok_and_open(tune.channel_max, tune.frame_max, 0, "/")
+            .await;
+        c
+    }
+
+    /// Write bytes as they are, in one write.
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write bytes");
+    }
+
+    /// The next frame if one comes within `d`: None when none came, Some(None)
+    /// when the broker closed the socket.
+    pub async fn frame_within(&mut self, d: Duration) -> Option<Option<RawFrame>> {
+        tokio::time::timeout(d, self.read_frame()).await.ok()
+    }
+}

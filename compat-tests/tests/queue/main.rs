@@ -1,11 +1,13 @@
 //! AMQP class `queue`: declare (server-named, passive, exclusive, auto-delete,
-//! quorum), bind, unbind, purge and delete, as RabbitMQ does them.
+//! quorum), bind, unbind, purge and delete, as RabbitMQ does them, and the
+//! empty name that means the channel's last declared queue.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod declare;
 mod lifecycle;
+mod shortcut;
 
 use common::*;
 use lapin::options::{

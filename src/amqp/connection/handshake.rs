@@ -34,8 +34,9 @@ impl Connection {
         let mut props = FieldTable::default();
         let s = |v: &str| AMQPValue::LongString(LongString::from(v));
         props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
-        props.insert("product".into(), s("StableMQ"));
-        props.insert("version".into(), s(env!("CARGO_PKG_VERSION")));
+        let shown = &self.config.server_properties;
+        props.insert("product".into(), s(&shown.product));
+        props.insert("version".into(), s(&shown.version));
         props.insert(
             "platform".into(),
             s(&format!("Rust / {}", std::env::consts::OS)),

@@ -23,8 +23,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a client has to finish the handshake (RabbitMQ's handshake_timeout).
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for close-ok after sending connection.close.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// frame_max before tune-ok. Newest RabbitMQ uses 8192 so that large start-ok
@@ -270,6 +268,18 @@ impl Connection {
         }
     }
 
+    /// Whether what the master sends on `ch` may reach the client: channel 0,
+    /// or a channel that is open and not closing.
+    fn channel_is_open(&self, ch: Option<u16>) -> bool {
+        match ch {
+            None | Some(0) => true,
+            Some(ch) => self
+                .channels
+                .get(&ch)
+                .is_some_and(|s| s.state == SlotState::Open),
+        }
+    }
+
     /// Record that bytes were written (heartbeats are only needed on a quiet link).
     pub fn note_sent(&mut self, now: Instant) {
         self.last_send = now;
@@ -340,7 +350,10 @@ impl Connection {
                 }
             }
             _ => {
-                if now.duration_since(self.started) >= HANDSHAKE_TIMEOUT {
+                // RabbitMQ's handshake_timeout: from the TCP connect, and the
+                // socket is closed without a connection.close.
+                let limit = Duration::from_millis(self.config.handshake_timeout_ms);
+                if now.duration_since(self.started) >= limit {
                     tracing::info!(conn = self.id, "handshake timeout");
                     self.closed(out);
                 }
@@ -389,6 +402,12 @@ impl Connection {
                 self.channels.remove(&ch);
                 out.push(self.method(ch, AMQPClass::Channel(mch::AMQPMethod::CloseOk(ok))));
             }
+            // A channel being closed, by either side, or closed already, gets
+            // nothing but close and close-ok: a confirm, delivery or reply the
+            // master made before it saw the close is dropped, as the channel
+            // is gone (AMQP 0-9-1 §1.5.2.5: after channel.close, any other
+            // method is discarded).
+            other if !self.channel_is_open(other.channel()) => {}
             other => out.push(Action::Out(other)),
         }
     }

@@ -400,3 +400,81 @@ fn crossing_channel_close_waits_for_the_clients_close_ok() {
     );
     assert_eq!(close_code(&out), None);
 }
+
+/// What the master still sends for a channel the client is closing, or has
+/// closed, is dropped: only its close-ok goes out; an open channel's messages
+/// pass.
+#[test]
+fn a_closing_or_closed_channel_gets_nothing_but_its_close_ok() {
+    let (mut k, _) = with_channel_1();
+    let mut out = Vec::new();
+    k.on_frame(
+        m(
+            1,
+            AMQPClass::Channel(mch::AMQPMethod::Close(mch::Close {
+                reply_code: 200,
+                reply_text: "bye".into(),
+                class_id: 0,
+                method_id: 0,
+            })),
+        ),
+        now(),
+        &mut out,
+    );
+    out.clear();
+    let ack = |ch| ToConn::Confirm {
+        ch,
+        tag: 1,
+        ack: true,
+    };
+    k.on_master(ack(1), &mut out);
+    assert!(out.is_empty(), "a confirm while closing: {out:?}");
+    k.on_master(
+        ToConn::Method(
+            1,
+            AMQPClass::Channel(mch::AMQPMethod::CloseOk(mch::CloseOk {})),
+        ),
+        &mut out,
+    );
+    assert!(matches!(
+        out.as_slice(),
+        [Action::Write(Frame::Method {
+            channel: 1,
+            method: AMQPClass::Channel(mch::AMQPMethod::CloseOk(_))
+        })]
+    ));
+    out.clear();
+    k.on_master(ack(1), &mut out);
+    assert!(out.is_empty(), "a confirm after close-ok: {out:?}");
+    // Reopened, the number gets its messages again.
+    k.on_frame(
+        m(1, AMQPClass::Channel(mch::AMQPMethod::Open(mch::Open {}))),
+        now(),
+        &mut out,
+    );
+    out.clear();
+    k.on_master(ack(1), &mut out);
+    assert!(matches!(
+        out.as_slice(),
+        [Action::Out(ToConn::Confirm { ch: 1, .. })]
+    ));
+}
+
+/// The handshake timeout is the config's, counted from the connect.
+#[test]
+fn the_handshake_timeout_is_configurable() {
+    let config = Config {
+        handshake_timeout_ms: 1000,
+        ..Config::default()
+    };
+    let t0 = now();
+    let mut k = Connection::new(1, "127.0.0.1".parse().unwrap(), Arc::new(config), t0);
+    let mut out = Vec::new();
+    k.on_header(HeaderCheck::Ok, t0, &mut out);
+    out.clear();
+    k.on_tick(t0 + Duration::from_millis(999), &mut out);
+    assert!(out.is_empty());
+    k.on_tick(t0 + Duration::from_millis(1000), &mut out);
+    // Closed without a connection.close, as RabbitMQ does.
+    assert!(matches!(out.as_slice(), [Action::Close]), "{out:?}");
+}

@@ -329,6 +329,16 @@ pub enum Event {
         /// Name.
         name: String,
     },
+    /// Some of a user's limits (`max-connections`, `max-channels`) changed
+    /// (`PUT`/`DELETE /api/user-limits/...`, a definitions import): each key
+    /// of `value` is set to its number, or removed when it is `null`; the
+    /// other limits stay. Validated by the management API.
+    UserLimitsSet {
+        /// Login name.
+        name: String,
+        /// A JSON object text: limit name → number, or null to remove.
+        value: String,
+    },
 }
 
 /// An event could not be read back from the log.

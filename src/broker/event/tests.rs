@@ -46,6 +46,10 @@ fn events_round_trip_through_the_codec() {
             value: r#"{"max-queues":3}"#.into(),
         },
         Event::GlobalParameterCleared { name: "g".into() },
+        Event::UserLimitsSet {
+            name: "alice".into(),
+            value: r#"{"max-channels":3,"max-connections":null}"#.into(),
+        },
     ];
     for e in evs {
         assert_eq!(Event::decode(&e.encode()).unwrap(), e);

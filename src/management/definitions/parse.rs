@@ -62,12 +62,26 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
         for u in list("users")? {
             let (password_hash, hashing_algorithm, tags) = user_fields(u)
                 .map_err(|e| format!("user {}: {e:?}", s(u, "name").unwrap_or_default()))?;
+            let name = s(u, "name")?;
             events.push(Event::UserPut {
-                name: s(u, "name")?,
+                name: name.clone(),
                 password_hash,
                 hashing_algorithm,
                 tags,
             });
+            // RabbitMQ 3.10 exports a user's limits with it, and an import
+            // sets each one it names: the others (all, without the key or
+            // with `{}`) stay as they are.
+            if let Some(Value::Object(limits)) = u.get("limits")
+                && !limits.is_empty()
+            {
+                crate::users::limits::validate(limits)
+                    .map_err(|e| format!("limits of user '{name}': {e}"))?;
+                events.push(Event::UserLimitsSet {
+                    name,
+                    value: Value::Object(limits.clone()).to_string(),
+                });
+            }
         }
         for v in list("vhosts")? {
             let name = s(v, "name")?;

@@ -43,20 +43,22 @@ impl Master {
         match m {
             mq::AMQPMethod::Declare(d) => self.queue_declare(conn, ch, &vhost, d),
             mq::AMQPMethod::Bind(b) => {
+                let queue = self.queue_shortcut(conn, ch, b.queue.as_str())?;
                 let binding = Binding {
                     source: b.exchange.to_string(),
-                    destination: Destination::Queue(b.queue.to_string()),
-                    routing_key: b.routing_key.to_string(),
+                    routing_key: key_shortcut(b.queue.as_str(), b.routing_key.as_str(), &queue),
+                    destination: Destination::Queue(queue),
                     arguments: b.arguments,
                 };
                 let ok = AMQPClass::Queue(mq::AMQPMethod::BindOk(mq::BindOk {}));
                 self.bind_and_reply(conn, ch, &vhost, binding, true, b.nowait, ok)
             }
             mq::AMQPMethod::Unbind(b) => {
+                let queue = self.queue_shortcut(conn, ch, b.queue.as_str())?;
                 let binding = Binding {
                     source: b.exchange.to_string(),
-                    destination: Destination::Queue(b.queue.to_string()),
-                    routing_key: b.routing_key.to_string(),
+                    routing_key: key_shortcut(b.queue.as_str(), b.routing_key.as_str(), &queue),
+                    destination: Destination::Queue(queue),
                     arguments: b.arguments,
                 };
                 // queue.unbind has no nowait flag.
@@ -64,7 +66,7 @@ impl Master {
                 self.bind_and_reply(conn, ch, &vhost, binding, false, false, ok)
             }
             mq::AMQPMethod::Purge(p) => {
-                let name = p.queue.to_string();
+                let name = self.queue_shortcut(conn, ch, p.queue.as_str())?;
                 self.authorize(conn, Perm::Read, "queue", &name)?;
                 self.existing_queue(conn, &vhost, &name)?;
                 let count = self.purge(&vhost, &name);
@@ -80,7 +82,7 @@ impl Master {
                 Ok(())
             }
             mq::AMQPMethod::Delete(d) => {
-                let name = d.queue.to_string();
+                let name = self.queue_shortcut(conn, ch, d.queue.as_str())?;
                 self.authorize(conn, Perm::Configure, "queue", &name)?;
                 let mut count = 0;
                 if let Some(q) = self.broker.queue(&vhost, &name) {
@@ -114,6 +116,26 @@ impl Master {
                 "unexpected queue method {}",
                 AMQPClass::Queue(other).get_amqp_method_id()
             ))),
+        }
+    }
+
+    /// The queue a method names: an empty name is the channel's last
+    /// declared queue, and with none, 404 as RabbitMQ answers.
+    pub(in crate::master) fn queue_shortcut(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        name: &str,
+    ) -> AmqpResult<String> {
+        if !name.is_empty() {
+            return Ok(name.to_string());
+        }
+        match self.channel_mut(conn, ch) {
+            Some(chan) if !chan.declared_queue.is_empty() => Ok(chan.declared_queue.clone()),
+            _ => Err(AmqpError::new(
+                ReplyCode::NotFound,
+                "no previously declared queue",
+            )),
         }
     }
 
@@ -286,6 +308,9 @@ impl Master {
                 );
             }
         }
+        if let Some(chan) = self.channel_mut(conn, ch) {
+            chan.declared_queue.clone_from(&name);
+        }
         let (message_count, consumer_count) = match self.broker.queue(vhost, &name) {
             Some(q) => (
                 q.ready.len() as u32,
@@ -328,6 +353,16 @@ impl Master {
         {
             self.consumers.remove(&key);
         }
+    }
+}
+
+/// The routing key of a queue.bind/unbind: with both the queue and the key
+/// empty, the (last declared) queue's name, as in RabbitMQ; else as sent.
+fn key_shortcut(sent_queue: &str, sent_key: &str, queue: &str) -> String {
+    if sent_queue.is_empty() && sent_key.is_empty() {
+        queue.to_string()
+    } else {
+        sent_key.to_string()
     }
 }
 
