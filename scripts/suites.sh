@@ -585,6 +585,13 @@ run_parallel() {
 
 # --- main -------------------------------------------------------------------------------
 setup_venv
+for suite in "${SUITES[@]}"; do
+    if [[ -n ${TLS_SUITES[$suite]:-} ]] && ! command -v openssl >/dev/null; then
+        # The TLS suites' certificates are made with the openssl CLI.
+        apt_install openssl || die "openssl is missing and could not be installed"
+        break
+    fi
+done
 if [[ $BROKER == rabbitmq ]]; then
     ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
     command -v epmd >/dev/null || die "epmd (Erlang) is missing"
