@@ -21,6 +21,13 @@
 # compat-tests/.cache/venv. Tests listed in compat-tests/suites/deselected.txt are
 # not run (each with its reason there).
 #
+# TLS: the suites that have TLS tests (aio-pika, aiormq, py-amqp, amqpstorm) get a
+# broker with an AMQPS listener too, on a free port, with certificates that this
+# script makes for the run with the openssl CLI (a CA, a server and a client
+# certificate, in the run's temporary directory), configured as the suite's authors
+# configure their RabbitMQ (verify_peer; see TLS_SUITES); the suites are told where
+# the port and the files are (see run_pytest_suite and stablemq_fixtures.py).
+#
 # Prints per-suite counts and the total wall time, writes
 # compat-tests/.cache/suites-summary.json (with --against-rabbitmq:
 # suites-summary-rabbitmq.json), keeps each suite's log under
@@ -225,30 +232,119 @@ AMQP_PORT=""
 # The management HTTP API's port (StableMQ always serves it; RabbitMQ only for the
 # suites that need it, see needs_management).
 MGMT_PORT=""
+# The AMQPS port and the directory of the run's certificates, for the suites in
+# TLS_SUITES (empty for the others).
+AMQPS_PORT=""
+TLS_DIR=""
 
 # amqpstorm's tests clean up (and its management tests work) over the management
 # HTTP API; RabbitMQ then needs its management plugin, which slows its boot.
 needs_management() { [[ $1 == amqpstorm* ]]; }
 
+# The suites with TLS tests -> "KEY:PEER", the way their authors' RabbitMQ serves
+# TLS (always verify_peer: a client certificate, when sent, must chain to the CA):
+#   KEY   the key type of the certificates (amqpstorm's docker/files/generate-certs
+#         makes secp384r1 EC keys; the others ship or expect RSA ones)
+#   PEER  "required": fail_if_no_peer_cert = true (py-amqp's Dockerfile, amqpstorm's
+#         docker/rabbitmq.conf); "optional": false (aiormq's tests/certs/rabbitmq.conf,
+#         whose image aio-pika's conftest runs), for the tests that send none
+declare -A TLS_SUITES=([aio-pika]=rsa:optional [aiormq]=rsa:optional [py-amqp]=rsa:required
+    [amqpstorm]=ec:required)
+SUITE_TLS="" # the running suite's entry of TLS_SUITES (run_suite sets it)
+# The words that mark a suite's TLS tests (the -k words that left them out before
+# StableMQ had AMQPS); the plugin counts the tests whose keywords contain one, for
+# the summary's TLS column.
+declare -A TLS_KEYWORDS=([aio-pika]="amqps ssl" [aiormq]="amqps ssl" [py-amqp]=tls [amqpstorm]=ssl)
+
+tls_key() { # out file, rsa|ec (PKCS#8 PEM)
+    case $2 in
+        rsa) openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" ;;
+        ec) openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:secp384r1 -out "$1" ;;
+    esac 2>/dev/null
+}
+
+tls_sign() { # dir, name, subject, key type, extensions: <name>.pem signed by the CA
+    local dir=$1 name=$2 subj=$3 type=$4 ext=$5 usage=digitalSignature,keyEncipherment
+    [[ $type == rsa ]] || usage=digitalSignature
+    tls_key "$dir/$name.key" "$type"
+    openssl req -new -key "$dir/$name.key" -subj "$subj" -out "$dir/$name.csr" 2>/dev/null
+    printf 'basicConstraints = critical, CA:FALSE\nkeyUsage = critical, %s\n%s\nsubjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n' \
+        "$usage" "$ext" >"$dir/$name.ext"
+    openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+        -CAserial "$dir/ca.srl" -days 2 -sha256 -extfile "$dir/$name.ext" -out "$dir/$name.pem" 2>/dev/null
+    rm -f "$dir/$name.csr" "$dir/$name.ext"
+}
+
+# Makes the run's certificates in DIR: ca.pem (a CA of its own), server.pem/.key
+# (localhost and 127.0.0.1, serverAuth), client.pem/.key (CN suites-client,
+# clientAuth), and the same under the names py-amqp's t/certs uses, including its
+# two "broken" files (PEM whose base64 does not decode, as in py-amqp's repository).
+make_tls_certs() { # dir, rsa|ec
+    local dir=$1 type=$2
+    mkdir -p "$dir"
+    tls_key "$dir/ca.key" "$type"
+    openssl req -x509 -new -key "$dir/ca.key" -subj "/CN=StableMQ suites test CA" -days 2 -sha256 \
+        -addext "basicConstraints = critical, CA:TRUE" -addext "keyUsage = critical, keyCertSign, cRLSign" \
+        -out "$dir/ca.pem" 2>/dev/null
+    tls_sign "$dir" server "/CN=localhost/O=server" "$type" \
+        $'extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1'
+    tls_sign "$dir" client "/CN=suites-client/O=client" "$type" 'extendedKeyUsage = clientAuth'
+    cp "$dir/ca.pem" "$dir/ca_certificate.pem"
+    cp "$dir/client.pem" "$dir/client_certificate.pem"
+    cp "$dir/client.key" "$dir/client_key.pem"
+    sed '2s/^....../Broken/' "$dir/client.pem" >"$dir/client_certificate_broken.pem"
+    sed '2s/^....../Broken/' "$dir/client.key" >"$dir/client_key_broken.pem"
+    [[ -s $dir/server.pem && -s $dir/client.pem ]]
+}
+
+# For a suite in TLS_SUITES: the certificates and a free AMQPS port.
+prepare_tls() { # run dir, free port
+    AMQPS_PORT="" TLS_DIR=""
+    [[ -n $SUITE_TLS ]] || return 0
+    TLS_DIR="$1/tls"
+    make_tls_certs "$TLS_DIR" "${SUITE_TLS%%:*}" || { echo "openssl could not make the certificates" >&2; return 1; }
+    AMQPS_PORT=$2
+}
+
+wait_amqps() { # pid
+    [[ -z $AMQPS_PORT ]] ||
+        "$PY" "$CTL" wait-amqps "$AMQPS_PORT" 60 "$1" "$TLS_DIR/ca.pem" "$TLS_DIR/client.pem" "$TLS_DIR/client.key"
+}
+
 start_stablemq() {
-    local suite=$1 bin="${STABLEMQ_BIN:-$ROOT/target/release/stablemq}" prom
+    local suite=$1 bin="${STABLEMQ_BIN:-$ROOT/target/release/stablemq}" prom tls_port tls_args=()
     RUN_DIR=$(mktemp -d "$CACHE/run/stablemq-$suite.XXXXXX")
-    read -r AMQP_PORT prom MGMT_PORT < <("$PY" "$CTL" free-ports 3)
+    read -r AMQP_PORT prom MGMT_PORT tls_port < <("$PY" "$CTL" free-ports 4)
+    prepare_tls "$RUN_DIR" "$tls_port" || return 1
+    if [[ -n $AMQPS_PORT ]]; then
+        tls_args=(--amqps-port "$AMQPS_PORT" --tls-cert-file "$TLS_DIR/server.pem"
+            --tls-key-file "$TLS_DIR/server.key" --tls-ca-file "$TLS_DIR/ca.pem" --tls-verify-peer)
+        [[ ${SUITE_TLS#*:} != required ]] || tls_args+=(--tls-fail-if-no-peer-cert)
+    fi
     "$bin" serve --bind 127.0.0.1 --amqp-port "$AMQP_PORT" --prometheus-port "$prom" \
-        --management-port "$MGMT_PORT" \
+        --management-port "$MGMT_PORT" ${tls_args[@]+"${tls_args[@]}"} \
         --data-dir "$RUN_DIR/data" >"$CACHE/logs/stablemq-$suite.broker.log" 2>&1 &
     BROKER_PID=$!
-    "$PY" "$CTL" wait-amqp "$AMQP_PORT" 60 "$BROKER_PID" ||
+    { "$PY" "$CTL" wait-amqp "$AMQP_PORT" 60 "$BROKER_PID" && wait_amqps "$BROKER_PID"; } ||
         { tail -n 20 "$CACHE/logs/stablemq-$suite.broker.log" >&2; return 1; }
 }
 
 start_rabbitmq() {
-    local suite=$1 dist epmd_port
+    local suite=$1 dist epmd_port tls_port
     RUN_DIR=$(mktemp -d "$CACHE/run/rabbitmq-$suite.XXXXXX")
-    read -r AMQP_PORT dist epmd_port MGMT_PORT < <("$PY" "$CTL" free-ports 4)
+    read -r AMQP_PORT dist epmd_port MGMT_PORT tls_port < <("$PY" "$CTL" free-ports 5)
+    prepare_tls "$RUN_DIR" "$tls_port" || return 1
     mkdir -p "$RUN_DIR"/{home,mnesia,log}
     : >"$RUN_DIR/rabbitmq-env.conf"
     printf 'loopback_users.guest = true\nlog.console = false\nlog.file.level = info\n' >"$RUN_DIR/rabbitmq.conf"
+    if [[ -n $AMQPS_PORT ]]; then
+        local fail=false
+        [[ ${SUITE_TLS#*:} != required ]] || fail=true
+        printf '%s\n' "listeners.ssl.suites = 127.0.0.1:$AMQPS_PORT" \
+            "ssl_options.cacertfile = $TLS_DIR/ca.pem" "ssl_options.certfile = $TLS_DIR/server.pem" \
+            "ssl_options.keyfile = $TLS_DIR/server.key" "ssl_options.verify = verify_peer" \
+            "ssl_options.fail_if_no_peer_cert = $fail" >>"$RUN_DIR/rabbitmq.conf"
+    fi
     if needs_management "$suite"; then
         echo '[rabbitmq_management].' >"$RUN_DIR/enabled_plugins"
         printf 'management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\n' "$MGMT_PORT" >>"$RUN_DIR/rabbitmq.conf"
@@ -277,7 +373,7 @@ start_rabbitmq() {
         RABBITMQ_PID_FILE="$BROKER_BEAM_PIDFILE" \
         "$RABBITMQ_SERVER" >"$rlog" 2>&1 &
     BROKER_PID=$!
-    "$PY" "$CTL" wait-amqp "$AMQP_PORT" 180 "$BROKER_PID" ||
+    { "$PY" "$CTL" wait-amqp "$AMQP_PORT" 180 "$BROKER_PID" && wait_amqps "$BROKER_PID"; } ||
         { tail -n 20 "$rlog" "$RUN_DIR"/log/*.log >&2 || true; return 1; }
     if [[ -n $MGMT_PORT ]]; then
         # The management listener comes up after the AMQP one.
@@ -298,8 +394,9 @@ broker_alive() {
 # --- suites -------------------------------------------------------------------------
 # lapin's crate tests are built the way `cargo test` builds them in lapin's own
 # repository (the dev profile, with debug assertions), minus debug info, and with
-# the one TLS-free feature set the workspace uses too (tokio): the tests dial
-# amqp://. Leaving out the release optimisations and the default rustls backend
+# the one TLS-free feature set the workspace uses too (tokio): lapin has no TLS
+# tests (every test dials AMQP_ADDR, amqp:// by default; its only TLS code is
+# examples/client-certificate.rs, an example with empty placeholder certificates). Leaving out the release optimisations and the default rustls backend
 # (aws-lc-sys) cuts the build from about 5 CPU minutes to 1.5. The same 16 broker
 # tests and 18 unit tests run.
 LAPIN_CARGO_ARGS=(--locked --tests --no-default-features --features tokio)
@@ -320,11 +417,23 @@ run_pytest_suite() { # suite, source dir, -k expression or "", pytest args...
     (
         cd "$dir"
         export PYTHONPATH="$SUITES_DIR" STABLEMQ_SUITE="$suite" STABLEMQ_DESELECT_FILE="$DESELECT" \
-            STABLEMQ_RESULT_FILE="$RESULTS/$TAG.json" STABLEMQ_SHARD="$SHARD" AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/" \
+            STABLEMQ_RESULT_FILE="$RESULTS/$TAG.json" STABLEMQ_SHARD="$SHARD" \
+            STABLEMQ_TLS_KEYWORDS="${TLS_KEYWORDS[$suite]:-}" AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/" \
             RABBITMQ_HOST=127.0.0.1 RABBITMQ_5672_TCP="$AMQP_PORT" \
             RABBITMQ_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f" \
             AMQP_HOST=127.0.0.1 AMQP_USERNAME=guest AMQP_PASSWORD=guest \
             AMQP_URI="amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2F" AMQP_HTTP_URL="http://127.0.0.1:${MGMT_PORT:-1}"
+        if [[ -n $AMQPS_PORT ]]; then
+            # The AMQPS port: aio-pika's and aiormq's "5671/tcp" (our plugin), py-amqp's
+            # RABBITMQ_5671_TCP, amqpstorm's AMQP_SSL_URI (its other SSL tests dial
+            # 5671, which the plugin points at this port). amqpstorm verifies the
+            # server's name against AMQP_SSL_HOST: the certificate names 127.0.0.1.
+            # STABLEMQ_TLS_DIR: the run's certificates (the plugin hands them to
+            # aiormq's cert_path; py-amqp's t/certs links there, see run_suite).
+            export AMQPS_PORT RABBITMQ_5671_TCP="$AMQPS_PORT" STABLEMQ_TLS_DIR="$TLS_DIR" \
+                AMQP_SSL_HOST=127.0.0.1 AMQP_SSL_URI="amqps://guest:guest@127.0.0.1:$AMQPS_PORT/%2F" \
+                AMQP_CAFILE="$TLS_DIR/ca.pem" AMQP_CERTFILE="$TLS_DIR/client.pem" AMQP_KEYFILE="$TLS_DIR/client.key"
+        fi
         # shellcheck disable=SC2086 # SUITES_PYTEST_ARGS is split on purpose
         "$PY" -m pytest "${PYTEST_COMMON[@]}" ${kargs[@]+"${kargs[@]}"} "$@" ${SUITES_PYTEST_ARGS:-}
     )
@@ -351,6 +460,7 @@ run_suite() { # suite [shard K/N]
     else
         dir=$(fetch_sdist "$suite")
     fi
+    SUITE_TLS=${TLS_SUITES[$suite]:-}
     if ! start_broker "$TAG"; then
         echo "{\"suite\": \"$suite\", \"passed\": 0, \"failed\": 1, \"skipped\": 0, \"deselected\": 0, \"failures\": [{\"id\": \"$TAG::<broker>\", \"error\": \"the broker did not start\"}]}" >"$RESULTS/$TAG.json"
         stop_broker
@@ -358,24 +468,28 @@ run_suite() { # suite [shard K/N]
     fi
     case "$suite" in
         aio-pika)
-            run_pytest_suite "$suite" "$dir" "not amqps and not ssl" tests 2>&1 | tee "$log" | grep -v '^\s*$' | tail -n 40 || status=$?
+            run_pytest_suite "$suite" "$dir" "" tests 2>&1 | tee "$log" | grep -v '^\s*$' | tail -n 40 || status=$?
             ;;
         aiormq)
-            run_pytest_suite "$suite" "$dir" "not amqps and not ssl" tests 2>&1 | tee "$log" | grep -v '^\s*$' | tail -n 40 || status=$?
+            run_pytest_suite "$suite" "$dir" "" tests 2>&1 | tee "$log" | grep -v '^\s*$' | tail -n 40 || status=$?
             ;;
         kombu)
             run_pytest_suite "$suite" "$dir" "" t/integration/test_py_amqp.py 2>&1 | tee "$log" | tail -n 30 || status=$?
             ;;
         py-amqp)
-            run_pytest_suite "$suite" "$dir" "not tls" t/integration/test_rmq.py 2>&1 | tee "$log" | tail -n 30 || status=$?
+            # Its TLS tests read the certificates from t/certs/ (relative paths; the
+            # sdist has none): that is a link to the run's certificates.
+            ln -sfn "$TLS_DIR" "$dir/t/certs"
+            run_pytest_suite "$suite" "$dir" "" t/integration/test_rmq.py 2>&1 | tee "$log" | tail -n 30 || status=$?
+            rm -f "$dir/t/certs"
             ;;
         rabbitpy)
             run_pytest_suite "$suite" "$dir" "" tests/test_integration.py tests/integration 2>&1 | tee "$log" | tail -n 30 || status=$?
             ;;
         amqpstorm)
-            # The functional tests (ssl/ skips itself: no certificates in the sdist).
-            # They clean up over the management API, and test_web_based.py publishes
-            # and creates a vhost through it.
+            # The functional tests, ssl/ with the run's certificates (AMQP_CAFILE and
+            # friends). They clean up over the management API, and test_web_based.py
+            # publishes and creates a vhost through it.
             run_pytest_suite "$suite" "$dir" "" amqpstorm/tests/functional \
                 --ignore=amqpstorm/tests/functional/management 2>&1 | tee "$log" | tail -n 30 || status=$?
             ;;
@@ -471,6 +585,13 @@ run_parallel() {
 
 # --- main -------------------------------------------------------------------------------
 setup_venv
+for suite in "${SUITES[@]}"; do
+    if [[ -n ${TLS_SUITES[$suite]:-} ]] && ! command -v openssl >/dev/null; then
+        # The TLS suites' certificates are made with the openssl CLI.
+        apt_install openssl || die "openssl is missing and could not be installed"
+        break
+    fi
+done
 if [[ $BROKER == rabbitmq ]]; then
     ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
     command -v epmd >/dev/null || die "epmd (Erlang) is missing"

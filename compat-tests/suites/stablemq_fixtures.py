@@ -3,16 +3,21 @@
 Loaded with ``-p stablemq_fixtures`` (this directory is on PYTHONPATH) by
 ``scripts/suites.sh``. It does three things:
 
-1. Broker fixtures from the environment (and amqpstorm's default port). aio-pika's and aiormq's suites get their
+1. Broker fixtures from the environment (and amqpstorm's default ports). aio-pika's and aiormq's suites get their
    broker from Docker (``rabbitmq_container`` -> ``amqp_direct_url`` -> ``amqp_url``).
    This plugin supplies ``rabbitmq_container`` and ``amqp_direct_url`` built from
-   ``AMQP_URL`` (e.g. ``amqp://guest:guest@127.0.0.1:5672/``) instead, and a
+   ``AMQP_URL`` (e.g. ``amqp://guest:guest@127.0.0.1:5672/``) and ``AMQPS_PORT``
+   (the broker's TLS port, their container's "5671/tcp") instead, and a
    ``docker`` fixture that fails saying Docker is not used here. aiormq's conftest
    does not define those fixtures, so ours are used as they are. aio-pika's conftest
    does define them (and its ``pytest_configure`` refuses to run without Docker);
    a conftest fixture would win over a plugin fixture, so when that conftest module
    is registered we replace its Docker check and its fixture functions in the module
-   itself, before pytest's fixture manager reads them.
+   itself, before pytest's fixture manager reads them. aiormq's conftest also has
+   ``cert_path(name)``, the certificates its broker image was made with (in the
+   sdist's ``tests/certs``); it is replaced the same way by one that names the run's
+   certificates (``STABLEMQ_TLS_DIR``, which scripts/suites.sh made for this broker
+   under the same file names).
 
 2. Shards and deselection. ``STABLEMQ_SHARD`` "K/N" keeps every Nth test (from the
    Kth), so that one suite can run as N pytest processes side by side, each against
@@ -24,12 +29,15 @@ Loaded with ``-p stablemq_fixtures`` (this directory is on PYTHONPATH) by
    a pattern when it contains ``*`` (the only wildcard).
 
 3. A machine-readable result. ``STABLEMQ_RESULT_FILE`` receives a JSON object with
-   the counts (passed, failed, skipped, deselected), the failed test ids with their
-   error message, and the deselected ids with their reasons.
+   the counts (passed, failed, skipped, deselected; and of those run, how many are
+   the suite's TLS tests, ``tls_run``, and how many of them passed, ``tls_passed``:
+   the tests whose keywords contain a word of ``STABLEMQ_TLS_KEYWORDS``), the failed
+   test ids with their error message, and the deselected ids with their reasons.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -70,10 +78,12 @@ def _amqp_url_parts() -> tuple[str, int, str, str]:
 @pytest.fixture(scope="session")
 def rabbitmq_container() -> BrokerEndpoint:
     host, port, _, _ = _amqp_url_parts()
-    # No TLS listener: the amqps variants are deselected with -k "not amqps and not
-    # ssl". 5671/tcp points at the plain port only so that building those URLs in
-    # fixtures does not raise KeyError.
-    tls_port = int(os.environ.get("AMQPS_PORT", port))
+    # The broker's AMQPS listener (its certificates: STABLEMQ_TLS_DIR, see cert_path).
+    if not os.environ.get("AMQPS_PORT"):
+        raise pytest.UsageError(
+            "stablemq_fixtures: AMQPS_PORT is not set (scripts/suites.sh sets it)"
+        )
+    tls_port = int(os.environ["AMQPS_PORT"])
     return BrokerEndpoint(
         id="stablemq-suites", ports={"5672/tcp": port, "5671/tcp": tls_port}, host=host
     )
@@ -109,6 +119,16 @@ def _no_docker_check(*_args, **_kwargs):
     return None
 
 
+def cert_path(*args):
+    """aiormq's conftest ``cert_path``, for the run's certificates."""
+    tls_dir = os.environ.get("STABLEMQ_TLS_DIR")
+    if not tls_dir:
+        raise pytest.UsageError(
+            "stablemq_fixtures: STABLEMQ_TLS_DIR is not set (scripts/suites.sh sets it)"
+        )
+    return os.path.join(tls_dir, *args)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_plugin_registered(plugin, manager):
     """Neutralise a conftest's Docker dependence before pytest reads its fixtures."""
@@ -122,15 +142,21 @@ def pytest_plugin_registered(plugin, manager):
     for name, fixture in _OVERRIDES.items():
         if name in vars(plugin):
             setattr(plugin, name, fixture)
+    if callable(vars(plugin).get("cert_path")):
+        # aiormq: its amqp_url fixture calls this module global, and its test
+        # modules import it from the conftest after this hook has run.
+        plugin.cert_path = cert_path
 
 
 def _point_amqpstorm_at_broker() -> None:
-    """Make the broker's port amqpstorm's default port.
+    """Make the broker's ports amqpstorm's default ports.
 
     amqpstorm's functional tests connect with ``Connection(AMQP_HOST, user,
     password)``, that is on the default port 5672, which they take from the
     signature's default; only the host is configurable. Our brokers listen on a free
     port instead, so that default becomes that port (the URI tests already carry it).
+    Its SSL tests connect with ``Connection(AMQP_SSL_HOST, ..., port=5671,
+    ssl=True)``: that port becomes the broker's AMQPS port (``AMQPS_PORT``).
     """
     if not os.environ.get("STABLEMQ_SUITE", "").startswith("amqpstorm"):
         return
@@ -143,6 +169,18 @@ def _point_amqpstorm_at_broker() -> None:
             f"default port=5672 ({Connection.__init__.__defaults__!r}); update the plugin"
         )
     Connection.__init__.__defaults__ = (port,)
+    tls_port = os.environ.get("AMQPS_PORT")
+    if not tls_port:
+        return
+    plain_init = Connection.__init__
+
+    @functools.wraps(plain_init)
+    def init(self, hostname, username, password, port=port, **kwargs):
+        if port == 5671 and kwargs.get("ssl"):
+            port = int(tls_port)
+        plain_init(self, hostname, username, password, port, **kwargs)
+
+    Connection.__init__ = init
 
 
 def pytest_configure(config):
@@ -190,15 +228,17 @@ class _State:
         self.errors: dict[str, str] = {}
         self.deselected: dict[str, str] = {}
         self.unused: list[str] = []
-        self.deselected_total = 0
+        self.tls: set[str] = set()
 
 
 _state = _State()
 
 
-def pytest_deselected(items):
-    # Everything deselected, by -k (the TLS variants) or by the deselection file.
-    _state.deselected_total += len(items)
+def _is_tls_test(item, words: list[str]) -> bool:
+    """Whether one of ``words`` is in the test's keywords (its name, its parents'
+    names, its parameter ids, its markers), case-insensitively, as ``-k WORD``
+    matches."""
+    return any(w in name.lower() for name in item.keywords for w in words)
 
 
 def _shard() -> tuple[int, int]:
@@ -223,9 +263,17 @@ def pytest_collection_modifyitems(session, config, items):
         items[:] = [item for i, item in enumerate(items) if i % n == k - 1]
     path = os.environ.get("STABLEMQ_DESELECT_FILE")
     suite = os.environ.get("STABLEMQ_SUITE")
-    if not path or not suite:
-        return
-    entries = load_deselections(path, suite)
+    if path and suite:
+        _deselect(config, items, load_deselections(path, suite))
+    # The suite's TLS tests among those that run (STABLEMQ_TLS_KEYWORDS: the words
+    # that mark them, e.g. "amqps ssl"), for the summary's TLS column.
+    words = os.environ.get("STABLEMQ_TLS_KEYWORDS", "").lower().split()
+    if words:
+        _state.tls = {item.nodeid for item in items if _is_tls_test(item, words)}
+
+
+def _deselect(config, items, entries: list[tuple[str, str]]) -> None:
+    """Remove the tests that match a deselection entry from ``items``."""
     used = set()
     keep, drop = [], []
     for item in items:
@@ -288,11 +336,9 @@ def pytest_sessionfinish(session, exitstatus):
         "suite": os.environ.get("STABLEMQ_SUITE", ""),
         **counts,
         "deselected": len(_state.deselected),
-        # Not collected into the run by -k "not amqps and not ssl" / "not tls".
-        # Every shard sees the whole -k deselection: the first one counts it.
-        "tls_not_run": (_state.deselected_total - len(_state.deselected))
-        if _shard()[0] == 1
-        else 0,
+        # Of the tests above, the suite's TLS tests (run over AMQPS).
+        "tls_run": sum(1 for nid in _state.tls if nid in _state.outcomes),
+        "tls_passed": sum(1 for nid in _state.tls if _state.outcomes.get(nid) == "passed"),
         "pytest_exit_status": int(exitstatus),
         "seconds": round(time.monotonic() - _state.start, 1),
         "failures": [
