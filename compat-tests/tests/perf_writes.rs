@@ -53,6 +53,10 @@ struct Seen {
 }
 
 /// `tcpi_data_segs_in` of a socket: segments received that carried data.
+#[allow(
+    unsafe_code,
+    reason = "TCP_INFO has no safe wrapper in libc or socket2; getsockopt into a zeroed tcp_info"
+)]
 fn data_segments_in(s: &TcpStream) -> u32 {
     // SAFETY: a zeroed tcp_info is a valid value (plain integers); getsockopt
     // writes at most `len` octets into it.
