@@ -11,8 +11,8 @@ pub(crate) mod outbox;
 mod proxy;
 mod replica;
 mod route;
-mod socket;
 mod slots;
+mod socket;
 
 use crate::config::Config;
 use crate::management::{Listener, NodeStatusSource, Peer};

@@ -107,7 +107,10 @@ impl TlsBroker {
     pub fn start_top(pki: &Pki, top: &str, extra: &str) -> TlsBroker {
         let amqps_port = free_port();
         let broker = Broker::start_with(BrokerOptions {
-            config_toml: Some(format!("{top}\n{}", tls_section(&pki.server, amqps_port, extra))),
+            config_toml: Some(format!(
+                "{top}\n{}",
+                tls_section(&pki.server, amqps_port, extra)
+            )),
             ..Default::default()
         });
         TlsBroker {

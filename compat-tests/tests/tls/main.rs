@@ -117,7 +117,11 @@ async fn external_logs_in_as_the_certificate_cn() {
     let off = TlsBroker::start(&pki, &pki.verify_peer_lines(false));
     let mut raw = off.raw(Some(&pki.alice)).await;
     let start = raw.read_start().await;
-    assert_eq!(start.mechanisms.to_string(), "PLAIN AMQPLAIN", "EXTERNAL not configured");
+    assert_eq!(
+        start.mechanisms.to_string(),
+        "PLAIN AMQPLAIN",
+        "EXTERNAL not configured"
+    );
     match raw.start_ok_with("EXTERNAL", b"").await {
         AMQPClass::Connection(ConnMethod::Close(c)) => assert_eq!(c.reply_code, ACCESS_REFUSED),
         other => panic!("an unoffered EXTERNAL was accepted: {other:?}"),
