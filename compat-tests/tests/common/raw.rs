@@ -114,12 +114,8 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> RawConn<S> {
 
     /// Answer connection.start with PLAIN credentials and read connection.tune.
     pub async fn start_ok(&mut self, user: &str, pass: &str) -> lapin::protocol::connection::Tune {
-        let mut args = Vec::new();
-        args.extend_from_slice(&0u32.to_be_bytes()); // empty client-properties table
-        put_shortstr(&mut args, "PLAIN");
-        put_longstr(&mut args, format!("\0{user}\0{pass}").as_bytes());
-        put_shortstr(&mut args, "en_US");
-        self.send_method(0, 10, 11, &args).await;
+        self.send_start_ok("PLAIN", format!("\0{user}\0{pass}").as_bytes())
+            .await;
         match self.read_method().await {
             (0, AMQPClass::Connection(lapin::protocol::connection::AMQPMethod::Tune(t))) => t,
             other => panic!("expected connection.tune, got {other:?}"),
@@ -129,13 +125,18 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> RawConn<S> {
     /// Answer connection.start with `mechanism` and `response`; return what
     /// the broker answers (connection.tune, or connection.close on a refusal).
     pub async fn start_ok_with(&mut self, mechanism: &str, response: &[u8]) -> AMQPClass {
+        self.send_start_ok(mechanism, response).await;
+        self.read_method().await.1
+    }
+
+    /// Send connection.start-ok with empty client properties.
+    async fn send_start_ok(&mut self, mechanism: &str, response: &[u8]) {
         let mut args = Vec::new();
         args.extend_from_slice(&0u32.to_be_bytes()); // empty client-properties table
         put_shortstr(&mut args, mechanism);
         put_longstr(&mut args, response);
         put_shortstr(&mut args, "en_US");
         self.send_method(0, 10, 11, &args).await;
-        self.read_method().await.1
     }
 
     /// Send connection.tune-ok and connection.open, and read connection.open-ok.
