@@ -125,7 +125,7 @@ impl Driver {
         for o in outs.drain(..) {
             match o {
                 Output::ToConn(_, ToConn::Deliver { .. }) => delivered += 1,
-                Output::Append(_) => appended += 1,
+                Output::Append { .. } => appended += 1,
                 _ => {}
             }
         }

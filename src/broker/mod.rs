@@ -104,6 +104,17 @@ impl Broker {
         Broker::default()
     }
 
+    /// The state `events` build from nothing (I4: the same events give the
+    /// same state). Vhosts and users are events too; a fresh node gets the
+    /// config's through [`crate::master::Master::seed_from_config`].
+    pub fn replay(events: impl IntoIterator<Item = event::Event>) -> Broker {
+        let mut b = Broker::new();
+        for e in events {
+            b.apply(&e, 0);
+        }
+        b
+    }
+
     /// Flag every queued message redelivered. A new master calls this on the
     /// state it rebuilt: deliveries are not events, so it cannot tell which
     /// messages the old master had handed out, and AMQP's flag means "may have

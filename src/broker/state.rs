@@ -75,7 +75,7 @@ struct StoredMessage {
 /// The reducer the stores run; see the module docs.
 pub struct BrokerReducer {
     /// Vhosts from the configuration: they exist before the log says anything,
-    /// as in [`crate::master::Master::recover`].
+    /// as in [`crate::broker::Broker::replay`].
     config_vhosts: Vec<String>,
     /// Definitions only; never holds a message.
     defs: Broker,

@@ -197,10 +197,10 @@ impl Master {
     /// Run one management write; the answer waits for the log.
     pub(super) fn admin(&mut self, op: AdminOp, reply: AdminReply) {
         let result = self.admin_op(op);
-        if self.stable >= self.last_appended {
+        if self.gate.settled() {
             (reply.0)(result, &self.broker.access);
         } else {
-            let index = self.last_appended;
+            let index = self.gate.last_appended();
             self.admin_waiting.queue.push_back((index, reply, result));
         }
     }
@@ -211,7 +211,7 @@ impl Master {
             .admin_waiting
             .queue
             .front()
-            .is_some_and(|w| w.0 <= self.stable)
+            .is_some_and(|w| w.0 <= self.gate.stable())
         {
             if let Some((_, reply, result)) = self.admin_waiting.queue.pop_front() {
                 (reply.0)(result, &self.broker.access);

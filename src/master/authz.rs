@@ -29,7 +29,7 @@ impl Master {
         kind: &str,
         name: &str,
     ) -> AmqpResult<()> {
-        let Some(s) = self.sessions.get(&conn) else {
+        let Some(s) = self.sessions.get(conn) else {
             return Err(AmqpError::command_invalid("connection not open"));
         };
         let name = if kind == "exchange" {
@@ -104,7 +104,7 @@ impl Master {
         if x.spec.kind != ExchangeKind::Topic {
             return Ok(());
         }
-        let Some(s) = self.sessions.get(&conn) else {
+        let Some(s) = self.sessions.get(conn) else {
             return Ok(());
         };
         if self

@@ -135,7 +135,7 @@ impl Master {
         }
         self.exclusive_check(conn, vhost, &queue)?;
         let key = (vhost.to_string(), queue.clone());
-        if let Some(qc) = self.consumers.get(&key)
+        if let Some(qc) = self.sessions.consumers.get(&key)
             && (qc.exclusive || (c.exclusive && !qc.list.is_empty()))
         {
             return Err(AmqpError::access_refused(format!(
@@ -177,7 +177,7 @@ impl Master {
                 arguments: c.arguments.clone(),
             },
         );
-        let qc = self.consumers.entry(key).or_default();
+        let qc = self.sessions.consumers.entry(key).or_default();
         qc.list.push(ConsumerKey {
             conn,
             ch,
@@ -210,7 +210,7 @@ impl Master {
         tag: &Arc<str>,
     ) {
         let key = (vhost.to_string(), queue.to_string());
-        if let Some(qc) = self.consumers.get_mut(&key) {
+        if let Some(qc) = self.sessions.consumers.get_mut(&key) {
             qc.list.retain(|k| !k.is(conn, ch, tag));
             if qc.list.is_empty() {
                 qc.exclusive = false;
@@ -231,7 +231,7 @@ impl Master {
         self.exclusive_check(conn, vhost, &queue)?;
         self.touch_queue(vhost, &queue);
         self.expire_heads(vhost, &queue);
-        let stable = self.stable;
+        let stable = self.gate.stable();
         let Some(q) = self.broker.queue_mut(vhost, &queue) else {
             return Ok(());
         };
@@ -242,7 +242,7 @@ impl Master {
                 if let Some(chan) = self.channel_mut(conn, ch) {
                     chan.pending_replies += 1;
                 }
-                let index = self.last_appended;
+                let index = self.gate.last_appended();
                 self.push_waiting(
                     index,
                     conn,

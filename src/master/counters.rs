@@ -65,4 +65,18 @@ impl HotCounters {
             get_manual_ack: by_queue(m::DELIVERED_GET_MANUAL_ACK),
         }
     }
+
+    /// One delivery to a consumer of a (quorum or classic) queue.
+    pub(super) fn count_delivery(&self, quorum: bool, no_ack: bool, redelivered: bool) {
+        let q = usize::from(quorum);
+        self.delivered[q].increment(1);
+        if no_ack {
+            self.delivered_auto_ack[q].increment(1);
+        } else {
+            self.delivered_manual_ack[q].increment(1);
+        }
+        if redelivered {
+            self.redelivered[q].increment(1);
+        }
+    }
 }

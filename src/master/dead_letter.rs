@@ -366,8 +366,7 @@ impl Master {
             .queue(vhost, queue)
             .is_some_and(|q| q.args.expires.is_some())
         {
-            self.queue_last_used
-                .insert((vhost.to_string(), queue.to_string()), self.now_ms);
+            self.expiry.touch(vhost, queue, self.now_ms);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Delivery: handing stable, unexpired queue heads to consumers.
 
 use super::Master;
-use super::io::{Output, ToConn};
+use super::io::ToConn;
 use super::session::{QueueConsumers, Session, Unacked};
 use crate::broker::event::Event;
 use crate::broker::message::{Message, QueuedMessage};
@@ -93,24 +93,9 @@ impl Master {
     /// Hand ready, stable messages to consumers within their prefetch limits.
     /// Expired heads are dead-lettered on the way and never delivered.
     pub(super) fn try_deliver(&mut self, vhost: &str, queue: &str) {
-        if self.deliver_all(vhost, queue) && !self.is_stalled(vhost, queue) {
-            // A queue stalls at nearly every publish of a logged message and
-            // is released at the next stable index: its key is reused.
-            let key = match self
-                .stalled_keys
-                .iter()
-                .position(|(v, q)| v == vhost && q == queue)
-            {
-                Some(i) => self.stalled_keys.swap_remove(i),
-                None => (vhost.to_string(), queue.to_string()),
-            };
-            self.stalled.push(key);
+        if self.deliver_all(vhost, queue) {
+            self.gate.stall(vhost, queue);
         }
-    }
-
-    /// Whether `queue` is on the list of queues waiting for the stable index.
-    pub(super) fn is_stalled(&self, vhost: &str, queue: &str) -> bool {
-        self.stalled.iter().any(|(v, q)| v == vhost && q == queue)
     }
 
     /// [`Master::try_deliver`] without the bookkeeping: true when the queue
@@ -128,13 +113,17 @@ impl Master {
 
     /// Deliver until something stops it, and say what did.
     fn deliver_round(&mut self, vhost: &str, queue: &str) -> Round {
-        let Some(qc) = self.consumers.get_mut(super::qkey(&(vhost, queue))) else {
+        let Some(qc) = self
+            .sessions
+            .consumers
+            .get_mut(super::qkey(&(vhost, queue)))
+        else {
             return Round::Done;
         };
         let Some(q) = self.broker.queue_mut(vhost, queue) else {
             return Round::Done;
         };
-        let (stable, now_ms) = (self.stable, self.now_ms);
+        let (stable, now_ms) = (self.gate.stable(), self.now_ms);
         // Auto-acked ids matter only to a logged queue's log: others collect
         // none (an id list per delivery round was an allocation per message).
         let log_auto_acks = q.is_logged();
@@ -153,7 +142,7 @@ impl Master {
                 stop = Round::Expired;
                 break;
             }
-            let Some(idx) = choose(qc, &self.sessions, q.args.single_active_consumer) else {
+            let Some(idx) = choose(qc, &self.sessions.conns, q.args.single_active_consumer) else {
                 break;
             };
             qc.next = (idx + 1) % qc.list.len();
@@ -163,6 +152,7 @@ impl Master {
             let ck = qc.list[idx].clone();
             let Some(chan) = self
                 .sessions
+                .conns
                 .get_mut(&ck.conn)
                 .and_then(|s| s.channels.get_mut(&ck.ch))
             else {
@@ -181,7 +171,6 @@ impl Master {
                     auto_acked_persistent |= content.is_persistent();
                     auto_acked.push(id);
                 }
-                self.counters.delivered_auto_ack[usize::from(quorum)].increment(1);
             } else {
                 content = with_delivery_count(q, &msg);
                 c.unacked += 1;
@@ -195,15 +184,11 @@ impl Master {
                     },
                 );
                 q.unacked.insert(id, msg);
-                self.counters.delivered_manual_ack[usize::from(quorum)].increment(1);
             }
-            self.counters.delivered[usize::from(quorum)].increment(1);
+            self.counters.count_delivery(quorum, c.no_ack, redelivered);
             self.stats
                 .delivered(vhost, queue, false, c.no_ack, redelivered);
-            if redelivered {
-                self.counters.redelivered[usize::from(quorum)].increment(1);
-            }
-            self.out.push(Output::ToConn(
+            self.out.send(
                 ck.conn,
                 ToConn::Deliver {
                     ch: ck.ch,
@@ -212,7 +197,7 @@ impl Master {
                     redelivered,
                     msg: content,
                 },
-            ));
+            );
         }
         // An auto-acked message already left the queue (`pop`): the event
         // only matters to the log, so an unlogged one is not built at all.

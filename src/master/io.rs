@@ -140,8 +140,57 @@ pub struct ConnInfo {
 pub enum Output {
     /// Send to one connection's task.
     ToConn(ConnId, ToConn),
-    /// Append an encoded event to the log (its index is the master's `last_appended`).
-    Append(Bytes),
+    /// Append an encoded event to the log at `index` (the master numbers its
+    /// appends consecutively; the log checks the numbering, I3).
+    Append {
+        /// The entry's log index.
+        index: u64,
+        /// The encoded event.
+        entry: Bytes,
+    },
+}
+
+/// The master's output buffer: what its steps produced, in order, and the
+/// consumer cancel notifications that go after a step's replies.
+#[derive(Debug, Default)]
+pub(super) struct Outputs {
+    /// Outputs in the order they were produced.
+    buf: Vec<Output>,
+    /// basic.cancel notifications (conn, ch, consumer tag) of this step.
+    cancels: Vec<(ConnId, u16, Arc<str>)>,
+}
+
+impl Outputs {
+    /// Queue a message for a connection task.
+    pub(super) fn send(&mut self, conn: ConnId, m: ToConn) {
+        self.buf.push(Output::ToConn(conn, m));
+    }
+
+    /// Queue a log append.
+    pub(super) fn append(&mut self, index: u64, entry: Bytes) {
+        self.buf.push(Output::Append { index, entry });
+    }
+
+    /// Everything queued so far.
+    pub(super) fn take(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Everything queued so far; `empty` collects the next outputs.
+    pub(super) fn swap(&mut self, empty: Vec<Output>) -> Vec<Output> {
+        debug_assert!(empty.is_empty());
+        std::mem::replace(&mut self.buf, empty)
+    }
+
+    /// Note a consumer to tell it is cancelled, once this step's replies are out.
+    pub(super) fn cancel(&mut self, conn: ConnId, ch: u16, tag: Arc<str>) {
+        self.cancels.push((conn, ch, tag));
+    }
+
+    /// The cancellations noted in this step.
+    pub(super) fn take_cancels(&mut self) -> Vec<(ConnId, u16, Arc<str>)> {
+        std::mem::take(&mut self.cancels)
+    }
 }
 
 /// A message for a connection task.

@@ -79,7 +79,7 @@ impl Master {
         if is_internal(conn) {
             return None;
         }
-        let user = &self.sessions.get(&conn)?.user;
+        let user = &self.sessions.get(conn)?.user;
         let limit = self
             .broker
             .access

@@ -32,7 +32,7 @@ impl Master {
     /// Close a client's connection with 320 CONNECTION_FORCED and the
     /// operator's reason (`DELETE /api/connections/{name}`).
     pub(super) fn force_close(&mut self, conn: ConnId, reason: &str) {
-        if !self.sessions.contains_key(&conn) {
+        if self.sessions.get(conn).is_none() {
             return;
         }
         let e = AmqpError::new(ReplyCode::ConnectionForced, reason.to_string());

@@ -34,55 +34,39 @@ use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::fastmap::FastMap;
 use io::{ConnId, Input, Output, ToConn};
 use queue_key::{QueueKey, qkey};
-use session::{Channel, QueueConsumers, Session};
-use stable::{Completion, Waiting};
+use session::{Channel, QueueConsumers, Session, Sessions};
+use stable::{Completion, StableGate};
 use stablemq_protocol::AMQPClass;
 use stablemq_protocol::methods::{basic as mbasic, channel as mchannel};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// The master core. See the module docs.
+///
+/// Its state is split into parts that own what they hold, so a handler
+/// borrows only the parts it needs:
+/// - `broker`: the replicated state, changed only through [`Event`]s;
+/// - `sessions` ([`Sessions`]): connections, channels and consumers;
+/// - `gate` ([`StableGate`]): the log position and everything waiting for
+///   the stable index; the only part that releases confirms, deferred
+///   replies and stalled deliveries (I1);
+/// - `expiry` ([`timers::Expiry`]): what the tick may expire;
+/// - `out` ([`io::Outputs`]): what the steps produced, for the server.
 pub struct Master {
     /// The replicated broker state.
     pub broker: Broker,
-    sessions: FastMap<ConnId, Session>,
-    /// Channel incarnation ids, by (conn, ch).
-    chan_uids: FastMap<(ConnId, u16), u64>,
-    next_chan_uid: u64,
-    consumers: FastMap<QueueKey, QueueConsumers>,
-    /// Index of the last event appended to the log.
-    last_appended: u64,
-    /// The buffer log entries are encoded into ([`Event::encode_into`]).
-    log_arena: bytes::BytesMut,
-    /// Highest index known stable.
-    stable: u64,
-    waiting: VecDeque<Waiting>,
-    /// Queues whose head message waits for the stable index.
-    /// (A list, in the order they stalled: there are few, and a queue that
-    /// stays stalled from one stable index to the next keeps its key, so the
-    /// per-message path allocates none.)
-    stalled: Vec<QueueKey>,
-    /// The other of the two `stalled` buffers, swapped in by `on_stable`.
-    stalled_spare: Vec<QueueKey>,
-    /// Keys of queues that stalled lately, kept (a few) for their next stall.
-    stalled_keys: Vec<QueueKey>,
+    sessions: Sessions,
+    gate: StableGate,
+    expiry: timers::Expiry,
+    out: io::Outputs,
+    /// The next message id: ids grow with the log, and recovery starts above
+    /// the highest one the log holds.
     next_msg_id: u64,
-    name_counter: u64,
-    out: Vec<Output>,
     /// The master's clock (ms since the Unix epoch), set by the runtime before each
     /// step: time is an input, never read here.
     now_ms: u64,
-    /// Default consumer timeout (ms).
-    consumer_timeout_ms: u64,
-    /// When queues with `x-expires` were last used (ms).
-    queue_last_used: FastMap<QueueKey, u64>,
-    /// Whether the tick must look at every queue for expired heads and
-    /// unused `x-expires` queues (see [`Master::may_expire`]).
-    expiry_scan: bool,
     /// Nesting of dead-lettering in progress (bounded, see `dead_letter`).
     dead_letter_depth: u32,
-    /// Consumer cancel notifications to send after this step's replies.
-    cancels: Vec<(ConnId, u16, Arc<str>)>,
     /// Management writes whose answers wait for the log (`admin`).
     admin_waiting: admin::AdminWaiting,
     /// Message counters for the management API's `message_stats`.
@@ -96,45 +80,19 @@ impl Master {
     /// `last_index`. A fresh node's vhosts and users come from
     /// [`Master::seed_from_config`], which the server calls next.
     pub fn new(config: Arc<Config>, broker: Broker, last_index: u64) -> Master {
-        let next_msg_id = broker.max_msg_id + 1;
-        let expiry_scan = timers::state_may_expire(&broker);
         Master {
+            next_msg_id: broker.max_msg_id + 1,
+            expiry: timers::Expiry::new(config.consumer_timeout_ms, &broker),
             broker,
-            sessions: FastMap::default(),
-            chan_uids: FastMap::default(),
-            next_chan_uid: 1,
-            consumers: FastMap::default(),
-            last_appended: last_index,
-            log_arena: bytes::BytesMut::new(),
-            stable: last_index,
-            waiting: VecDeque::new(),
-            stalled: Vec::new(),
-            stalled_spare: Vec::new(),
-            stalled_keys: Vec::new(),
-            next_msg_id,
-            name_counter: 0,
-            out: Vec::new(),
+            sessions: Sessions::default(),
+            gate: StableGate::new(last_index),
+            out: io::Outputs::default(),
             now_ms: 0,
-            consumer_timeout_ms: config.consumer_timeout_ms,
-            queue_last_used: FastMap::default(),
-            expiry_scan,
             dead_letter_depth: 0,
-            cancels: Vec::new(),
             admin_waiting: admin::AdminWaiting::default(),
             stats: stats::Stats::default(),
             counters: counters::HotCounters::new(),
         }
-    }
-
-    /// Rebuild broker state from the stable log (I4: the same events give the same
-    /// state). Vhosts and users are events too; a fresh node gets the config's
-    /// through [`Master::seed_from_config`], logged like any other change.
-    pub fn recover(_config: &Config, events: impl IntoIterator<Item = Event>) -> Broker {
-        let mut b = Broker::new();
-        for e in events {
-            b.apply(&e, 0);
-        }
-        b
     }
 
     /// Set the master's clock (ms since the Unix epoch) before handling inputs.
@@ -144,53 +102,54 @@ impl Master {
 
     /// Index of the last appended event.
     pub fn last_appended(&self) -> u64 {
-        self.last_appended
+        self.gate.last_appended()
     }
 
     /// Highest stable index seen.
     pub fn stable_index(&self) -> u64 {
-        self.stable
+        self.gate.stable()
     }
 
     /// Outputs produced since the last call.
     pub fn take_outputs(&mut self) -> Vec<Output> {
-        std::mem::take(&mut self.out)
+        self.out.take()
     }
 
     /// Outputs produced since the last call; `empty` (an already drained
     /// buffer) collects the next ones, so a steady load reuses two buffers
     /// instead of growing a new one per step.
     pub fn swap_outputs(&mut self, empty: Vec<Output>) -> Vec<Output> {
-        debug_assert!(empty.is_empty());
-        std::mem::replace(&mut self.out, empty)
+        self.out.swap(empty)
     }
 
     /// Connections currently open.
     pub fn connection_ids(&self) -> Vec<ConnId> {
-        self.sessions.keys().copied().collect()
+        self.sessions.conns.keys().copied().collect()
     }
 
     /// Number of open channels, for metrics.
     pub fn channel_count(&self) -> usize {
-        self.sessions.values().map(|s| s.channels.len()).sum()
+        self.sessions.conns.values().map(|s| s.channels.len()).sum()
     }
 
     /// Consumers of a queue, for metrics and declare-ok.
     pub fn consumer_count(&self, vhost: &str, queue: &str) -> usize {
-        self.consumers
+        self.sessions
+            .consumers
             .get(&(vhost.to_string(), queue.to_string()))
             .map_or(0, |c| c.list.len())
     }
 
     /// Open connections and their channels, for the management API.
     pub fn sessions(&self) -> impl Iterator<Item = (ConnId, &Session)> {
-        self.sessions.iter().map(|(id, s)| (*id, s))
+        self.sessions.conns.iter().map(|(id, s)| (*id, s))
     }
 
     /// Every queue's consumers, in delivery order, for the management API:
     /// ((vhost, queue), consumers).
     pub fn queue_consumers(&self) -> impl Iterator<Item = ((&str, &str), &QueueConsumers)> {
-        self.consumers
+        self.sessions
+            .consumers
             .iter()
             .map(|((v, q), c)| ((v.as_str(), q.as_str()), c))
     }
@@ -228,13 +187,13 @@ impl Master {
                     | Input::Publish { conn, ch, .. } => (*conn, *ch),
                     _ => return,
                 };
-                let Some(chan) = self.channel_mut(conn, ch) else {
+                let Some(chan) = self.sessions.channel_mut(conn, ch) else {
                     // The channel was closed by us and frames were still in flight: drop them.
                     return;
                 };
                 if chan.pending_replies > 0 {
                     chan.pending_replies += 1;
-                    let index = self.last_appended;
+                    let index = self.gate.last_appended();
                     self.push_waiting(index, conn, ch, Completion::Rerun(other));
                     return;
                 }
@@ -275,7 +234,7 @@ impl Master {
         if e.connection_level {
             self.send(conn, ToConn::CloseConnection(e));
             self.disconnect(conn);
-        } else if self.channel_mut(conn, ch).is_some() {
+        } else if self.sessions.channel_mut(conn, ch).is_some() {
             self.close_channel_state(conn, ch);
             self.send(conn, ToConn::CloseChannel(ch, e));
         }
@@ -304,7 +263,7 @@ impl Master {
             self.send(conn, ToConn::CloseConnection(e));
             return;
         }
-        self.sessions.insert(
+        self.sessions.conns.insert(
             conn,
             Session {
                 user,
@@ -325,13 +284,9 @@ impl Master {
             self.disconnect(conn);
             return;
         }
-        let Some(s) = self.sessions.get_mut(&conn) else {
+        if !self.sessions.open_channel(conn, ch) {
             return;
-        };
-        s.channels.insert(ch, Channel::default());
-        let uid = self.next_chan_uid;
-        self.next_chan_uid += 1;
-        self.chan_uids.insert((conn, ch), uid);
+        }
         metrics::counter!(crate::metrics::CHANNELS_OPENED).increment(1);
         self.send(
             conn,
@@ -344,14 +299,9 @@ impl Master {
 
     /// Forget a channel: cancel its consumers and requeue its unacked deliveries.
     fn close_channel_state(&mut self, conn: ConnId, ch: u16) {
-        let Some(s) = self.sessions.get_mut(&conn) else {
+        let Some((vhost, chan)) = self.sessions.remove_channel(conn, ch) else {
             return;
         };
-        let Some(chan) = s.channels.remove(&ch) else {
-            return;
-        };
-        let vhost = s.vhost.clone();
-        self.chan_uids.remove(&(conn, ch));
         metrics::counter!(crate::metrics::CHANNELS_CLOSED).increment(1);
         let mut touched = BTreeSet::new();
         for (tag, c) in chan.consumers {
@@ -365,14 +315,14 @@ impl Master {
     }
 
     fn disconnect(&mut self, conn: ConnId) {
-        let Some(s) = self.sessions.get(&conn) else {
+        let Some(s) = self.sessions.get(conn) else {
             return;
         };
         let chans: Vec<u16> = s.channels.keys().copied().collect();
         for ch in chans {
             self.close_channel_state(conn, ch);
         }
-        let Some(s) = self.sessions.remove(&conn) else {
+        let Some(s) = self.sessions.conns.remove(&conn) else {
             return;
         };
         metrics::counter!(crate::metrics::CONNECTIONS_CLOSED).increment(1);
@@ -384,27 +334,26 @@ impl Master {
     }
 
     fn channel_mut(&mut self, conn: ConnId, ch: u16) -> Option<&mut Channel> {
-        self.sessions.get_mut(&conn)?.channels.get_mut(&ch)
+        self.sessions.channel_mut(conn, ch)
     }
 
     fn vhost_of(&self, conn: ConnId) -> AmqpResult<Arc<str>> {
         self.sessions
-            .get(&conn)
+            .get(conn)
             .map(|s| s.vhost.clone())
             .ok_or_else(|| AmqpError::command_invalid("connection not open"))
     }
 
     fn send(&mut self, conn: ConnId, m: ToConn) {
-        self.out.push(Output::ToConn(conn, m));
+        self.out.send(conn, m);
     }
 
     /// Apply an event now and, if `logged`, append it to the log. Returns what the
     /// apply did. Unlogged events still wait, for delivery, behind logged ones.
     fn emit(&mut self, ev: Event, logged: bool) -> Applied {
         if logged {
-            self.last_appended += 1;
-            let entry = ev.encode_into(&mut self.log_arena);
-            self.out.push(Output::Append(entry));
+            let (index, entry) = self.gate.append(&ev);
+            self.out.append(index, entry);
         }
         let policy_vhost = match &ev {
             Event::PolicySet { vhost, .. } | Event::PolicyCleared { vhost, .. } => {
@@ -412,10 +361,10 @@ impl Master {
             }
             _ => None,
         };
-        let declared = self.note_expiry(&ev);
-        let applied = self.broker.apply_owned(ev, self.last_appended);
+        let declared = self.expiry.note_event(&ev);
+        let applied = self.broker.apply_owned(ev, self.gate.last_appended());
         if let Some((vhost, name)) = declared {
-            self.note_declared(&vhost, &name);
+            self.expiry.note_declared(&self.broker, &vhost, &name);
         }
         let applied = self.after_apply(applied);
         if let Some(v) = policy_vhost {
@@ -428,15 +377,15 @@ impl Master {
     fn after_apply(&mut self, applied: Applied) -> Applied {
         for (vhost, q) in &applied.deleted_queues {
             let key = (vhost.clone(), q.name.to_string());
-            if let Some(qc) = self.consumers.remove(&key) {
+            if let Some(qc) = self.sessions.consumers.remove(&key) {
                 for ck in qc.list {
-                    if let Some(chan) = self.channel_mut(ck.conn, ck.ch) {
+                    if let Some(chan) = self.sessions.channel_mut(ck.conn, ck.ch) {
                         chan.consumers.remove(&ck.tag);
-                        self.cancels.push((ck.conn, ck.ch, ck.tag));
+                        self.out.cancel(ck.conn, ck.ch, ck.tag);
                     }
                 }
             }
-            self.stalled.retain(|k| *k != key);
+            self.gate.forget_queue(&key);
         }
         applied
     }
@@ -445,15 +394,15 @@ impl Master {
     /// It goes after the reply to the operation that deleted the queue, as in
     /// RabbitMQ, so a client deleting a queue it consumes from sees delete-ok first.
     fn flush_cancels(&mut self) {
-        for (conn, ch, tag) in std::mem::take(&mut self.cancels) {
+        for (conn, ch, tag) in self.out.take_cancels() {
             let cancel = AMQPClass::Basic(mbasic::AMQPMethod::Cancel(mbasic::Cancel {
                 consumer_tag: tag.as_ref().into(),
                 nowait: true,
             }));
-            if self.stable >= self.last_appended && self.waiting.is_empty() {
+            if self.gate.clear() {
                 self.send(conn, ToConn::Method(ch, cancel));
             } else {
-                let index = self.last_appended;
+                let index = self.gate.last_appended();
                 self.push_waiting(index, conn, ch, Completion::Notify(cancel));
             }
         }
@@ -465,7 +414,6 @@ impl Master {
     fn server_name(&mut self, prefix: &str) -> String {
         use rand::Rng;
         const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        self.name_counter += 1;
         let mut rng = rand::rng();
         let mut s = String::with_capacity(prefix.len() + 22);
         s.push_str(prefix);

@@ -45,7 +45,7 @@ impl Master {
         let topic = x.spec.kind == ExchangeKind::Topic;
         let user = self
             .sessions
-            .get(&conn)
+            .get(conn)
             .map(|s| s.user.as_str())
             .unwrap_or_default();
         if let Some(uid) = properties.user_id()

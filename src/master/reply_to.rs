@@ -70,7 +70,7 @@ impl Master {
         {
             return Ok(properties);
         }
-        let uid = self.chan_uids.get(&(conn, ch)).copied().unwrap_or(0);
+        let uid = self.sessions.chan_uid(conn, ch);
         if self.chan(conn, ch)?.reply_consumer.is_none() {
             return Err(AmqpError::precondition("fast reply consumer does not exist").on(60, 40));
         }
@@ -93,7 +93,7 @@ impl Master {
             return false;
         };
         let (conn, ch, uid) = target;
-        if self.chan_uids.get(&(conn, ch)) != Some(&uid) {
+        if !self.sessions.is_current(conn, ch, uid) {
             return false;
         }
         let Some(chan) = self.channel_mut(conn, ch) else {
@@ -128,10 +128,10 @@ impl Master {
     /// Whether a reply-to name still has its consumer (passive queue.declare on it).
     pub(super) fn reply_to_exists(&self, name: &str) -> bool {
         parse(name).is_some_and(|(conn, ch, uid)| {
-            self.chan_uids.get(&(conn, ch)) == Some(&uid)
+            self.sessions.is_current(conn, ch, uid)
                 && self
                     .sessions
-                    .get(&conn)
+                    .get(conn)
                     .and_then(|s| s.channels.get(&ch))
                     .is_some_and(|c| c.reply_consumer.is_some())
         })

@@ -216,3 +216,72 @@ pub struct QueueConsumers {
     /// Whether the queue ever had a consumer (auto-delete waits for the first one).
     pub ever_had_consumer: bool,
 }
+
+/// Who is connected, and who consumes from what: the master's part that owns
+/// every open connection and channel and each queue's consumer list. Handlers
+/// that only look up a channel borrow this part alone; none of it is
+/// replicated.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    /// Logged-in connections.
+    pub(super) conns: FastMap<ConnId, Session>,
+    /// Channel incarnation ids, by (conn, ch): a closed and reopened channel
+    /// number gets a new one, so what waits for the old one is dropped.
+    chan_uids: FastMap<(ConnId, u16), u64>,
+    /// The next incarnation id.
+    next_chan_uid: u64,
+    /// Each queue's consumers, in delivery order.
+    pub(super) consumers: FastMap<super::QueueKey, QueueConsumers>,
+}
+
+impl Sessions {
+    /// A connection's session, if it is open.
+    pub fn get(&self, conn: ConnId) -> Option<&Session> {
+        self.conns.get(&conn)
+    }
+
+    /// Every open connection.
+    pub fn iter(&self) -> impl Iterator<Item = (&ConnId, &Session)> {
+        self.conns.iter()
+    }
+
+    /// A connection's session, to change.
+    pub fn get_mut(&mut self, conn: ConnId) -> Option<&mut Session> {
+        self.conns.get_mut(&conn)
+    }
+
+    /// An open channel, to change.
+    pub fn channel_mut(&mut self, conn: ConnId, ch: u16) -> Option<&mut Channel> {
+        self.conns.get_mut(&conn)?.channels.get_mut(&ch)
+    }
+
+    /// Open channel `ch` on `conn` with a fresh incarnation id; false when the
+    /// connection is not open.
+    pub fn open_channel(&mut self, conn: ConnId, ch: u16) -> bool {
+        let Some(s) = self.conns.get_mut(&conn) else {
+            return false;
+        };
+        s.channels.insert(ch, Channel::default());
+        self.next_chan_uid += 1;
+        self.chan_uids.insert((conn, ch), self.next_chan_uid);
+        true
+    }
+
+    /// Forget channel `ch` of `conn`: its state is returned for cleaning up.
+    pub fn remove_channel(&mut self, conn: ConnId, ch: u16) -> Option<(Arc<str>, Channel)> {
+        let s = self.conns.get_mut(&conn)?;
+        let chan = s.channels.remove(&ch)?;
+        self.chan_uids.remove(&(conn, ch));
+        Some((s.vhost.clone(), chan))
+    }
+
+    /// The current incarnation id of channel `ch` (0 when it is not open).
+    pub fn chan_uid(&self, conn: ConnId, ch: u16) -> u64 {
+        self.chan_uids.get(&(conn, ch)).copied().unwrap_or(0)
+    }
+
+    /// Whether channel `ch` of `conn` is still the incarnation `uid`.
+    pub fn is_current(&self, conn: ConnId, ch: u16, uid: u64) -> bool {
+        self.chan_uids.get(&(conn, ch)) == Some(&uid)
+    }
+}

@@ -7,7 +7,11 @@
 
 use super::Master;
 use super::io::{ConnId, Input, ToConn};
+use super::queue_key::QueueKey;
+use crate::broker::event::Event;
+use bytes::Bytes;
 use stablemq_protocol::AMQPClass;
+use std::collections::VecDeque;
 
 /// How many released `stalled` keys the master keeps for reuse.
 const STALLED_KEYS_KEPT: usize = 16;
@@ -40,46 +44,83 @@ pub(super) struct Waiting {
     pub(super) what: Completion,
 }
 
-impl Master {
-    /// Send a reply once everything appended so far is stable.
-    pub(super) fn reply(&mut self, conn: ConnId, ch: u16, method: AMQPClass) {
-        if self.stable >= self.last_appended {
-            self.send(conn, ToConn::Method(ch, method));
-        } else if let Some(chan) = self.channel_mut(conn, ch) {
-            chan.pending_replies += 1;
-            let index = self.last_appended;
-            self.push_waiting(index, conn, ch, Completion::Reply(method));
+/// The gate between what the master has done and what a client may see (I1):
+/// the master's part that owns the log position (last appended, highest
+/// stable) and everything waiting for it. Only this part moves the stable
+/// index, and a confirm, a deferred reply or a stalled queue's delivery goes
+/// out only when [`StableGate::advance`] passes its index.
+#[derive(Debug)]
+pub(super) struct StableGate {
+    /// Index of the last event appended to the log.
+    last_appended: u64,
+    /// Highest index known stable.
+    stable: u64,
+    /// The buffer log entries are encoded into ([`Event::encode_into`]).
+    log_arena: bytes::BytesMut,
+    /// Replies, confirms and notifications, in log order.
+    waiting: VecDeque<Waiting>,
+    /// Queues whose head message waits for the stable index.
+    /// (A list, in the order they stalled: there are few, and a queue that
+    /// stays stalled from one stable index to the next keeps its key, so the
+    /// per-message path allocates none.)
+    stalled: Vec<QueueKey>,
+    /// The other of the two `stalled` buffers, swapped in by `take_stalled`.
+    stalled_spare: Vec<QueueKey>,
+    /// Keys of queues that stalled lately, kept (a few) for their next stall.
+    stalled_keys: Vec<QueueKey>,
+}
+
+impl StableGate {
+    /// A gate over a log that ends, stably, at `last_index`.
+    pub(super) fn new(last_index: u64) -> StableGate {
+        StableGate {
+            last_appended: last_index,
+            stable: last_index,
+            log_arena: bytes::BytesMut::new(),
+            waiting: VecDeque::new(),
+            stalled: Vec::new(),
+            stalled_spare: Vec::new(),
+            stalled_keys: Vec::new(),
         }
     }
 
-    /// Send a publisher confirm once everything appended so far is stable (I5: confirms
-    /// of one channel are queued, and so sent, in tag order).
-    pub(super) fn confirm(&mut self, conn: ConnId, ch: u16, tag: u64, ack: bool) {
-        if self.stable >= self.last_appended && self.waiting.is_empty() {
-            self.send_confirm(conn, ch, tag, ack);
-        } else {
-            let index = self.last_appended;
-            self.push_waiting(index, conn, ch, Completion::Confirm(tag, ack));
-        }
+    /// Index of the last appended event.
+    pub(super) fn last_appended(&self) -> u64 {
+        self.last_appended
     }
 
-    fn send_confirm(&mut self, conn: ConnId, ch: u16, tag: u64, ack: bool) {
-        if let Some(chan) = self.channel_mut(conn, ch) {
-            // I5: a channel confirms tag N only after every tag below N.
-            debug_assert!(
-                tag > chan.last_confirmed,
-                "I5: confirm {tag} after {}",
-                chan.last_confirmed
-            );
-            chan.last_confirmed = tag;
-            self.counters.confirmed.increment(1);
-            self.stats.global.confirm += 1;
-            self.send(conn, ToConn::Confirm { ch, tag, ack });
-        }
+    /// Highest stable index seen.
+    pub(super) fn stable(&self) -> u64 {
+        self.stable
     }
 
-    pub(super) fn push_waiting(&mut self, index: u64, conn: ConnId, ch: u16, what: Completion) {
-        let chan_uid = self.chan_uids.get(&(conn, ch)).copied().unwrap_or(0);
+    /// Encode `ev` as the next log entry: its index and its bytes.
+    pub(super) fn append(&mut self, ev: &Event) -> (u64, Bytes) {
+        self.last_appended += 1;
+        (self.last_appended, ev.encode_into(&mut self.log_arena))
+    }
+
+    /// Everything appended is stable.
+    pub(super) fn settled(&self) -> bool {
+        self.stable >= self.last_appended
+    }
+
+    /// Everything appended is stable and nothing waits: an effect may go out
+    /// now without passing one that waits (I5).
+    pub(super) fn clear(&self) -> bool {
+        self.settled() && self.waiting.is_empty()
+    }
+
+    /// Hold `what` until `index` is stable. `chan_uid` names the channel
+    /// incarnation it belongs to.
+    pub(super) fn hold(
+        &mut self,
+        index: u64,
+        conn: ConnId,
+        ch: u16,
+        chan_uid: u64,
+        what: Completion,
+    ) {
         debug_assert!(self.waiting.back().is_none_or(|w| w.index <= index));
         self.waiting.push_back(Waiting {
             index,
@@ -90,9 +131,10 @@ impl Master {
         });
     }
 
-    pub(super) fn on_stable(&mut self, index: u64) {
+    /// Move the stable index to `index`; false if it is not past the current one.
+    pub(super) fn advance(&mut self, index: u64) -> bool {
         if index <= self.stable {
-            return;
+            return false;
         }
         // I1: the store can only report what was appended.
         assert!(
@@ -101,25 +143,139 @@ impl Master {
             self.last_appended
         );
         self.stable = index;
+        true
+    }
+
+    /// The next held effect whose index is stable, in order.
+    pub(super) fn next_released(&mut self) -> Option<Waiting> {
+        if self.waiting.front().is_some_and(|w| w.index <= self.stable) {
+            self.waiting.pop_front()
+        } else {
+            None
+        }
+    }
+
+    /// Note that `vhost`/`queue` has a head waiting for the stable index
+    /// (unless it is noted already).
+    pub(super) fn stall(&mut self, vhost: &str, queue: &str) {
+        if self.is_stalled(vhost, queue) {
+            return;
+        }
+        // A queue stalls at nearly every publish of a logged message and
+        // is released at the next stable index: its key is reused.
+        let key = match self
+            .stalled_keys
+            .iter()
+            .position(|(v, q)| v == vhost && q == queue)
+        {
+            Some(i) => self.stalled_keys.swap_remove(i),
+            None => (vhost.to_string(), queue.to_string()),
+        };
+        self.stalled.push(key);
+    }
+
+    /// Whether `queue` is on the list of queues waiting for the stable index.
+    pub(super) fn is_stalled(&self, vhost: &str, queue: &str) -> bool {
+        self.stalled.iter().any(|(v, q)| v == vhost && q == queue)
+    }
+
+    /// A deleted queue waits for nothing.
+    pub(super) fn forget_queue(&mut self, key: &QueueKey) {
+        self.stalled.retain(|k| k != key);
+    }
+
+    /// The stalled queues, to try again after the stable index moved; each
+    /// goes back through [`StableGate::restall`] or [`StableGate::recycle`].
+    pub(super) fn take_stalled(&mut self) -> Vec<QueueKey> {
+        let spare = std::mem::take(&mut self.stalled_spare);
+        std::mem::replace(&mut self.stalled, spare)
+    }
+
+    /// A queue taken by `take_stalled` that still waits.
+    pub(super) fn restall(&mut self, key: QueueKey) {
+        self.stalled.push(key);
+    }
+
+    /// A queue taken by `take_stalled` that waits no more: its key is kept
+    /// (a few) for its next stall.
+    pub(super) fn recycle(&mut self, key: QueueKey) {
+        if self.stalled_keys.len() < STALLED_KEYS_KEPT {
+            self.stalled_keys.push(key);
+        }
+    }
+
+    /// The emptied buffer of `take_stalled`, kept for the next swap.
+    pub(super) fn return_spare(&mut self, spare: Vec<QueueKey>) {
+        debug_assert!(spare.is_empty());
+        self.stalled_spare = spare;
+    }
+}
+
+impl Master {
+    /// Send a reply once everything appended so far is stable.
+    pub(super) fn reply(&mut self, conn: ConnId, ch: u16, method: AMQPClass) {
+        if self.gate.settled() {
+            self.send(conn, ToConn::Method(ch, method));
+        } else if let Some(chan) = self.sessions.channel_mut(conn, ch) {
+            chan.pending_replies += 1;
+            let index = self.gate.last_appended();
+            self.push_waiting(index, conn, ch, Completion::Reply(method));
+        }
+    }
+
+    /// Send a publisher confirm once everything appended so far is stable (I5: confirms
+    /// of one channel are queued, and so sent, in tag order).
+    pub(super) fn confirm(&mut self, conn: ConnId, ch: u16, tag: u64, ack: bool) {
+        if self.gate.clear() {
+            self.send_confirm(conn, ch, tag, ack);
+        } else {
+            let index = self.gate.last_appended();
+            self.push_waiting(index, conn, ch, Completion::Confirm(tag, ack));
+        }
+    }
+
+    fn send_confirm(&mut self, conn: ConnId, ch: u16, tag: u64, ack: bool) {
+        if let Some(chan) = self.sessions.channel_mut(conn, ch) {
+            // I5: a channel confirms tag N only after every tag below N.
+            debug_assert!(
+                tag > chan.last_confirmed,
+                "I5: confirm {tag} after {}",
+                chan.last_confirmed
+            );
+            chan.last_confirmed = tag;
+            self.counters.confirmed.increment(1);
+            self.stats.global.confirm += 1;
+            self.out.send(conn, ToConn::Confirm { ch, tag, ack });
+        }
+    }
+
+    /// Hold `what` for channel `ch` of `conn` until `index` is stable.
+    pub(super) fn push_waiting(&mut self, index: u64, conn: ConnId, ch: u16, what: Completion) {
+        let chan_uid = self.sessions.chan_uid(conn, ch);
+        self.gate.hold(index, conn, ch, chan_uid, what);
+    }
+
+    /// The log is stable up to `index`: release what waited for it.
+    pub(super) fn on_stable(&mut self, index: u64) {
+        if !self.gate.advance(index) {
+            return;
+        }
         metrics::gauge!(crate::metrics::STABLE_INDEX).set(index as f64);
-        while self.waiting.front().is_some_and(|w| w.index <= self.stable) {
-            let Some(w) = self.waiting.pop_front() else {
-                break;
-            };
-            if self.chan_uids.get(&(w.conn, w.ch)) != Some(&w.chan_uid) {
+        while let Some(w) = self.gate.next_released() {
+            if !self.sessions.is_current(w.conn, w.ch, w.chan_uid) {
                 continue; // that channel is gone
             }
             match w.what {
                 Completion::Confirm(tag, ack) => self.send_confirm(w.conn, w.ch, tag, ack),
                 Completion::Notify(m) => self.send(w.conn, ToConn::Method(w.ch, m)),
                 Completion::Reply(m) => {
-                    if let Some(chan) = self.channel_mut(w.conn, w.ch) {
+                    if let Some(chan) = self.sessions.channel_mut(w.conn, w.ch) {
                         chan.pending_replies -= 1;
                     }
                     self.send(w.conn, ToConn::Method(w.ch, m));
                 }
                 Completion::Rerun(input) => {
-                    if let Some(chan) = self.channel_mut(w.conn, w.ch) {
+                    if let Some(chan) = self.sessions.channel_mut(w.conn, w.ch) {
                         chan.pending_replies -= 1;
                     }
                     self.handle(input);
@@ -127,15 +283,14 @@ impl Master {
             }
         }
         self.release_admin();
-        let spare = std::mem::take(&mut self.stalled_spare);
-        let mut stalled = std::mem::replace(&mut self.stalled, spare);
+        let mut stalled = self.gate.take_stalled();
         for key in stalled.drain(..) {
-            if self.deliver_all(&key.0, &key.1) && !self.is_stalled(&key.0, &key.1) {
-                self.stalled.push(key);
-            } else if self.stalled_keys.len() < STALLED_KEYS_KEPT {
-                self.stalled_keys.push(key);
+            if self.deliver_all(&key.0, &key.1) && !self.gate.is_stalled(&key.0, &key.1) {
+                self.gate.restall(key);
+            } else {
+                self.gate.recycle(key);
             }
         }
-        self.stalled_spare = stalled;
+        self.gate.return_spare(stalled);
     }
 }

@@ -2,7 +2,9 @@
 //! consumer timeout. Driven by `Input::Tick`; the clock is the master's `now_ms`.
 
 use super::Master;
+use super::queue_key::QueueKey;
 use crate::error::AmqpError;
+use crate::fastmap::FastMap;
 use std::collections::HashMap;
 
 use crate::broker::Broker;
@@ -26,6 +28,72 @@ pub(super) fn state_may_expire(broker: &Broker) -> bool {
         })
 }
 
+/// What may expire and when queues were last used: the master's part the
+/// tick reads to decide what time takes away.
+#[derive(Debug)]
+pub(super) struct Expiry {
+    /// Default consumer timeout (ms).
+    consumer_timeout_ms: u64,
+    /// When queues with `x-expires` were last used (ms).
+    last_used: FastMap<QueueKey, u64>,
+    /// Whether the tick must look at every queue for expired heads and
+    /// unused `x-expires` queues (see [`Master::may_expire`]).
+    scan: bool,
+}
+
+impl Expiry {
+    /// Expiry for a broker state recovered as `broker`.
+    pub(super) fn new(consumer_timeout_ms: u64, broker: &Broker) -> Expiry {
+        Expiry {
+            consumer_timeout_ms,
+            last_used: FastMap::default(),
+            scan: state_may_expire(broker),
+        }
+    }
+
+    /// Before `ev` is applied: switch the scan on for what can expire by
+    /// itself. A declared queue is returned, to be looked at once applied
+    /// (its arguments then include the policies that match it).
+    pub(super) fn note_event(&mut self, ev: &Event) -> Option<(String, String)> {
+        if self.scan {
+            return None;
+        }
+        match ev {
+            Event::Published { properties, .. } => {
+                if properties.expiration().is_some() {
+                    self.scan = true;
+                }
+                None
+            }
+            Event::QueueDeclared { vhost, name, .. } => Some((vhost.clone(), name.clone())),
+            // A policy can give queues a message TTL or `expires`, and
+            // clearing one can uncover another that does.
+            Event::PolicySet { .. } | Event::PolicyCleared { .. } => {
+                self.scan = true;
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// After a queue was declared: switch the scan on if it has a message
+    /// TTL or `x-expires`.
+    pub(super) fn note_declared(&mut self, broker: &Broker, vhost: &str, name: &str) {
+        if broker
+            .queue(vhost, name)
+            .is_some_and(|q| q.args.message_ttl.is_some() || q.args.expires.is_some())
+        {
+            self.scan = true;
+        }
+    }
+
+    /// `vhost`/`queue` was used now (a get, a consume, a redeclare).
+    pub(super) fn touch(&mut self, vhost: &str, queue: &str, now_ms: u64) {
+        self.last_used
+            .insert((vhost.to_string(), queue.to_string()), now_ms);
+    }
+}
+
 impl Master {
     /// Whether the tick looks at every queue for expired heads and unused
     /// `x-expires` queues. That look costs a pass over all queues 20 times a
@@ -35,49 +103,12 @@ impl Master {
     /// whose arguments have a TTL or `x-expires`, any policy change, or a
     /// recovered state that holds either (see `state_may_expire`).
     pub fn may_expire(&self) -> bool {
-        self.expiry_scan
-    }
-
-    /// Before `ev` is applied: switch the scan on for what can expire by
-    /// itself. A declared queue is returned, to be looked at once applied
-    /// (its arguments then include the policies that match it).
-    pub(super) fn note_expiry(&mut self, ev: &Event) -> Option<(String, String)> {
-        if self.expiry_scan {
-            return None;
-        }
-        match ev {
-            Event::Published { properties, .. } => {
-                if properties.expiration().is_some() {
-                    self.expiry_scan = true;
-                }
-                None
-            }
-            Event::QueueDeclared { vhost, name, .. } => Some((vhost.clone(), name.clone())),
-            // A policy can give queues a message TTL or `expires`, and
-            // clearing one can uncover another that does.
-            Event::PolicySet { .. } | Event::PolicyCleared { .. } => {
-                self.expiry_scan = true;
-                None
-            }
-            _ => None,
-        }
-    }
-
-    /// After a queue was declared: switch the scan on if it has a message
-    /// TTL or `x-expires`.
-    pub(super) fn note_declared(&mut self, vhost: &str, name: &str) {
-        if self
-            .broker
-            .queue(vhost, name)
-            .is_some_and(|q| q.args.message_ttl.is_some() || q.args.expires.is_some())
-        {
-            self.expiry_scan = true;
-        }
+        self.expiry.scan
     }
 
     pub(super) fn tick(&mut self) {
         let now = self.now_ms;
-        if self.expiry_scan {
+        if self.expiry.scan {
             self.expire_by_time(now);
         }
         self.consumer_timeouts(now);
@@ -106,15 +137,19 @@ impl Master {
                     continue;
                 };
                 let key = (vname.clone(), qname.clone());
-                let has_consumers = self.consumers.get(&key).is_some_and(|c| !c.list.is_empty());
-                let last = *self.queue_last_used.entry(key.clone()).or_insert(now);
+                let has_consumers = self
+                    .sessions
+                    .consumers
+                    .get(&key)
+                    .is_some_and(|c| !c.list.is_empty());
+                let last = *self.expiry.last_used.entry(key.clone()).or_insert(now);
                 if !has_consumers && now.saturating_sub(last) >= ttl {
                     expired_queues.push(key);
                 }
             }
         }
         for (v, q) in expired_queues {
-            self.queue_last_used.remove(&(v.clone(), q.clone()));
+            self.expiry.last_used.remove(&(v.clone(), q.clone()));
             self.delete_queue(&v, &q);
         }
     }
@@ -122,7 +157,7 @@ impl Master {
     /// Consumer timeout: a delivery unacked for too long closes its channel with 406.
     fn consumer_timeouts(&mut self, now: u64) {
         let mut timeouts: HashMap<(u64, u16), u64> = HashMap::new();
-        for (conn, s) in &self.sessions {
+        for (conn, s) in &self.sessions.conns {
             for (ch, chan) in &s.channels {
                 // Tags grow with time, so the oldest delivery is the first one.
                 let Some((_, u)) = chan.unacked.first() else {
@@ -132,7 +167,7 @@ impl Master {
                     .broker
                     .queue(&s.vhost, &u.queue)
                     .and_then(|q| q.args.consumer_timeout)
-                    .unwrap_or(self.consumer_timeout_ms);
+                    .unwrap_or(self.expiry.consumer_timeout_ms);
                 if now.saturating_sub(u.delivered_at_ms) > limit {
                     timeouts.insert((*conn, *ch), limit);
                 }

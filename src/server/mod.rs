@@ -197,7 +197,7 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
     opts.ipv6_optional = false;
     // Until this node wins an election it is a slave: a replica built from the
     // stable entries it is sent, and every client proxied to the master.
-    let core = Core::Following(Master::recover(&opts.config, []));
+    let core = Core::Following(crate::broker::Broker::new());
     let router = Router::Cluster {
         me: me.id,
         serving: node.serving,
@@ -477,15 +477,14 @@ async fn run_broker(
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let cluster_name = watch::channel(opts.config.default_cluster_name());
-    let master_handle = tokio::spawn(master_task::run(
+    let task = master_task::MasterTask::new(
         core,
         backend,
-        master_rx,
         opts.config.clone(),
         opts.data_dir.clone(),
-        users.clone(),
-        cluster_name.0,
-    ));
+        (Arc::new(users.clone()), cluster_name.0),
+    );
+    let master_handle = tokio::spawn(task.run(master_rx));
     let ctx = ConnContext {
         config: opts.config.clone(),
         master_tx: master_tx.clone(),

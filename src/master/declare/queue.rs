@@ -174,7 +174,7 @@ impl Master {
             },
             logged,
         );
-        for s in self.sessions.values_mut() {
+        for s in self.sessions.conns.values_mut() {
             if &*s.vhost == vhost {
                 s.exclusive_queues.retain(|q| q != name);
             }
@@ -294,7 +294,7 @@ impl Master {
                 metrics::counter!(crate::metrics::QUEUES_CREATED).increment(1);
                 let logged = spec.durable && spec.exclusive_owner.is_none();
                 if spec.exclusive_owner.is_some()
-                    && let Some(s) = self.sessions.get_mut(&conn)
+                    && let Some(s) = self.sessions.get_mut(conn)
                 {
                     s.exclusive_queues.push(name.clone());
                 }
@@ -336,6 +336,7 @@ impl Master {
     pub(in crate::master) fn maybe_auto_delete(&mut self, vhost: &str, queue: &str) {
         let key = (vhost.to_string(), queue.to_string());
         let unused = self
+            .sessions
             .consumers
             .get(&key)
             .is_some_and(|qc| qc.ever_had_consumer && qc.list.is_empty());
@@ -347,11 +348,12 @@ impl Master {
             self.delete_queue(vhost, queue);
         }
         if self
+            .sessions
             .consumers
             .get(&key)
             .is_some_and(|qc| qc.list.is_empty())
         {
-            self.consumers.remove(&key);
+            self.sessions.consumers.remove(&key);
         }
     }
 }

@@ -1,0 +1,81 @@
+//! Resource alarms (memory, disk), as RabbitMQ's: while one lasts,
+//! publishers are blocked (connection.blocked).
+
+use crate::config::Config;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The alarms are checked every this many master ticks (1 s).
+const GAUGE_TICKS: u32 = 20;
+
+/// The alarm state and when to look again.
+pub(super) struct Alarms {
+    config: Arc<Config>,
+    /// The directory whose filesystem's free space counts.
+    data_dir: PathBuf,
+    /// The memory high watermark (bytes), before the runtime override.
+    memory_limit: u64,
+    /// Ticks until the next check.
+    ticks_left: u32,
+    /// The active alarm, with RabbitMQ's reason text.
+    current: Option<String>,
+}
+
+impl Alarms {
+    /// No alarm yet; the first tick checks.
+    pub(super) fn new(config: Arc<Config>, data_dir: PathBuf) -> Alarms {
+        let memory_limit = config.memory_high_watermark_bytes.unwrap_or_else(|| {
+            crate::metrics::total_memory_bytes().map_or(u64::MAX, |t| t / 10 * 4)
+        });
+        Alarms {
+            config,
+            data_dir,
+            memory_limit,
+            ticks_left: 0,
+            current: None,
+        }
+    }
+
+    /// The active alarm.
+    pub(super) fn current(&self) -> Option<&str> {
+        self.current.as_deref()
+    }
+
+    /// One master tick: every [`GAUGE_TICKS`]-th (and the first) checks.
+    /// Returns the new state when it changed.
+    pub(super) fn on_tick(&mut self) -> Option<Option<String>> {
+        if self.ticks_left > 0 {
+            self.ticks_left -= 1;
+            return None;
+        }
+        self.ticks_left = GAUGE_TICKS - 1;
+        let limit = crate::management::alarms::effective_limit(self.memory_limit);
+        let now = check(&self.config, &self.data_dir, limit);
+        if now == self.current {
+            return None;
+        }
+        match &now {
+            Some(r) => tracing::warn!("resource alarm: {r}; blocking publishers"),
+            None => tracing::info!("resource alarm cleared"),
+        }
+        self.current = now.clone();
+        Some(now)
+    }
+}
+
+/// The active resource alarm, if any, with RabbitMQ's reason text.
+fn check(config: &Config, data_dir: &std::path::Path, memory_limit: u64) -> Option<String> {
+    let rss = crate::metrics::resident_memory_bytes();
+    let free = crate::metrics::disk_free_bytes(data_dir);
+    let memory = rss > memory_limit;
+    let disk = free.is_some_and(|f| f < config.disk_free_limit_bytes);
+    // The Prometheus endpoint reports the decision made here.
+    crate::metrics::set_alarm_state(memory_limit, memory, disk);
+    if memory {
+        Some("low on memory".into())
+    } else if disk {
+        Some("low on disk".into())
+    } else {
+        None
+    }
+}
