@@ -6,6 +6,11 @@
 //! bytes RabbitMQ or rstream sent; the assertions below also check what the
 //! decoded frames say against what the recorded session did.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test: an unwrap that fails is a failure at its line"
+)]
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -30,7 +35,11 @@ fn frames(name: &str) -> (Vec<Bytes>, Option<StreamFrameError>) {
         match split_frame(&mut buf, DEFAULT_FRAME_MAX) {
             Ok(Some(frame)) => out.push(frame),
             Ok(None) => {
-                assert!(buf.is_empty(), "{name}: {} bytes of a partial frame left", buf.len());
+                assert!(
+                    buf.is_empty(),
+                    "{name}: {} bytes of a partial frame left",
+                    buf.len()
+                );
                 return (out, None);
             }
             Err(e) => return (out, Some(e)),
@@ -92,15 +101,22 @@ const SESSIONS: [&str; 8] = [
 fn delivered_records(msgs: &[ServerMessage]) -> Vec<Bytes> {
     let mut records = Vec::new();
     for m in msgs {
-        if let ServerMessage::Deliver { chunk, committed_chunk_id: None, .. } = m {
+        if let ServerMessage::Deliver {
+            chunk,
+            committed_chunk_id: None,
+            ..
+        } = m
+        {
             let chunk = Chunk::parse(chunk).unwrap();
             chunk.verify().unwrap();
             for entry in chunk.entries() {
                 match entry.unwrap() {
                     Entry::Simple(r) => records.push(r),
-                    Entry::SubBatch { compression: 0, body, .. } => {
-                        records.extend(sub_batch_records(&body).unwrap())
-                    }
+                    Entry::SubBatch {
+                        compression: 0,
+                        body,
+                        ..
+                    } => records.extend(sub_batch_records(&body).unwrap()),
                     other => panic!("unexpected entry {other:?}"),
                 }
             }
@@ -120,45 +136,120 @@ fn every_recorded_frame_decodes_and_re_encodes_byte_identically() {
         seen.extend(client.iter().map(|m| format!("client {:?}", m.command())));
         seen.extend(server.iter().map(|m| format!("server {:?}", m.command())));
         // Every session opens with the same handshake.
-        assert!(matches!(client[0], ClientMessage::PeerProperties { .. }), "{name}");
-        assert!(matches!(client[1], ClientMessage::SaslHandshake { .. }), "{name}");
-        let ClientMessage::SaslAuthenticate { mechanism, data: Some(data), .. } = &client[2] else {
+        assert!(
+            matches!(client[0], ClientMessage::PeerProperties { .. }),
+            "{name}"
+        );
+        assert!(
+            matches!(client[1], ClientMessage::SaslHandshake { .. }),
+            "{name}"
+        );
+        let ClientMessage::SaslAuthenticate {
+            mechanism,
+            data: Some(data),
+            ..
+        } = &client[2]
+        else {
             panic!("{name}: {:?}", client[2]);
         };
-        assert_eq!((mechanism.as_str(), &data[..]), ("PLAIN", &b"\0guest\0guest"[..]));
+        assert_eq!(
+            (mechanism.as_str(), &data[..]),
+            ("PLAIN", &b"\0guest\0guest"[..])
+        );
         let ServerMessage::SaslHandshakeResponse { mechanisms, .. } = &server[1] else {
             panic!("{name}: {:?}", server[1]);
         };
-        assert!(mechanisms.contains(&"PLAIN".to_owned()), "{name}: {mechanisms:?}");
-        assert_eq!(server[3], ServerMessage::Tune { frame_max: 1_048_576, heartbeat: 60 });
+        assert!(
+            mechanisms.contains(&"PLAIN".to_owned()),
+            "{name}: {mechanisms:?}"
+        );
+        assert_eq!(
+            server[3],
+            ServerMessage::Tune {
+                frame_max: 1_048_576,
+                heartbeat: 60
+            }
+        );
         // rstream answers tune under the request key.
         assert_eq!(
             client[3],
-            ClientMessage::Tune { frame_max: 1_048_576, heartbeat: 60, as_response: false }
+            ClientMessage::Tune {
+                frame_max: 1_048_576,
+                heartbeat: 60,
+                as_response: false
+            }
         );
-        let ServerMessage::OpenResponse { code: ResponseCode::Ok, properties, .. } = &server[4]
+        let ServerMessage::OpenResponse {
+            code: ResponseCode::Ok,
+            properties,
+            ..
+        } = &server[4]
         else {
             panic!("{name}: {:?}", server[4]);
         };
-        assert!(properties.iter().any(|(k, v)| k == "advertised_host" && v == "127.0.0.1"));
+        assert!(
+            properties
+                .iter()
+                .any(|(k, v)| k == "advertised_host" && v == "127.0.0.1")
+        );
     }
     assert!(total > 150, "only {total} frames");
     for command in [
-        "PeerProperties", "SaslHandshake", "SaslAuthenticate", "Tune", "Open", "Close",
-        "Heartbeat", "CreateStream", "DeleteStream", "DeclarePublisher", "DeletePublisher",
-        "Publish", "QueryPublisherSequence", "Subscribe", "Credit", "StoreOffset",
-        "QueryOffset", "Unsubscribe", "Metadata", "Route", "Partitions",
-    ] {
-        assert!(seen.contains(&format!("client {command}")), "no client {command}: {seen:?}");
-    }
-    for command in [
-        "PeerProperties", "SaslHandshake", "SaslAuthenticate", "Tune", "Open", "Close",
-        "CreateStream", "DeleteStream", "DeclarePublisher", "DeletePublisher",
-        "QueryPublisherSequence", "Subscribe", "Credit", "QueryOffset", "Unsubscribe",
-        "Metadata", "MetadataUpdate", "PublishConfirm", "PublishError", "Deliver", "Route",
+        "PeerProperties",
+        "SaslHandshake",
+        "SaslAuthenticate",
+        "Tune",
+        "Open",
+        "Close",
+        "Heartbeat",
+        "CreateStream",
+        "DeleteStream",
+        "DeclarePublisher",
+        "DeletePublisher",
+        "Publish",
+        "QueryPublisherSequence",
+        "Subscribe",
+        "Credit",
+        "StoreOffset",
+        "QueryOffset",
+        "Unsubscribe",
+        "Metadata",
+        "Route",
         "Partitions",
     ] {
-        assert!(seen.contains(&format!("server {command}")), "no server {command}: {seen:?}");
+        assert!(
+            seen.contains(&format!("client {command}")),
+            "no client {command}: {seen:?}"
+        );
+    }
+    for command in [
+        "PeerProperties",
+        "SaslHandshake",
+        "SaslAuthenticate",
+        "Tune",
+        "Open",
+        "Close",
+        "CreateStream",
+        "DeleteStream",
+        "DeclarePublisher",
+        "DeletePublisher",
+        "QueryPublisherSequence",
+        "Subscribe",
+        "Credit",
+        "QueryOffset",
+        "Unsubscribe",
+        "Metadata",
+        "MetadataUpdate",
+        "PublishConfirm",
+        "PublishError",
+        "Deliver",
+        "Route",
+        "Partitions",
+    ] {
+        assert!(
+            seen.contains(&format!("server {command}")),
+            "no server {command}: {seen:?}"
+        );
     }
 }
 
@@ -171,23 +262,29 @@ fn the_raw_session_says_what_the_client_did() {
     let publishes: Vec<_> = client
         .iter()
         .filter_map(|m| match m {
-            ClientMessage::Publish { version: 1, publisher_id, messages } => {
-                Some((*publisher_id, messages.clone()))
-            }
+            ClientMessage::Publish {
+                version: 1,
+                publisher_id,
+                messages,
+            } => Some((*publisher_id, messages.clone())),
             _ => None,
         })
         .collect();
     assert_eq!(publishes.len(), 3);
     assert_eq!(publishes[0].0, 1);
-    assert_eq!(publishes[0].1[2].entry, Entry::Simple(Bytes::from_static(b"hello 3")));
+    assert_eq!(
+        publishes[0].1[2].entry,
+        Entry::Simple(Bytes::from_static(b"hello 3"))
+    );
     assert_eq!(publishes[2].0, 42);
 
     let confirmed: Vec<u64> = server
         .iter()
         .filter_map(|m| match m {
-            ServerMessage::PublishConfirm { publisher_id: 1, publishing_ids } => {
-                Some(publishing_ids.clone())
-            }
+            ServerMessage::PublishConfirm {
+                publisher_id: 1,
+                publishing_ids,
+            } => Some(publishing_ids.clone()),
             _ => None,
         })
         .flatten()
@@ -231,10 +328,17 @@ fn the_raw_session_says_what_the_client_did() {
             _ => None,
         })
         .collect();
-    assert_eq!(offsets, vec![(ResponseCode::NoOffset, 0), (ResponseCode::Ok, 3)]);
+    assert_eq!(
+        offsets,
+        vec![(ResponseCode::NoOffset, 0), (ResponseCode::Ok, 3)]
+    );
     assert!(server.iter().any(|m| matches!(
         m,
-        ServerMessage::QueryPublisherSequenceResponse { code: ResponseCode::Ok, sequence: 5, .. }
+        ServerMessage::QueryPublisherSequenceResponse {
+            code: ResponseCode::Ok,
+            sequence: 5,
+            ..
+        }
     )));
     assert!(server.contains(&ServerMessage::CreditResponse {
         code: ResponseCode::SubscriptionIdDoesNotExist,
@@ -262,9 +366,9 @@ fn the_raw_session_says_what_the_client_did() {
         assert!(codes.contains(&expected), "{expected:?} not in {codes:?}");
     }
     let metadata = server.iter().find_map(|m| match m {
-        ServerMessage::MetadataResponse { brokers, streams, .. } if streams.len() == 2 => {
-            Some((brokers.clone(), streams.clone()))
-        }
+        ServerMessage::MetadataResponse {
+            brokers, streams, ..
+        } if streams.len() == 2 => Some((brokers.clone(), streams.clone())),
         _ => None,
     });
     let (brokers, streams) = metadata.expect("the two-stream metadata answer");
@@ -273,11 +377,20 @@ fn the_raw_session_says_what_the_client_did() {
     assert!(streams.iter().any(|s| s.name == "no-such-stream"
         && s.code == ResponseCode::StreamDoesNotExist
         && s.leader == 0xffff));
-    assert!(streams.iter().any(|s| s.name == "fixture-stream" && s.code == ResponseCode::Ok));
-    assert!(matches!(client.last(), Some(ClientMessage::Close { code: 1, reason, .. }) if reason == "OK"));
+    assert!(
+        streams
+            .iter()
+            .any(|s| s.name == "fixture-stream" && s.code == ResponseCode::Ok)
+    );
+    assert!(
+        matches!(client.last(), Some(ClientMessage::Close { code: 1, reason, .. }) if reason == "OK")
+    );
     assert!(matches!(
         server.last(),
-        Some(ServerMessage::CloseResponse { code: ResponseCode::Ok, .. })
+        Some(ServerMessage::CloseResponse {
+            code: ResponseCode::Ok,
+            ..
+        })
     ));
 }
 
@@ -287,7 +400,10 @@ fn the_producer_consumer_session_delivers_simple_and_sub_batch_entries() {
     let records = delivered_records(&server);
     assert_eq!(records.len(), 7, "3 sends and a 4-message sub-entry batch");
     // rstream sends AMQP 1.0 encoded messages; the bodies are inside.
-    let text: Vec<String> = records.iter().map(|r| String::from_utf8_lossy(r).into_owned()).collect();
+    let text: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8_lossy(r).into_owned())
+        .collect();
     assert!(text[0].contains("amqp 0"), "{text:?}");
     assert!(text[6].contains("sub 3"), "{text:?}");
     let chunks: Vec<Chunk> = server
@@ -304,7 +420,11 @@ fn the_producer_consumer_session_delivers_simple_and_sub_batch_entries() {
         next += u64::from(c.header.num_records);
     }
     assert_eq!(next, 7);
-    assert!(chunks.iter().any(|c| c.entries().any(|e| matches!(e, Ok(Entry::SubBatch { .. })))));
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c.entries().any(|e| matches!(e, Ok(Entry::SubBatch { .. }))))
+    );
 }
 
 #[test]
@@ -325,11 +445,20 @@ fn refused_frames_end_the_bad_input_sessions() {
 
     let (_, end) = client_session("frame-too-large-1");
     let end = end.expect("the oversized frame is refused");
-    assert_eq!(end, StreamFrameError::FrameTooLarge { size: 2 * 1_048_576, max: DEFAULT_FRAME_MAX });
+    assert_eq!(
+        end,
+        StreamFrameError::FrameTooLarge {
+            size: 2 * 1_048_576,
+            max: DEFAULT_FRAME_MAX
+        }
+    );
     assert_eq!(end.response_code(), ResponseCode::FrameTooLarge);
     // RabbitMQ 3.10 does not check frame_max: it says nothing and waits for the rest.
     let server = server_session("frame-too-large-1");
-    assert!(matches!(server.last(), Some(ServerMessage::OpenResponse { .. })));
+    assert!(matches!(
+        server.last(),
+        Some(ServerMessage::OpenResponse { .. })
+    ));
 }
 
 #[test]
@@ -343,6 +472,10 @@ fn rabbitmq_3_10_answers_route_and_partitions_under_the_request_key() {
     }));
     assert!(server.iter().any(|m| matches!(
         m,
-        ServerMessage::PartitionsResponse { code: ResponseCode::StreamDoesNotExist, request_key: true, .. }
+        ServerMessage::PartitionsResponse {
+            code: ResponseCode::StreamDoesNotExist,
+            request_key: true,
+            ..
+        }
     )));
 }

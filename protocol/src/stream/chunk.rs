@@ -205,7 +205,10 @@ impl Chunk {
     pub fn verify(&self) -> Result<(), ChunkError> {
         let actual = crc32fast::hash(&self.data);
         if actual != self.header.crc {
-            return Err(ChunkError::CrcMismatch { expected: self.header.crc, actual });
+            return Err(ChunkError::CrcMismatch {
+                expected: self.header.crc,
+                actual,
+            });
         }
         let (mut entries, mut records) = (0u32, 0u64);
         for entry in self.entries() {
@@ -224,7 +227,12 @@ impl Chunk {
     /// The data entries, in order; stops at the header's entry count or the
     /// first malformed entry (then yields its error).
     pub fn entries(&self) -> Entries {
-        Entries { data: self.data.clone(), pos: 0, left: self.header.num_entries, failed: false }
+        Entries {
+            data: self.data.clone(),
+            pos: 0,
+            left: self.header.num_entries,
+            failed: false,
+        }
     }
 }
 
@@ -252,7 +260,15 @@ impl Entry {
         let (i, body) = wire::take(len as usize)(i)?;
         let compression = (first >> 4) & 0x7;
         let body = s.bytes(body);
-        Ok((i, Entry::SubBatch { compression, num_records, uncompressed_length, body }))
+        Ok((
+            i,
+            Entry::SubBatch {
+                compression,
+                num_records,
+                uncompressed_length,
+                body,
+            },
+        ))
     }
 
     /// How many records the entry holds.
@@ -270,7 +286,12 @@ impl Entry {
                 buf.put_u32(record.len() as u32 & 0x7fff_ffff);
                 buf.put_slice(record);
             }
-            Entry::SubBatch { compression, num_records, uncompressed_length, body } => {
+            Entry::SubBatch {
+                compression,
+                num_records,
+                uncompressed_length,
+                body,
+            } => {
                 buf.put_u8(0x80 | (compression & 0x7) << 4);
                 buf.put_u16(*num_records);
                 buf.put_u32(*uncompressed_length);
@@ -323,7 +344,9 @@ pub fn sub_batch_records(body: &Bytes) -> Result<Vec<Bytes>, ChunkError> {
         let len_bytes = body.get(pos..pos + 4).ok_or(ChunkError::Truncated)?;
         let len = u32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
         let start = pos + 4;
-        let end = start.checked_add(len as usize).ok_or(ChunkError::Truncated)?;
+        let end = start
+            .checked_add(len as usize)
+            .ok_or(ChunkError::Truncated)?;
         if end > body.len() {
             return Err(ChunkError::Truncated);
         }
@@ -423,10 +446,19 @@ mod tests {
         assert_eq!(&chunk[..1], &[0x50]);
         let entries: Vec<Entry> = parsed.entries().map(Result::unwrap).collect();
         assert_eq!(entries[0], Entry::Simple(Bytes::from_static(b"one")));
-        let Entry::SubBatch { compression: 0, num_records: 2, body, .. } = &entries[1] else {
+        let Entry::SubBatch {
+            compression: 0,
+            num_records: 2,
+            body,
+            ..
+        } = &entries[1]
+        else {
             panic!("not a sub-batch: {:?}", entries[1]);
         };
-        assert_eq!(sub_batch_records(body).unwrap(), vec![&b"two"[..], &b"three"[..]]);
+        assert_eq!(
+            sub_batch_records(body).unwrap(),
+            vec![&b"two"[..], &b"three"[..]]
+        );
         assert_eq!(entries[2], Entry::Simple(Bytes::new()));
     }
 
@@ -437,12 +469,21 @@ mod tests {
         let last = bad_crc.len() - 1;
         bad_crc[last] ^= 1;
         let parsed = Chunk::parse(&bad_crc.freeze()).unwrap();
-        assert!(matches!(parsed.verify(), Err(ChunkError::CrcMismatch { .. })));
-        assert_eq!(Chunk::parse(&chunk.slice(..chunk.len() - 1)), Err(ChunkError::Truncated));
+        assert!(matches!(
+            parsed.verify(),
+            Err(ChunkError::CrcMismatch { .. })
+        ));
+        assert_eq!(
+            Chunk::parse(&chunk.slice(..chunk.len() - 1)),
+            Err(ChunkError::Truncated)
+        );
         assert_eq!(Chunk::parse(&chunk.slice(..10)), Err(ChunkError::Truncated));
         let mut magic = BytesMut::from(&chunk[..]);
         magic[0] = 0x51;
-        assert_eq!(Chunk::parse(&magic.freeze()), Err(ChunkError::BadMagic(0x51)));
+        assert_eq!(
+            Chunk::parse(&magic.freeze()),
+            Err(ChunkError::BadMagic(0x51))
+        );
         // An entry whose length runs past the data.
         let mut long = BytesMut::from(&chunk[..]);
         long[CHUNK_HEADER_LEN + 3] = 0x7f;

@@ -20,35 +20,76 @@ use super::wire::{self, PResult, Slicer};
 #[allow(missing_docs)] // fields are named as the specification names them
 pub enum ClientMessage {
     /// Peer properties: the first frame of a connection.
-    PeerProperties { correlation_id: u32, properties: Properties },
+    PeerProperties {
+        correlation_id: u32,
+        properties: Properties,
+    },
     /// Ask for the SASL mechanisms.
     SaslHandshake { correlation_id: u32 },
     /// A SASL response (`data` is null when the client sends none).
-    SaslAuthenticate { correlation_id: u32, mechanism: String, data: Option<Bytes> },
+    SaslAuthenticate {
+        correlation_id: u32,
+        mechanism: String,
+        data: Option<Bytes>,
+    },
     /// The client's tune: the frame_max and heartbeat it settles on. `as_response`:
     /// the key had the response bit (the Java client's form; rstream sends the
     /// request key; RabbitMQ accepts both).
-    Tune { frame_max: u32, heartbeat: u32, as_response: bool },
+    Tune {
+        frame_max: u32,
+        heartbeat: u32,
+        as_response: bool,
+    },
     /// Open a virtual host.
-    Open { correlation_id: u32, virtual_host: String },
+    Open {
+        correlation_id: u32,
+        virtual_host: String,
+    },
     /// The client closes the connection.
-    Close { correlation_id: u32, code: u16, reason: String },
+    Close {
+        correlation_id: u32,
+        code: u16,
+        reason: String,
+    },
     /// The client's answer to the server's close.
-    CloseResponse { correlation_id: u32, code: ResponseCode },
+    CloseResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+    },
     /// Heartbeat.
     Heartbeat,
     /// Create a stream with arguments (`max-length-bytes`, `max-age`, ...).
-    CreateStream { correlation_id: u32, stream: String, arguments: Properties },
+    CreateStream {
+        correlation_id: u32,
+        stream: String,
+        arguments: Properties,
+    },
     /// Delete a stream.
     DeleteStream { correlation_id: u32, stream: String },
     /// Declare a publisher (`reference` empty: no deduplication).
-    DeclarePublisher { correlation_id: u32, publisher_id: u8, reference: String, stream: String },
+    DeclarePublisher {
+        correlation_id: u32,
+        publisher_id: u8,
+        reference: String,
+        stream: String,
+    },
     /// Delete a publisher.
-    DeletePublisher { correlation_id: u32, publisher_id: u8 },
+    DeletePublisher {
+        correlation_id: u32,
+        publisher_id: u8,
+    },
     /// Publish (version 1, or 2 with a filter value per message).
-    Publish { version: u16, publisher_id: u8, messages: Vec<PublishedMessage> },
+    Publish {
+        version: u16,
+        publisher_id: u8,
+        messages: Vec<PublishedMessage>,
+    },
     /// The last publishing id stored for a publisher reference on a stream.
-    QueryPublisherSequence { correlation_id: u32, reference: String, stream: String },
+    QueryPublisherSequence {
+        correlation_id: u32,
+        reference: String,
+        stream: String,
+    },
     /// Subscribe from an offset specification with an initial credit (chunks).
     /// `properties` is `None` when the frame ends before them (RabbitMQ's own
     /// form for none; rstream sends an empty array).
@@ -63,22 +104,50 @@ pub enum ClientMessage {
     /// Grant more chunks to a subscription.
     Credit { subscription_id: u8, credit: u16 },
     /// Store a consumer offset under a reference.
-    StoreOffset { reference: String, stream: String, offset: u64 },
+    StoreOffset {
+        reference: String,
+        stream: String,
+        offset: u64,
+    },
     /// Read the offset stored under a reference.
-    QueryOffset { correlation_id: u32, reference: String, stream: String },
+    QueryOffset {
+        correlation_id: u32,
+        reference: String,
+        stream: String,
+    },
     /// End a subscription.
-    Unsubscribe { correlation_id: u32, subscription_id: u8 },
+    Unsubscribe {
+        correlation_id: u32,
+        subscription_id: u8,
+    },
     /// Brokers, leaders and replicas of these streams.
-    Metadata { correlation_id: u32, streams: Vec<String> },
+    Metadata {
+        correlation_id: u32,
+        streams: Vec<String>,
+    },
     /// The partitions of a super stream a routing key goes to.
-    Route { correlation_id: u32, routing_key: String, super_stream: String },
+    Route {
+        correlation_id: u32,
+        routing_key: String,
+        super_stream: String,
+    },
     /// The partitions of a super stream.
-    Partitions { correlation_id: u32, super_stream: String },
+    Partitions {
+        correlation_id: u32,
+        super_stream: String,
+    },
     /// The client's answer to a consumer update: where the now active
     /// consumer starts (`OffsetSpec::None`: where it was).
-    ConsumerUpdateResponse { correlation_id: u32, code: ResponseCode, offset: OffsetSpec },
+    ConsumerUpdateResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        offset: OffsetSpec,
+    },
     /// The command versions the client speaks.
-    ExchangeCommandVersions { correlation_id: u32, commands: Vec<CommandVersion> },
+    ExchangeCommandVersions {
+        correlation_id: u32,
+        commands: Vec<CommandVersion>,
+    },
     /// A stream's statistics.
     StreamStats { correlation_id: u32, stream: String },
     /// Create a super stream: partitions, their binding keys, arguments.
@@ -105,7 +174,14 @@ pub(crate) fn command_version(i: &[u8]) -> PResult<'_, CommandVersion> {
     let (i, key) = wire::u16(i)?;
     let (i, min_version) = wire::u16(i)?;
     let (i, max_version) = wire::u16(i)?;
-    Ok((i, CommandVersion { key, min_version, max_version }))
+    Ok((
+        i,
+        CommandVersion {
+            key,
+            min_version,
+            max_version,
+        },
+    ))
 }
 
 /// Writes command version entries.
@@ -122,17 +198,38 @@ fn publish<'a>(i: &'a [u8], version: u16, s: &Slicer<'_>) -> PResult<'a, ClientM
     let (i, publisher_id) = wire::u8(i)?;
     let (i, messages) = wire::array(i, |i| {
         let (i, publishing_id) = wire::u64(i)?;
-        let (i, filter_value) =
-            if version >= 2 { wire::string(i).map(|(i, f)| (i, Some(f)))? } else { (i, None) };
+        let (i, filter_value) = if version >= 2 {
+            wire::string(i).map(|(i, f)| (i, Some(f)))?
+        } else {
+            (i, None)
+        };
         let (i, entry) = Entry::parse(i, s)?;
-        Ok((i, PublishedMessage { publishing_id, filter_value, entry }))
+        Ok((
+            i,
+            PublishedMessage {
+                publishing_id,
+                filter_value,
+                entry,
+            },
+        ))
     })?;
-    Ok((i, ClientMessage::Publish { version, publisher_id, messages }))
+    Ok((
+        i,
+        ClientMessage::Publish {
+            version,
+            publisher_id,
+            messages,
+        },
+    ))
 }
 
 /// Properties, or `None` if the frame ends where they would start.
 fn maybe_properties(i: &[u8]) -> PResult<'_, Option<Properties>> {
-    if i.is_empty() { Ok((i, None)) } else { wire::properties(i).map(|(i, p)| (i, Some(p))) }
+    if i.is_empty() {
+        Ok((i, None))
+    } else {
+        wire::properties(i).map(|(i, p)| (i, Some(p)))
+    }
 }
 
 /// Whether a client sends this command with (`response`) or without the response bit.
@@ -202,12 +299,19 @@ impl ClientMessage {
         let body = &frame[4..];
         let s = Slicer(frame);
         if !sent_by_client(command, header.is_response()) {
-            return Err(StreamFrameError::WrongDirection { command, key: header.key, sender: "client" });
+            return Err(StreamFrameError::WrongDirection {
+                command,
+                key: header.key,
+                sender: "client",
+            });
         }
         if header.is_response() {
             return finish(command, Self::response_body(command, body));
         }
-        finish(command, Self::request_body(command, header.version, body, &s))
+        finish(
+            command,
+            Self::request_body(command, header.version, body, &s),
+        )
     }
 
     /// A client's answer to one of the server's requests.
@@ -217,18 +321,38 @@ impl ClientMessage {
             Command::Tune => {
                 let (i, frame_max) = wire::u32(i)?;
                 let (i, heartbeat) = wire::u32(i)?;
-                Ok((i, M::Tune { frame_max, heartbeat, as_response: true }))
+                Ok((
+                    i,
+                    M::Tune {
+                        frame_max,
+                        heartbeat,
+                        as_response: true,
+                    },
+                ))
             }
             Command::Close => {
                 let (i, correlation_id) = wire::u32(i)?;
                 let (i, code) = response_code(i)?;
-                Ok((i, M::CloseResponse { correlation_id, code }))
+                Ok((
+                    i,
+                    M::CloseResponse {
+                        correlation_id,
+                        code,
+                    },
+                ))
             }
             Command::ConsumerUpdate => {
                 let (i, correlation_id) = wire::u32(i)?;
                 let (i, code) = response_code(i)?;
                 let (i, offset) = consumer_update_offset(i)?;
-                Ok((i, M::ConsumerUpdateResponse { correlation_id, code, offset }))
+                Ok((
+                    i,
+                    M::ConsumerUpdateResponse {
+                        correlation_id,
+                        code,
+                        offset,
+                    },
+                ))
             }
             _ => wire::malformed("a response the client never sends"),
         }
@@ -248,13 +372,26 @@ impl ClientMessage {
         if command == Command::Credit {
             let (i, subscription_id) = u8(i)?;
             let (i, credit) = u16(i)?;
-            return Ok((i, M::Credit { subscription_id, credit }));
+            return Ok((
+                i,
+                M::Credit {
+                    subscription_id,
+                    credit,
+                },
+            ));
         }
         if command == Command::StoreOffset {
             let (i, reference) = string(i)?;
             let (i, stream) = string(i)?;
             let (i, offset) = u64(i)?;
-            return Ok((i, M::StoreOffset { reference, stream, offset }));
+            return Ok((
+                i,
+                M::StoreOffset {
+                    reference,
+                    stream,
+                    offset,
+                },
+            ));
         }
         if command == Command::Heartbeat {
             return Ok((i, M::Heartbeat));
@@ -262,54 +399,121 @@ impl ClientMessage {
         if command == Command::Tune {
             let (i, frame_max) = u32(i)?;
             let (i, heartbeat) = u32(i)?;
-            return Ok((i, M::Tune { frame_max, heartbeat, as_response: false }));
+            return Ok((
+                i,
+                M::Tune {
+                    frame_max,
+                    heartbeat,
+                    as_response: false,
+                },
+            ));
         }
         let (i, correlation_id) = u32(i)?;
         let c = correlation_id;
         match command {
             Command::PeerProperties => {
                 let (i, properties) = wire::properties(i)?;
-                Ok((i, M::PeerProperties { correlation_id: c, properties }))
+                Ok((
+                    i,
+                    M::PeerProperties {
+                        correlation_id: c,
+                        properties,
+                    },
+                ))
             }
             Command::SaslHandshake => Ok((i, M::SaslHandshake { correlation_id: c })),
             Command::SaslAuthenticate => {
                 let (i, mechanism) = string(i)?;
                 let (i, data) = wire::nullable_bytes(i)?;
                 let data = data.map(|d| s.bytes(d));
-                Ok((i, M::SaslAuthenticate { correlation_id: c, mechanism, data }))
+                Ok((
+                    i,
+                    M::SaslAuthenticate {
+                        correlation_id: c,
+                        mechanism,
+                        data,
+                    },
+                ))
             }
             Command::Open => {
                 let (i, virtual_host) = string(i)?;
-                Ok((i, M::Open { correlation_id: c, virtual_host }))
+                Ok((
+                    i,
+                    M::Open {
+                        correlation_id: c,
+                        virtual_host,
+                    },
+                ))
             }
             Command::Close => {
                 let (i, code) = u16(i)?;
                 let (i, reason) = string(i)?;
-                Ok((i, M::Close { correlation_id: c, code, reason }))
+                Ok((
+                    i,
+                    M::Close {
+                        correlation_id: c,
+                        code,
+                        reason,
+                    },
+                ))
             }
             Command::CreateStream => {
                 let (i, stream) = string(i)?;
                 let (i, arguments) = wire::properties(i)?;
-                Ok((i, M::CreateStream { correlation_id: c, stream, arguments }))
+                Ok((
+                    i,
+                    M::CreateStream {
+                        correlation_id: c,
+                        stream,
+                        arguments,
+                    },
+                ))
             }
             Command::DeleteStream => {
                 let (i, stream) = string(i)?;
-                Ok((i, M::DeleteStream { correlation_id: c, stream }))
+                Ok((
+                    i,
+                    M::DeleteStream {
+                        correlation_id: c,
+                        stream,
+                    },
+                ))
             }
             Command::DeclarePublisher => {
                 let (i, publisher_id) = u8(i)?;
                 let (i, reference) = string(i)?;
                 let (i, stream) = string(i)?;
-                Ok((i, M::DeclarePublisher { correlation_id: c, publisher_id, reference, stream }))
+                Ok((
+                    i,
+                    M::DeclarePublisher {
+                        correlation_id: c,
+                        publisher_id,
+                        reference,
+                        stream,
+                    },
+                ))
             }
             Command::DeletePublisher => {
                 let (i, publisher_id) = u8(i)?;
-                Ok((i, M::DeletePublisher { correlation_id: c, publisher_id }))
+                Ok((
+                    i,
+                    M::DeletePublisher {
+                        correlation_id: c,
+                        publisher_id,
+                    },
+                ))
             }
             Command::QueryPublisherSequence => {
                 let (i, reference) = string(i)?;
                 let (i, stream) = string(i)?;
-                Ok((i, M::QueryPublisherSequence { correlation_id: c, reference, stream }))
+                Ok((
+                    i,
+                    M::QueryPublisherSequence {
+                        correlation_id: c,
+                        reference,
+                        stream,
+                    },
+                ))
             }
             Command::Subscribe => {
                 let (i, subscription_id) = u8(i)?;
@@ -330,32 +534,76 @@ impl ClientMessage {
             Command::QueryOffset => {
                 let (i, reference) = string(i)?;
                 let (i, stream) = string(i)?;
-                Ok((i, M::QueryOffset { correlation_id: c, reference, stream }))
+                Ok((
+                    i,
+                    M::QueryOffset {
+                        correlation_id: c,
+                        reference,
+                        stream,
+                    },
+                ))
             }
             Command::Unsubscribe => {
                 let (i, subscription_id) = u8(i)?;
-                Ok((i, M::Unsubscribe { correlation_id: c, subscription_id }))
+                Ok((
+                    i,
+                    M::Unsubscribe {
+                        correlation_id: c,
+                        subscription_id,
+                    },
+                ))
             }
             Command::Metadata => {
                 let (i, streams) = wire::strings(i)?;
-                Ok((i, M::Metadata { correlation_id: c, streams }))
+                Ok((
+                    i,
+                    M::Metadata {
+                        correlation_id: c,
+                        streams,
+                    },
+                ))
             }
             Command::Route => {
                 let (i, routing_key) = string(i)?;
                 let (i, super_stream) = string(i)?;
-                Ok((i, M::Route { correlation_id: c, routing_key, super_stream }))
+                Ok((
+                    i,
+                    M::Route {
+                        correlation_id: c,
+                        routing_key,
+                        super_stream,
+                    },
+                ))
             }
             Command::Partitions => {
                 let (i, super_stream) = string(i)?;
-                Ok((i, M::Partitions { correlation_id: c, super_stream }))
+                Ok((
+                    i,
+                    M::Partitions {
+                        correlation_id: c,
+                        super_stream,
+                    },
+                ))
             }
             Command::ExchangeCommandVersions => {
                 let (i, commands) = wire::array(i, command_version)?;
-                Ok((i, M::ExchangeCommandVersions { correlation_id: c, commands }))
+                Ok((
+                    i,
+                    M::ExchangeCommandVersions {
+                        correlation_id: c,
+                        commands,
+                    },
+                ))
             }
             Command::StreamStats => {
                 let (i, stream) = string(i)?;
-                Ok((i, M::StreamStats { correlation_id: c, stream }))
+                Ok((
+                    i,
+                    M::StreamStats {
+                        correlation_id: c,
+                        stream,
+                    },
+                ))
             }
             Command::CreateSuperStream => {
                 let (i, name) = string(i)?;
@@ -373,13 +621,27 @@ impl ClientMessage {
             }
             Command::DeleteSuperStream => {
                 let (i, name) = string(i)?;
-                Ok((i, M::DeleteSuperStream { correlation_id: c, name }))
+                Ok((
+                    i,
+                    M::DeleteSuperStream {
+                        correlation_id: c,
+                        name,
+                    },
+                ))
             }
             Command::ResolveOffsetSpec => {
                 let (i, stream) = string(i)?;
                 let (i, offset) = OffsetSpec::parse(i, false)?;
                 let (i, properties) = maybe_properties(i)?;
-                Ok((i, M::ResolveOffsetSpec { correlation_id: c, stream, offset, properties }))
+                Ok((
+                    i,
+                    M::ResolveOffsetSpec {
+                        correlation_id: c,
+                        stream,
+                        offset,
+                        properties,
+                    },
+                ))
             }
             // Sent only by the server (or handled above).
             _ => wire::malformed("a request the client never sends"),
@@ -394,7 +656,9 @@ impl ClientMessage {
         use wire::{put_properties, put_string, put_strings};
         let command = self.command();
         let (key, version) = match self {
-            M::Tune { as_response: true, .. }
+            M::Tune {
+                as_response: true, ..
+            }
             | M::CloseResponse { .. }
             | M::ConsumerUpdateResponse { .. } => (command.response_key(), 1),
             M::Publish { version, .. } => (command.key(), *version),
@@ -402,55 +666,98 @@ impl ClientMessage {
         };
         let start = wire::begin_frame(buf, key, version);
         match self {
-            M::PeerProperties { correlation_id, properties } => {
+            M::PeerProperties {
+                correlation_id,
+                properties,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_properties(buf, properties);
             }
             M::SaslHandshake { correlation_id } => buf.put_u32(*correlation_id),
-            M::SaslAuthenticate { correlation_id, mechanism, data } => {
+            M::SaslAuthenticate {
+                correlation_id,
+                mechanism,
+                data,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, mechanism);
                 wire::put_nullable_bytes(buf, data.as_deref());
             }
-            M::Tune { frame_max, heartbeat, .. } => {
+            M::Tune {
+                frame_max,
+                heartbeat,
+                ..
+            } => {
                 buf.put_u32(*frame_max);
                 buf.put_u32(*heartbeat);
             }
-            M::Open { correlation_id, virtual_host } => {
+            M::Open {
+                correlation_id,
+                virtual_host,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, virtual_host);
             }
-            M::Close { correlation_id, code, reason } => {
+            M::Close {
+                correlation_id,
+                code,
+                reason,
+            } => {
                 buf.put_u32(*correlation_id);
                 buf.put_u16(*code);
                 put_string(buf, reason);
             }
-            M::CloseResponse { correlation_id, code } => {
+            M::CloseResponse {
+                correlation_id,
+                code,
+            } => {
                 buf.put_u32(*correlation_id);
                 buf.put_u16(code.as_u16());
             }
             M::Heartbeat => {}
-            M::CreateStream { correlation_id, stream, arguments } => {
+            M::CreateStream {
+                correlation_id,
+                stream,
+                arguments,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, stream);
                 put_properties(buf, arguments);
             }
-            M::DeleteStream { correlation_id, stream }
-            | M::StreamStats { correlation_id, stream } => {
+            M::DeleteStream {
+                correlation_id,
+                stream,
+            }
+            | M::StreamStats {
+                correlation_id,
+                stream,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, stream);
             }
-            M::DeclarePublisher { correlation_id, publisher_id, reference, stream } => {
+            M::DeclarePublisher {
+                correlation_id,
+                publisher_id,
+                reference,
+                stream,
+            } => {
                 buf.put_u32(*correlation_id);
                 buf.put_u8(*publisher_id);
                 put_string(buf, reference);
                 put_string(buf, stream);
             }
-            M::DeletePublisher { correlation_id, publisher_id } => {
+            M::DeletePublisher {
+                correlation_id,
+                publisher_id,
+            } => {
                 buf.put_u32(*correlation_id);
                 buf.put_u8(*publisher_id);
             }
-            M::Publish { version, publisher_id, messages } => {
+            M::Publish {
+                version,
+                publisher_id,
+                messages,
+            } => {
                 buf.put_u8(*publisher_id);
                 wire::put_count(buf, messages.len());
                 for m in messages {
@@ -461,13 +768,28 @@ impl ClientMessage {
                     m.entry.put(buf);
                 }
             }
-            M::QueryPublisherSequence { correlation_id, reference, stream }
-            | M::QueryOffset { correlation_id, reference, stream } => {
+            M::QueryPublisherSequence {
+                correlation_id,
+                reference,
+                stream,
+            }
+            | M::QueryOffset {
+                correlation_id,
+                reference,
+                stream,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, reference);
                 put_string(buf, stream);
             }
-            M::Subscribe { correlation_id, subscription_id, stream, offset, credit, properties } => {
+            M::Subscribe {
+                correlation_id,
+                subscription_id,
+                stream,
+                offset,
+                credit,
+                properties,
+            } => {
                 buf.put_u32(*correlation_id);
                 buf.put_u8(*subscription_id);
                 put_string(buf, stream);
@@ -477,50 +799,91 @@ impl ClientMessage {
                     put_properties(buf, p);
                 }
             }
-            M::Credit { subscription_id, credit } => {
+            M::Credit {
+                subscription_id,
+                credit,
+            } => {
                 buf.put_u8(*subscription_id);
                 buf.put_u16(*credit);
             }
-            M::StoreOffset { reference, stream, offset } => {
+            M::StoreOffset {
+                reference,
+                stream,
+                offset,
+            } => {
                 put_string(buf, reference);
                 put_string(buf, stream);
                 buf.put_u64(*offset);
             }
-            M::Unsubscribe { correlation_id, subscription_id } => {
+            M::Unsubscribe {
+                correlation_id,
+                subscription_id,
+            } => {
                 buf.put_u32(*correlation_id);
                 buf.put_u8(*subscription_id);
             }
-            M::Metadata { correlation_id, streams } => {
+            M::Metadata {
+                correlation_id,
+                streams,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_strings(buf, streams);
             }
-            M::Route { correlation_id, routing_key, super_stream } => {
+            M::Route {
+                correlation_id,
+                routing_key,
+                super_stream,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, routing_key);
                 put_string(buf, super_stream);
             }
-            M::Partitions { correlation_id, super_stream: name }
-            | M::DeleteSuperStream { correlation_id, name } => {
+            M::Partitions {
+                correlation_id,
+                super_stream: name,
+            }
+            | M::DeleteSuperStream {
+                correlation_id,
+                name,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, name);
             }
-            M::ConsumerUpdateResponse { correlation_id, code, offset } => {
+            M::ConsumerUpdateResponse {
+                correlation_id,
+                code,
+                offset,
+            } => {
                 buf.put_u32(*correlation_id);
                 buf.put_u16(code.as_u16());
                 offset.put(buf);
             }
-            M::ExchangeCommandVersions { correlation_id, commands } => {
+            M::ExchangeCommandVersions {
+                correlation_id,
+                commands,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_command_versions(buf, commands);
             }
-            M::CreateSuperStream { correlation_id, name, partitions, binding_keys, arguments } => {
+            M::CreateSuperStream {
+                correlation_id,
+                name,
+                partitions,
+                binding_keys,
+                arguments,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, name);
                 put_strings(buf, partitions);
                 put_strings(buf, binding_keys);
                 put_properties(buf, arguments);
             }
-            M::ResolveOffsetSpec { correlation_id, stream, offset, properties } => {
+            M::ResolveOffsetSpec {
+                correlation_id,
+                stream,
+                offset,
+                properties,
+            } => {
                 buf.put_u32(*correlation_id);
                 put_string(buf, stream);
                 offset.put(buf);

@@ -163,7 +163,11 @@ pub fn supported_versions() -> Vec<CommandVersion> {
         .iter()
         .map(|c| {
             let (min_version, max_version) = c.versions();
-            CommandVersion { key: c.key(), min_version, max_version }
+            CommandVersion {
+                key: c.key(),
+                min_version,
+                max_version,
+            }
         })
         .collect()
 }
@@ -188,6 +192,13 @@ mod tests {
         assert!(!Command::ConsumerUpdate.in_rabbitmq_3_10());
         let versions = supported_versions();
         assert_eq!(versions.len(), 31);
-        assert_eq!(versions[1], CommandVersion { key: 2, min_version: 1, max_version: 2 });
+        assert_eq!(
+            versions[1],
+            CommandVersion {
+                key: 2,
+                min_version: 1,
+                max_version: 2
+            }
+        );
     }
 }

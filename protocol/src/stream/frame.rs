@@ -25,17 +25,23 @@ pub const INITIAL_FRAME_MAX: u32 = 8192;
 /// `frame_max` bounds the size field (0: no limit), as RabbitMQ compares it:
 /// a frame of `frame_max` bytes after the size field is allowed.
 pub fn split_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Bytes>, StreamFrameError> {
-    let Some(head) = buf.get(..4) else { return Ok(None) };
+    let Some(head) = buf.get(..4) else {
+        return Ok(None);
+    };
     let size = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
     if frame_max != 0 && size > frame_max {
-        return Err(StreamFrameError::FrameTooLarge { size, max: frame_max });
+        return Err(StreamFrameError::FrameTooLarge {
+            size,
+            max: frame_max,
+        });
     }
     if size < 4 {
         return Err(StreamFrameError::TooShort { size });
     }
     let total = 4 + size as usize;
     if buf.len() < total {
-        buf.reserve(total - buf.len());
+        // The caller's reads fill the buffer; reserving `total` here would let
+        // a peer make us allocate up to frame_max (4 GiB with no limit) up front.
         return Ok(None);
     }
     buf.advance(4);
@@ -59,7 +65,9 @@ impl FrameHeader {
                 key: u16::from_be_bytes([*k0, *k1]),
                 version: u16::from_be_bytes([*v0, *v1]),
             }),
-            _ => Err(StreamFrameError::TooShort { size: frame.len() as u32 }),
+            _ => Err(StreamFrameError::TooShort {
+                size: frame.len() as u32,
+            }),
         }
     }
 
@@ -70,11 +78,14 @@ impl FrameHeader {
 
     /// The command the key names, the version checked against what this codec speaks.
     pub fn command(&self) -> Result<Command, StreamFrameError> {
-        let command = Command::from_key(self.key)
-            .ok_or(StreamFrameError::UnknownKey { key: self.key })?;
+        let command =
+            Command::from_key(self.key).ok_or(StreamFrameError::UnknownKey { key: self.key })?;
         let (min, max) = command.versions();
         if self.version < min || self.version > max {
-            return Err(StreamFrameError::UnsupportedVersion { command, version: self.version });
+            return Err(StreamFrameError::UnsupportedVersion {
+                command,
+                version: self.version,
+            });
         }
         Ok(command)
     }
@@ -85,7 +96,10 @@ impl FrameHeader {
 pub(crate) fn finish<T>(command: Command, result: PResult<'_, T>) -> Result<T, StreamFrameError> {
     match result {
         Ok(([], value)) => Ok(value),
-        Ok((rest, _)) => Err(StreamFrameError::TrailingBytes { command, extra: rest.len() }),
+        Ok((rest, _)) => Err(StreamFrameError::TrailingBytes {
+            command,
+            extra: rest.len(),
+        }),
         Err(nom::Err::Error(e) | nom::Err::Failure(e)) => Err(match e {
             WireError::Truncated => StreamFrameError::Truncated { command },
             WireError::Malformed(reason) => StreamFrameError::Malformed { command, reason },
@@ -104,7 +118,7 @@ mod tests {
         assert_eq!(split_frame(&mut buf, 100), Ok(None));
         buf.extend_from_slice(&[6, 0, 0x17, 0, 1]);
         assert_eq!(split_frame(&mut buf, 100), Ok(None));
-        buf.extend_from_slice(&[0xaa, 0, 0, 0, 4, 0, 0x17, 0, 1]);
+        buf.extend_from_slice(&[0xaa, 0, 0, 0, 0, 4, 0, 0x17, 0, 1]);
         let frame = split_frame(&mut buf, 100).unwrap().unwrap();
         assert_eq!(&frame[..], &[0, 0x17, 0, 1, 0xaa, 0]);
         assert_eq!(split_frame(&mut buf, 100).unwrap().unwrap().len(), 4);
@@ -114,7 +128,10 @@ mod tests {
         let mut big = BytesMut::from(&[0u8, 0, 0, 101][..]);
         assert_eq!(
             split_frame(&mut big, 100),
-            Err(StreamFrameError::FrameTooLarge { size: 101, max: 100 })
+            Err(StreamFrameError::FrameTooLarge {
+                size: 101,
+                max: 100
+            })
         );
         // A frame of exactly frame_max bytes is allowed; 0 means no limit.
         let mut exact = BytesMut::from(&[0u8, 0, 0, 100][..]);
@@ -122,7 +139,10 @@ mod tests {
         assert!(split_frame(&mut exact.clone(), 100).unwrap().is_some());
         assert!(split_frame(&mut exact, 0).unwrap().is_some());
         let mut tiny = BytesMut::from(&[0u8, 0, 0, 2, 0, 0x17][..]);
-        assert_eq!(split_frame(&mut tiny, 0), Err(StreamFrameError::TooShort { size: 2 }));
+        assert_eq!(
+            split_frame(&mut tiny, 0),
+            Err(StreamFrameError::TooShort { size: 2 })
+        );
     }
 
     #[test]
@@ -135,10 +155,16 @@ mod tests {
         let v3 = FrameHeader::read(&[0, 0x02, 0, 3]).unwrap();
         assert_eq!(
             v3.command(),
-            Err(StreamFrameError::UnsupportedVersion { command: Command::Publish, version: 3 })
+            Err(StreamFrameError::UnsupportedVersion {
+                command: Command::Publish,
+                version: 3
+            })
         );
         let unknown = FrameHeader::read(&[0, 0x63, 0, 1]).unwrap();
-        assert_eq!(unknown.command(), Err(StreamFrameError::UnknownKey { key: 0x63 }));
+        assert_eq!(
+            unknown.command(),
+            Err(StreamFrameError::UnknownKey { key: 0x63 })
+        );
         assert!(FrameHeader::read(&[0, 1, 0]).is_err());
     }
 }

@@ -39,7 +39,9 @@ pub use command::{Command, CommandVersion, RESPONSE_FLAG, supported_versions};
 pub use error::StreamFrameError;
 pub use frame::{DEFAULT_FRAME_MAX, FrameHeader, INITIAL_FRAME_MAX, split_frame};
 pub use server::{ServerMessage, encode_deliver_header};
-pub use types::{Broker, OffsetSpec, Properties, PublishedMessage, PublishingError, StreamMetadata};
+pub use types::{
+    Broker, OffsetSpec, Properties, PublishedMessage, PublishingError, StreamMetadata,
+};
 
 use bytes::BytesMut;
 

@@ -29,45 +29,102 @@ use super::wire::{self, PResult, Slicer};
 #[allow(missing_docs)] // fields are named as the specification names them
 pub enum ServerMessage {
     /// The server's peer properties.
-    PeerPropertiesResponse { correlation_id: u32, code: ResponseCode, properties: Properties },
+    PeerPropertiesResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        properties: Properties,
+    },
     /// The SASL mechanisms offered.
-    SaslHandshakeResponse { correlation_id: u32, code: ResponseCode, mechanisms: Vec<String> },
+    SaslHandshakeResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        mechanisms: Vec<String>,
+    },
     /// The outcome of a SASL step, with a challenge when there is one.
-    SaslAuthenticateResponse { correlation_id: u32, code: ResponseCode, challenge: Option<Bytes> },
+    SaslAuthenticateResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        challenge: Option<Bytes>,
+    },
     /// The server's tune: the frame_max and heartbeat it offers.
     Tune { frame_max: u32, heartbeat: u32 },
     /// The outcome of open, with connection properties (advertised host and port).
-    OpenResponse { correlation_id: u32, code: ResponseCode, properties: Properties },
+    OpenResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        properties: Properties,
+    },
     /// The server closes the connection.
-    Close { correlation_id: u32, code: ResponseCode, reason: String },
+    Close {
+        correlation_id: u32,
+        code: ResponseCode,
+        reason: String,
+    },
     /// The server's answer to the client's close.
-    CloseResponse { correlation_id: u32, code: ResponseCode },
+    CloseResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+    },
     /// Heartbeat.
     Heartbeat,
     /// A response with only a code: declare/delete publisher, subscribe,
     /// unsubscribe, create/delete stream, create/delete super stream.
-    Response { command: Command, correlation_id: u32, code: ResponseCode },
+    Response {
+        command: Command,
+        correlation_id: u32,
+        code: ResponseCode,
+    },
     /// The last publishing id stored for a publisher reference (0 if none).
-    QueryPublisherSequenceResponse { correlation_id: u32, code: ResponseCode, sequence: u64 },
+    QueryPublisherSequenceResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        sequence: u64,
+    },
     /// A stored consumer offset.
-    QueryOffsetResponse { correlation_id: u32, code: ResponseCode, offset: u64 },
+    QueryOffsetResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        offset: u64,
+    },
     /// Brokers and the streams' leaders and replicas.
-    MetadataResponse { correlation_id: u32, brokers: Vec<Broker>, streams: Vec<StreamMetadata> },
+    MetadataResponse {
+        correlation_id: u32,
+        brokers: Vec<Broker>,
+        streams: Vec<StreamMetadata>,
+    },
     /// A stream's topology changed, or it is gone (code: stream not available).
     MetadataUpdate { code: ResponseCode, stream: String },
     /// Publishing ids now confirmed.
-    PublishConfirm { publisher_id: u8, publishing_ids: Vec<u64> },
+    PublishConfirm {
+        publisher_id: u8,
+        publishing_ids: Vec<u64>,
+    },
     /// Publishing ids that failed.
-    PublishError { publisher_id: u8, errors: Vec<PublishingError> },
+    PublishError {
+        publisher_id: u8,
+        errors: Vec<PublishingError>,
+    },
     /// A chunk for a subscription: `chunk` is the Osiris chunk as stored
     /// (header and entries; see [`Chunk`](super::Chunk)), a slice of the frame.
     /// Version 2 carries the committed chunk id.
-    Deliver { subscription_id: u8, committed_chunk_id: Option<u64>, chunk: Bytes },
+    Deliver {
+        subscription_id: u8,
+        committed_chunk_id: Option<u64>,
+        chunk: Bytes,
+    },
     /// Credit for an unknown subscription (no correlation id).
-    CreditResponse { code: ResponseCode, subscription_id: u8 },
+    CreditResponse {
+        code: ResponseCode,
+        subscription_id: u8,
+    },
     /// The partitions a routing key goes to. `request_key`: sent under the
     /// request's key (RabbitMQ 3.10).
-    RouteResponse { correlation_id: u32, code: ResponseCode, streams: Vec<String>, request_key: bool },
+    RouteResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        streams: Vec<String>,
+        request_key: bool,
+    },
     /// The partitions of a super stream. `request_key`: as for route.
     PartitionsResponse {
         correlation_id: u32,
@@ -76,7 +133,11 @@ pub enum ServerMessage {
         request_key: bool,
     },
     /// Single active consumer: this subscription becomes active or not.
-    ConsumerUpdate { correlation_id: u32, subscription_id: u8, active: bool },
+    ConsumerUpdate {
+        correlation_id: u32,
+        subscription_id: u8,
+        active: bool,
+    },
     /// The command versions the server speaks.
     ExchangeCommandVersionsResponse {
         correlation_id: u32,
@@ -84,9 +145,17 @@ pub enum ServerMessage {
         commands: Vec<CommandVersion>,
     },
     /// A stream's statistics (`first_chunk_id`, `committed_chunk_id`, ...).
-    StreamStatsResponse { correlation_id: u32, code: ResponseCode, stats: Vec<(String, i64)> },
+    StreamStatsResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        stats: Vec<(String, i64)>,
+    },
     /// A resolved offset specification (always an offset).
-    ResolveOffsetSpecResponse { correlation_id: u32, code: ResponseCode, offset: OffsetSpec },
+    ResolveOffsetSpecResponse {
+        correlation_id: u32,
+        code: ResponseCode,
+        offset: OffsetSpec,
+    },
 }
 
 /// The commands whose response is only a code.
@@ -191,7 +260,11 @@ impl ServerMessage {
         };
         match result {
             Err(nom::Err::Error(super::wire::WireError::Malformed(WRONG_DIRECTION))) => {
-                Err(StreamFrameError::WrongDirection { command, key: header.key, sender: "server" })
+                Err(StreamFrameError::WrongDirection {
+                    command,
+                    key: header.key,
+                    sender: "server",
+                })
             }
             other => finish(command, other),
         }
@@ -210,14 +283,27 @@ impl ServerMessage {
             Command::Tune => {
                 let (i, frame_max) = u32(i)?;
                 let (i, heartbeat) = u32(i)?;
-                Ok((i, M::Tune { frame_max, heartbeat }))
+                Ok((
+                    i,
+                    M::Tune {
+                        frame_max,
+                        heartbeat,
+                    },
+                ))
             }
             Command::Heartbeat => Ok((i, M::Heartbeat)),
             Command::Close => {
                 let (i, correlation_id) = u32(i)?;
                 let (i, code) = response_code(i)?;
                 let (i, reason) = wire::string(i)?;
-                Ok((i, M::Close { correlation_id, code, reason }))
+                Ok((
+                    i,
+                    M::Close {
+                        correlation_id,
+                        code,
+                        reason,
+                    },
+                ))
             }
             Command::MetadataUpdate => {
                 let (i, code) = response_code(i)?;
@@ -227,19 +313,41 @@ impl ServerMessage {
             Command::PublishConfirm => {
                 let (i, publisher_id) = u8(i)?;
                 let (i, publishing_ids) = wire::array(i, u64)?;
-                Ok((i, M::PublishConfirm { publisher_id, publishing_ids }))
+                Ok((
+                    i,
+                    M::PublishConfirm {
+                        publisher_id,
+                        publishing_ids,
+                    },
+                ))
             }
             Command::PublishError => {
                 let (i, publisher_id) = u8(i)?;
                 let (i, errors) = wire::array(i, publishing_error)?;
-                Ok((i, M::PublishError { publisher_id, errors }))
+                Ok((
+                    i,
+                    M::PublishError {
+                        publisher_id,
+                        errors,
+                    },
+                ))
             }
             Command::Deliver => {
                 let (i, subscription_id) = u8(i)?;
-                let (i, committed_chunk_id) =
-                    if version >= 2 { u64(i).map(|(i, c)| (i, Some(c)))? } else { (i, None) };
+                let (i, committed_chunk_id) = if version >= 2 {
+                    u64(i).map(|(i, c)| (i, Some(c)))?
+                } else {
+                    (i, None)
+                };
                 let (i, chunk) = deliver_chunk(i, s)?;
-                Ok((i, M::Deliver { subscription_id, committed_chunk_id, chunk }))
+                Ok((
+                    i,
+                    M::Deliver {
+                        subscription_id,
+                        committed_chunk_id,
+                        chunk,
+                    },
+                ))
             }
             Command::ConsumerUpdate => {
                 let (i, correlation_id) = u32(i)?;
@@ -250,7 +358,14 @@ impl ServerMessage {
                     1 => true,
                     _ => return wire::malformed("active is neither 0 nor 1"),
                 };
-                Ok((i, M::ConsumerUpdate { correlation_id, subscription_id, active }))
+                Ok((
+                    i,
+                    M::ConsumerUpdate {
+                        correlation_id,
+                        subscription_id,
+                        active,
+                    },
+                ))
             }
             // RabbitMQ 3.10 answers these under the request key.
             Command::Route | Command::Partitions => {
@@ -263,12 +378,28 @@ impl ServerMessage {
 
     fn with_request_key(self) -> ServerMessage {
         match self {
-            ServerMessage::RouteResponse { correlation_id, code, streams, .. } => {
-                ServerMessage::RouteResponse { correlation_id, code, streams, request_key: true }
-            }
-            ServerMessage::PartitionsResponse { correlation_id, code, streams, .. } => {
-                ServerMessage::PartitionsResponse { correlation_id, code, streams, request_key: true }
-            }
+            ServerMessage::RouteResponse {
+                correlation_id,
+                code,
+                streams,
+                ..
+            } => ServerMessage::RouteResponse {
+                correlation_id,
+                code,
+                streams,
+                request_key: true,
+            },
+            ServerMessage::PartitionsResponse {
+                correlation_id,
+                code,
+                streams,
+                ..
+            } => ServerMessage::PartitionsResponse {
+                correlation_id,
+                code,
+                streams,
+                request_key: true,
+            },
             other => other,
         }
     }
@@ -283,7 +414,13 @@ impl ServerMessage {
         if command == Command::Credit {
             let (i, code) = response_code(i)?;
             let (i, subscription_id) = wire::u8(i)?;
-            return Ok((i, M::CreditResponse { code, subscription_id }));
+            return Ok((
+                i,
+                M::CreditResponse {
+                    code,
+                    subscription_id,
+                },
+            ));
         }
         if matches!(
             command,
@@ -304,58 +441,150 @@ impl ServerMessage {
         if command == Command::Metadata {
             let (i, brokers) = wire::array(i, broker)?;
             let (i, streams) = wire::array(i, stream_metadata)?;
-            return Ok((i, M::MetadataResponse { correlation_id: c, brokers, streams }));
+            return Ok((
+                i,
+                M::MetadataResponse {
+                    correlation_id: c,
+                    brokers,
+                    streams,
+                },
+            ));
         }
         let (i, code) = response_code(i)?;
         match command {
-            _ if code_only(command) => Ok((i, M::Response { command, correlation_id: c, code })),
-            Command::Close => Ok((i, M::CloseResponse { correlation_id: c, code })),
+            _ if code_only(command) => Ok((
+                i,
+                M::Response {
+                    command,
+                    correlation_id: c,
+                    code,
+                },
+            )),
+            Command::Close => Ok((
+                i,
+                M::CloseResponse {
+                    correlation_id: c,
+                    code,
+                },
+            )),
             Command::PeerProperties => {
                 let (i, properties) = wire::properties(i)?;
-                Ok((i, M::PeerPropertiesResponse { correlation_id: c, code, properties }))
+                Ok((
+                    i,
+                    M::PeerPropertiesResponse {
+                        correlation_id: c,
+                        code,
+                        properties,
+                    },
+                ))
             }
             Command::SaslHandshake => {
                 let (i, mechanisms) = wire::strings(i)?;
-                Ok((i, M::SaslHandshakeResponse { correlation_id: c, code, mechanisms }))
+                Ok((
+                    i,
+                    M::SaslHandshakeResponse {
+                        correlation_id: c,
+                        code,
+                        mechanisms,
+                    },
+                ))
             }
             Command::SaslAuthenticate => {
                 let (i, challenge) = challenge(i, s)?;
-                Ok((i, M::SaslAuthenticateResponse { correlation_id: c, code, challenge }))
+                Ok((
+                    i,
+                    M::SaslAuthenticateResponse {
+                        correlation_id: c,
+                        code,
+                        challenge,
+                    },
+                ))
             }
             Command::Open => {
                 let (i, properties) = optional_properties(i)?;
-                Ok((i, M::OpenResponse { correlation_id: c, code, properties }))
+                Ok((
+                    i,
+                    M::OpenResponse {
+                        correlation_id: c,
+                        code,
+                        properties,
+                    },
+                ))
             }
             Command::QueryPublisherSequence => {
                 let (i, sequence) = wire::u64(i)?;
-                Ok((i, M::QueryPublisherSequenceResponse { correlation_id: c, code, sequence }))
+                Ok((
+                    i,
+                    M::QueryPublisherSequenceResponse {
+                        correlation_id: c,
+                        code,
+                        sequence,
+                    },
+                ))
             }
             Command::QueryOffset => {
                 let (i, offset) = wire::u64(i)?;
-                Ok((i, M::QueryOffsetResponse { correlation_id: c, code, offset }))
+                Ok((
+                    i,
+                    M::QueryOffsetResponse {
+                        correlation_id: c,
+                        code,
+                        offset,
+                    },
+                ))
             }
             Command::Route => {
                 let (i, streams) = wire::strings(i)?;
-                let m = M::RouteResponse { correlation_id: c, code, streams, request_key: false };
+                let m = M::RouteResponse {
+                    correlation_id: c,
+                    code,
+                    streams,
+                    request_key: false,
+                };
                 Ok((i, m))
             }
             Command::Partitions => {
                 let (i, streams) = wire::strings(i)?;
-                let m =
-                    M::PartitionsResponse { correlation_id: c, code, streams, request_key: false };
+                let m = M::PartitionsResponse {
+                    correlation_id: c,
+                    code,
+                    streams,
+                    request_key: false,
+                };
                 Ok((i, m))
             }
             Command::ExchangeCommandVersions => {
                 let (i, commands) = wire::array(i, command_version)?;
-                Ok((i, M::ExchangeCommandVersionsResponse { correlation_id: c, code, commands }))
+                Ok((
+                    i,
+                    M::ExchangeCommandVersionsResponse {
+                        correlation_id: c,
+                        code,
+                        commands,
+                    },
+                ))
             }
             Command::StreamStats => {
                 let (i, stats) = wire::array(i, stat)?;
-                Ok((i, M::StreamStatsResponse { correlation_id: c, code, stats }))
+                Ok((
+                    i,
+                    M::StreamStatsResponse {
+                        correlation_id: c,
+                        code,
+                        stats,
+                    },
+                ))
             }
             Command::ResolveOffsetSpec => {
                 let (i, offset) = OffsetSpec::parse(i, false)?;
-                Ok((i, M::ResolveOffsetSpecResponse { correlation_id: c, code, offset }))
+                Ok((
+                    i,
+                    M::ResolveOffsetSpecResponse {
+                        correlation_id: c,
+                        code,
+                        offset,
+                    },
+                ))
             }
             _ => wire::malformed(WRONG_DIRECTION),
         }
@@ -371,7 +600,12 @@ impl ServerMessage {
     pub fn encode(&self, buf: &mut BytesMut) {
         use ServerMessage as M;
         let command = self.command();
-        if let M::Deliver { subscription_id, committed_chunk_id, chunk } = self {
+        if let M::Deliver {
+            subscription_id,
+            committed_chunk_id,
+            chunk,
+        } = self
+        {
             encode_deliver_header(buf, *subscription_id, *committed_chunk_id, chunk.len());
             buf.put_slice(chunk);
             return;
@@ -384,8 +618,12 @@ impl ServerMessage {
             | M::PublishConfirm { .. }
             | M::PublishError { .. }
             | M::ConsumerUpdate { .. }
-            | M::RouteResponse { request_key: true, .. }
-            | M::PartitionsResponse { request_key: true, .. } => command.key(),
+            | M::RouteResponse {
+                request_key: true, ..
+            }
+            | M::PartitionsResponse {
+                request_key: true, ..
+            } => command.key(),
             _ => command.response_key(),
         };
         let start = wire::begin_frame(buf, key, 1);
@@ -397,15 +635,27 @@ impl ServerMessage {
         use ServerMessage as M;
         use wire::{put_string, put_strings};
         match self {
-            M::PeerPropertiesResponse { correlation_id, code, properties } => {
+            M::PeerPropertiesResponse {
+                correlation_id,
+                code,
+                properties,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 wire::put_properties(buf, properties);
             }
-            M::SaslHandshakeResponse { correlation_id, code, mechanisms } => {
+            M::SaslHandshakeResponse {
+                correlation_id,
+                code,
+                mechanisms,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 put_strings(buf, mechanisms);
             }
-            M::SaslAuthenticateResponse { correlation_id, code, challenge } => {
+            M::SaslAuthenticateResponse {
+                correlation_id,
+                code,
+                challenge,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 if let Some(ch) = challenge {
                     let ch = &ch[..ch.len().min(usize::from(u16::MAX))];
@@ -413,28 +663,57 @@ impl ServerMessage {
                     buf.put_slice(ch);
                 }
             }
-            M::Tune { frame_max, heartbeat } => {
+            M::Tune {
+                frame_max,
+                heartbeat,
+            } => {
                 buf.put_u32(*frame_max);
                 buf.put_u32(*heartbeat);
             }
-            M::OpenResponse { correlation_id, code, properties } => {
+            M::OpenResponse {
+                correlation_id,
+                code,
+                properties,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 put_optional_properties(buf, properties);
             }
-            M::Close { correlation_id, code, reason } => {
+            M::Close {
+                correlation_id,
+                code,
+                reason,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 put_string(buf, reason);
             }
-            M::CloseResponse { correlation_id, code } | M::Response { correlation_id, code, .. } => {
-                put_head(buf, *correlation_id, *code)
+            M::CloseResponse {
+                correlation_id,
+                code,
             }
+            | M::Response {
+                correlation_id,
+                code,
+                ..
+            } => put_head(buf, *correlation_id, *code),
             M::Heartbeat | M::Deliver { .. } => {}
-            M::QueryPublisherSequenceResponse { correlation_id, code, sequence: n }
-            | M::QueryOffsetResponse { correlation_id, code, offset: n } => {
+            M::QueryPublisherSequenceResponse {
+                correlation_id,
+                code,
+                sequence: n,
+            }
+            | M::QueryOffsetResponse {
+                correlation_id,
+                code,
+                offset: n,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 buf.put_u64(*n);
             }
-            M::MetadataResponse { correlation_id, brokers, streams } => {
+            M::MetadataResponse {
+                correlation_id,
+                brokers,
+                streams,
+            } => {
                 buf.put_u32(*correlation_id);
                 wire::put_count(buf, brokers.len());
                 for b in brokers {
@@ -457,14 +736,20 @@ impl ServerMessage {
                 buf.put_u16(code.as_u16());
                 put_string(buf, stream);
             }
-            M::PublishConfirm { publisher_id, publishing_ids } => {
+            M::PublishConfirm {
+                publisher_id,
+                publishing_ids,
+            } => {
                 buf.put_u8(*publisher_id);
                 wire::put_count(buf, publishing_ids.len());
                 for id in publishing_ids {
                     buf.put_u64(*id);
                 }
             }
-            M::PublishError { publisher_id, errors } => {
+            M::PublishError {
+                publisher_id,
+                errors,
+            } => {
                 buf.put_u8(*publisher_id);
                 wire::put_count(buf, errors.len());
                 for e in errors {
@@ -472,25 +757,50 @@ impl ServerMessage {
                     buf.put_u16(e.code.as_u16());
                 }
             }
-            M::CreditResponse { code, subscription_id } => {
+            M::CreditResponse {
+                code,
+                subscription_id,
+            } => {
                 buf.put_u16(code.as_u16());
                 buf.put_u8(*subscription_id);
             }
-            M::RouteResponse { correlation_id, code, streams, .. }
-            | M::PartitionsResponse { correlation_id, code, streams, .. } => {
+            M::RouteResponse {
+                correlation_id,
+                code,
+                streams,
+                ..
+            }
+            | M::PartitionsResponse {
+                correlation_id,
+                code,
+                streams,
+                ..
+            } => {
                 put_head(buf, *correlation_id, *code);
                 put_strings(buf, streams);
             }
-            M::ConsumerUpdate { correlation_id, subscription_id, active } => {
+            M::ConsumerUpdate {
+                correlation_id,
+                subscription_id,
+                active,
+            } => {
                 buf.put_u32(*correlation_id);
                 buf.put_u8(*subscription_id);
                 buf.put_u8(u8::from(*active));
             }
-            M::ExchangeCommandVersionsResponse { correlation_id, code, commands } => {
+            M::ExchangeCommandVersionsResponse {
+                correlation_id,
+                code,
+                commands,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 put_command_versions(buf, commands);
             }
-            M::StreamStatsResponse { correlation_id, code, stats } => {
+            M::StreamStatsResponse {
+                correlation_id,
+                code,
+                stats,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 wire::put_count(buf, stats.len());
                 for (k, v) in stats {
@@ -498,7 +808,11 @@ impl ServerMessage {
                     buf.put_i64(*v);
                 }
             }
-            M::ResolveOffsetSpecResponse { correlation_id, code, offset } => {
+            M::ResolveOffsetSpecResponse {
+                correlation_id,
+                code,
+                offset,
+            } => {
                 put_head(buf, *correlation_id, *code);
                 offset.put(buf);
             }

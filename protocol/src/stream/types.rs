@@ -118,14 +118,20 @@ pub(crate) fn response_code(i: &[u8]) -> PResult<'_, ResponseCode> {
     let (i, raw) = wire::u16(i)?;
     match ResponseCode::from_u16(raw) {
         Some(code) => Ok((i, code)),
-        None => Err(nom::Err::Error(WireError::Malformed("unknown response code"))),
+        None => Err(nom::Err::Error(WireError::Malformed(
+            "unknown response code",
+        ))),
     }
 }
 
 /// Properties that may be left out entirely (RabbitMQ writes no count for an
 /// empty map in subscribe and in the open answer).
 pub(crate) fn optional_properties(i: &[u8]) -> PResult<'_, Properties> {
-    if i.is_empty() { Ok((i, Vec::new())) } else { wire::properties(i) }
+    if i.is_empty() {
+        Ok((i, Vec::new()))
+    } else {
+        wire::properties(i)
+    }
 }
 
 /// Writes properties, or nothing when there are none (RabbitMQ's form).
@@ -140,7 +146,14 @@ pub(crate) fn broker(i: &[u8]) -> PResult<'_, Broker> {
     let (i, reference) = wire::u16(i)?;
     let (i, host) = wire::string(i)?;
     let (i, port) = wire::u32(i)?;
-    Ok((i, Broker { reference, host, port }))
+    Ok((
+        i,
+        Broker {
+            reference,
+            host,
+            port,
+        },
+    ))
 }
 
 /// A stream metadata entry.
@@ -149,12 +162,26 @@ pub(crate) fn stream_metadata(i: &[u8]) -> PResult<'_, StreamMetadata> {
     let (i, code) = response_code(i)?;
     let (i, leader) = wire::u16(i)?;
     let (i, replicas) = wire::array(i, wire::u16)?;
-    Ok((i, StreamMetadata { name, code, leader, replicas }))
+    Ok((
+        i,
+        StreamMetadata {
+            name,
+            code,
+            leader,
+            replicas,
+        },
+    ))
 }
 
 /// A publishing error entry.
 pub(crate) fn publishing_error(i: &[u8]) -> PResult<'_, PublishingError> {
     let (i, publishing_id) = wire::u64(i)?;
     let (i, code) = response_code(i)?;
-    Ok((i, PublishingError { publishing_id, code }))
+    Ok((
+        i,
+        PublishingError {
+            publishing_id,
+            code,
+        },
+    ))
 }

@@ -65,7 +65,9 @@ pub(crate) fn nullable_bytes(i: &[u8]) -> PResult<'_, Option<&[u8]>> {
     let (i, len) = i32(i)?;
     match len {
         -1 => Ok((i, None)),
-        n if n < 0 => Err(nom::Err::Error(WireError::Malformed("negative bytes length"))),
+        n if n < 0 => Err(nom::Err::Error(WireError::Malformed(
+            "negative bytes length",
+        ))),
         n => {
             let (i, raw) = take(n as usize)(i)?;
             Ok((i, Some(raw)))
@@ -81,7 +83,9 @@ pub(crate) fn array<'a, T>(
 ) -> PResult<'a, Vec<T>> {
     let (mut i, count) = i32(i)?;
     if count < 0 {
-        return Err(nom::Err::Error(WireError::Malformed("negative array length")));
+        return Err(nom::Err::Error(WireError::Malformed(
+            "negative array length",
+        )));
     }
     let mut out = Vec::with_capacity((count as usize).min(i.len()));
     for _ in 0..count {
@@ -115,7 +119,11 @@ pub(crate) struct Slicer<'f>(pub(crate) &'f Bytes);
 impl Slicer<'_> {
     /// The part of the frame `part` points at (`part` is a slice of the frame).
     pub(crate) fn bytes(&self, part: &[u8]) -> Bytes {
-        if part.is_empty() { Bytes::new() } else { self.0.slice_ref(part) }
+        if part.is_empty() {
+            Bytes::new()
+        } else {
+            self.0.slice_ref(part)
+        }
     }
 }
 
