@@ -4,7 +4,7 @@
 //! the high bit tells a response (1) from a request or one-way command (0). The
 //! second field is the command's version. This codec speaks version 1 of every
 //! command, and version 2 of publish (a filter value per message, RabbitMQ 3.13+)
-//! and of deliver (the committed chunk id, RabbitMQ 3.13+); exchange command
+//! and of deliver (the committed chunk id, RabbitMQ 3.11+); exchange command
 //! versions tells a client which versions it may use.
 
 /// The bit of a key that marks a response.
