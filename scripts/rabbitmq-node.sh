@@ -6,13 +6,18 @@
 #   scripts/rabbitmq-node.sh start --dir DIR [--amqp-port N] [--management-port N]
 #                                  [--dist-port N] [--epmd-port N] [--name NODE]
 #                                  [--no-management] [--timeout SECONDS]
+#                                  [--stream] [--stream-port N]
+#                                  [--stream-advertised-port N]
 #   scripts/rabbitmq-node.sh stop --dir DIR
 #   scripts/rabbitmq-node.sh ctl --dir DIR ARGS...      (rabbitmqctl against the node)
 #
 # start: DIR (created if missing; should be empty or a stopped node's) gets the
 # node's mnesia and log dirs, its config, its enabled_plugins file (the
 # management plugin, enabled offline, plus any in RABBITMQ_EXTRA_PLUGINS) and its
-# own Erlang cookie. The node listens
+# own Erlang cookie. --stream (or --stream-port) also enables the rabbitmq_stream
+# plugin, listening on 127.0.0.1 at the given or a free port and advertising
+# 127.0.0.1 and that port (or --stream-advertised-port, for a proxy in front) in
+# its metadata answers. The node listens
 # on 127.0.0.1 only: AMQP, management HTTP and distribution ports as given, or
 # free ones (20000-31999, as the Rust test harness picks them), with its own epmd
 # on a free loopback port. The processes run detached from this script (own
@@ -26,6 +31,7 @@
 #   RABBITMQ_EPMD_PORT=... RABBITMQ_NODENAME=...
 #   RABBITMQ_URI=amqp://guest:guest@127.0.0.1:PORT/%2f
 #   RABBITMQ_MANAGEMENT_URL=http://127.0.0.1:PORT
+#   RABBITMQ_STREAM_PORT=...          (empty without --stream)
 #
 # The same lines are kept in DIR/env. If the node does not come up in time, start
 # prints the tail of its logs, stops what it started, and exits 1.
@@ -51,6 +57,7 @@ usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0
 ACTION=$1
 shift
 DIR="" AMQP_PORT="" MGMT_PORT="" DIST_PORT="" EPMD_PORT="" NODENAME="" TIMEOUT=180 MGMT=1
+STREAM=0 STREAM_PORT="" STREAM_ADVERTISED_PORT=""
 CTL_ARGS=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -62,6 +69,9 @@ while [[ $# -gt 0 ]]; do
         --name) NODENAME=${2:?}; shift 2 ;;
         --timeout) TIMEOUT=${2:?}; shift 2 ;;
         --no-management) MGMT=0; shift ;;
+        --stream) STREAM=1; shift ;;
+        --stream-port) STREAM=1; STREAM_PORT=${2:?}; shift 2 ;;
+        --stream-advertised-port) STREAM_ADVERTISED_PORT=${2:?}; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         --) shift; CTL_ARGS+=("$@"); break ;;
         *)
@@ -132,6 +142,16 @@ finally:
 EOF2
 }
 
+port_listens() { # port: something accepts TCP connections on it on loopback
+    python3 - "$1" <<'EOF3'
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2).close()
+except OSError:
+    sys.exit(1)
+EOF3
+}
+
 amqp_answers() { # port: the broker answers the AMQP 0-9-1 header with connection.start
     python3 - "$1" <<'EOF'
 import socket, sys
@@ -182,27 +202,32 @@ if [[ -n $(live_pids $(recorded_pids)) ]]; then
 fi
 ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
 command -v epmd >/dev/null || die "epmd (Erlang) is missing"
-read -r -a picked < <(free_ports 4)
-[[ ${#picked[@]} -eq 4 ]] || die "no free loopback ports"
+read -r -a picked < <(free_ports 5)
+[[ ${#picked[@]} -eq 5 ]] || die "no free loopback ports"
 AMQP_PORT=${AMQP_PORT:-${picked[0]}}
 MGMT_PORT=${MGMT_PORT:-${picked[1]}}
 DIST_PORT=${DIST_PORT:-${picked[2]}}
 EPMD_PORT=${EPMD_PORT:-${picked[3]}}
+if [[ $STREAM -eq 1 ]]; then
+    STREAM_PORT=${STREAM_PORT:-${picked[4]}}
+    STREAM_ADVERTISED_PORT=${STREAM_ADVERTISED_PORT:-$STREAM_PORT}
+fi
 NODENAME=${NODENAME:-rmq-$AMQP_PORT@localhost}
-for p in "$AMQP_PORT" "$DIST_PORT" "$EPMD_PORT" $([[ $MGMT -eq 1 ]] && echo "$MGMT_PORT"); do
+for p in "$AMQP_PORT" "$DIST_PORT" "$EPMD_PORT" $([[ $MGMT -eq 1 ]] && echo "$MGMT_PORT") $([[ $STREAM -eq 1 ]] && echo "$STREAM_PORT"); do
     port_free "$p" || die "port $p is in use on 127.0.0.1"
 done
 
 rm -rf "$DIR/mnesia" "$DIR/log" "$DIR/home" "$DIR/plugins-expand"
 mkdir -p "$DIR"/{mnesia,log,home}
-if [[ $MGMT -eq 1 ]]; then
-    # Dependencies (management_agent, web_dispatch) are enabled with it.
-    # RABBITMQ_EXTRA_PLUGINS (comma-separated, e.g. rabbitmq_shovel,rabbitmq_federation)
-    # adds plugins: compat-tests/tests/parameters.rs needs those two.
-    echo "[rabbitmq_management${RABBITMQ_EXTRA_PLUGINS:+,$RABBITMQ_EXTRA_PLUGINS}]." >"$DIR/enabled_plugins"
-else
-    echo '[].' >"$DIR/enabled_plugins"
-fi
+# Dependencies (management_agent, web_dispatch; stream_common) are enabled with
+# each plugin. RABBITMQ_EXTRA_PLUGINS (comma-separated, e.g.
+# rabbitmq_shovel,rabbitmq_federation) adds plugins: compat-tests/tests/parameters.rs
+# needs those two.
+plugins=()
+[[ $MGMT -eq 1 ]] && plugins+=(rabbitmq_management)
+[[ $STREAM -eq 1 ]] && plugins+=(rabbitmq_stream)
+[[ -n ${RABBITMQ_EXTRA_PLUGINS:-} ]] && plugins+=("$RABBITMQ_EXTRA_PLUGINS")
+echo "[$(IFS=,; echo "${plugins[*]}")]." >"$DIR/enabled_plugins"
 : >"$DIR/rabbitmq-env.conf"
 {
     echo 'loopback_users.guest = true'
@@ -211,6 +236,11 @@ fi
     if [[ $MGMT -eq 1 ]]; then
         echo 'management.tcp.ip = 127.0.0.1'
         echo "management.tcp.port = $MGMT_PORT"
+    fi
+    if [[ $STREAM -eq 1 ]]; then
+        echo "stream.listeners.tcp.1 = 127.0.0.1:$STREAM_PORT"
+        echo 'stream.advertised_host = 127.0.0.1'
+        echo "stream.advertised_port = $STREAM_ADVERTISED_PORT"
     fi
 } >"$DIR/rabbitmq.conf"
 od -An -N20 -tx1 /dev/urandom | tr -d ' \n' >"$DIR/home/.erlang.cookie"
@@ -223,6 +253,7 @@ RABBITMQ_EPMD_PORT=$EPMD_PORT
 RABBITMQ_NODENAME=$NODENAME
 RABBITMQ_URI=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f
 RABBITMQ_MANAGEMENT_URL=$([[ $MGMT -eq 1 ]] && echo "http://127.0.0.1:$MGMT_PORT")
+RABBITMQ_STREAM_PORT=$STREAM_PORT
 EOF
 
 # Our own epmd on loopback, then the node; each in a session of its own so that
@@ -264,6 +295,13 @@ if [[ $MGMT -eq 1 ]]; then
     until curl -fsS -o /dev/null --max-time 5 -u guest:guest "http://127.0.0.1:$MGMT_PORT/api/overview" 2>/dev/null; do
         [[ -n $(live_pids "$SERVER_PID") ]] || fail "RabbitMQ exited during start"
         [[ $SECONDS -lt $deadline ]] || fail "RabbitMQ's management API on port $MGMT_PORT did not answer within $TIMEOUT s"
+        sleep 0.5
+    done
+fi
+if [[ $STREAM -eq 1 ]]; then
+    until port_listens "$STREAM_PORT"; do
+        [[ -n $(live_pids "$SERVER_PID") ]] || fail "RabbitMQ exited during start"
+        [[ $SECONDS -lt $deadline ]] || fail "RabbitMQ's stream port $STREAM_PORT did not answer within $TIMEOUT s"
         sleep 0.5
     done
 fi

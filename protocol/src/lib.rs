@@ -18,6 +18,9 @@
 //!   body frames add up to the header's body size;
 //! - I/O: no sockets, no async runtime, no clock.
 //!
+//! The [`stream`] module is the RabbitMQ stream protocol's codec (port 5552),
+//! separate from AMQP 0-9-1.
+//!
 //! Method arguments and properties are amq-protocol's spec-generated types,
 //! re-exported here so the broker depends on one crate.
 //!
@@ -48,6 +51,7 @@ mod error;
 mod frame;
 mod nesting;
 mod publish;
+pub mod stream;
 
 pub use bytestring::ByteString;
 pub use content::{encode_content, encode_deliver};
