@@ -6,10 +6,11 @@
 //! (`compat-tests/clients/java/RecoveryClient.java`,
 //! `compat-tests/python/recovery/robust_client.py`).
 //!
-//! Each program declares a durable exchange, a durable queue and a
-//! server-named exclusive "tap" queue, publishes persistent messages with
-//! confirms and consumes both queues. The test SIGKILLs the master the client
-//! is connected to. The client must reconnect to a surviving node with its own
+//! Each program declares a durable exchange, a durable queue and an
+//! exclusive "tap" queue declared without a name, publishes persistent
+//! messages with confirms and consumes both queues. The test SIGKILLs the
+//! master, which the client is connected to directly or through a slave's
+//! proxy. The client must reconnect to a surviving node with its own
 //! recovery (no help from the test), declare its topology again (the tap queue
 //! died with the master's session: it gets messages again only if topology
 //! recovery declared it, bound it and consumed from it), and resume
