@@ -7,8 +7,8 @@ connection must reconnect and restore the channels, exchange, queues, bindings
 and consumers by itself.
 
 aio-pika takes one URL; for a cluster its issue #141 (and the round-robin class
-proposed in its PR #680) suggests a RobustConnection subclass that moves to the
-next node's URL when the connection is lost. `RoundRobinConnection` below is
+proposed in its PR #680) suggests a RobustConnection subclass that moves on to
+the next node's URL. `RoundRobinConnection` below is
 that subclass, given to connect_robust as its `connection_class`: everything
 else (reconnecting, restoring topology and consumers) is aio-pika's own.
 
@@ -34,15 +34,28 @@ BATCH = 100
 
 
 class RoundRobinConnection(RobustConnection):
-    """A robust connection that reconnects to the next URL of `URLS`."""
+    """A robust connection that tries the next URL of `URLS` at every
+    connection attempt after the first.
+
+    aio-pika clears `transport` at the start of each attempt
+    (`RobustConnection.__connect_transport`), so that is where the URL moves
+    on: a failed attempt (a dead node) moves on too, not only a lost
+    connection.
+    """
 
     URLS: list = []
 
-    async def _on_connection_close(self, closing):
-        urls = [str(u) for u in self.URLS]
-        at = urls.index(str(self.url)) if str(self.url) in urls else -1
-        self.url = self.URLS[(at + 1) % len(self.URLS)]
-        await super()._on_connection_close(closing)
+    @property
+    def transport(self):
+        return self.__dict__.get("_rr_transport")
+
+    @transport.setter
+    def transport(self, value):
+        if value is None and self.URLS:
+            # -1 at __init__, 0 for the first attempt, then one more each time.
+            self._rr = self.__dict__.get("_rr", -2) + 1
+            self.url = self.URLS[max(self._rr, 0) % len(self.URLS)]
+        self.__dict__["_rr_transport"] = value
 
 
 class Lines:
