@@ -8,12 +8,13 @@
 #    formatting or lint failure fails the run; the tests still run, so one run
 #    shows everything.
 # 2. Create .venv (if missing) with the pinned Python clients the end-to-end tests
-#    run (compat-tests/python/requirements.txt).
+#    run (compat-tests/python/requirements.txt), and install Debian's RabbitMQ Java
+#    client and JDK if missing (the client-recovery test compiles a Java program).
 # 3. Run all tests with STABLEMQ_BIN and STABLEMQ_PYTHON pointing at those, and
 #    print a summary. Exits non-zero if anything failed.
 #
 # Needs only cargo/rustc (with rustfmt and clippy) and python3 (3.11) with pip;
-# everything else is fetched from crates.io and PyPI.
+# everything else is fetched from crates.io and PyPI (and, as root, Debian's archive).
 #
 # `scripts/test.sh --guards-only` runs only the guard rails (no build, no tests)
 # and fails as the whole run would.
@@ -98,6 +99,17 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
     log "installing $REQUIREMENTS into $VENV"
     PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --quiet -r "$REQUIREMENTS"
     echo "$WANT" >"$STAMP"
+fi
+
+# The RabbitMQ Java client (Debian's), which compat-tests/tests/client_recovery.rs
+# compiles and runs with javac/java; installed with apt-get if missing (root, as CI).
+JARS=/usr/share/java
+if ! command -v javac >/dev/null 2>&1 || [[ ! -f $JARS/amqp-client.jar || ! -f $JARS/slf4j-nop.jar ]]; then
+    log "installing Debian's librabbitmq-client-java, libslf4j-java and default-jdk-headless"
+    # shellcheck source=scripts/lib/common.sh
+    . "$ROOT/scripts/lib/common.sh"
+    apt_install librabbitmq-client-java libslf4j-java default-jdk-headless ||
+        echo "warning: the Java client could not be installed; the client-recovery test will fail" >&2
 fi
 
 # --- 3. Test -----------------------------------------------------------------
