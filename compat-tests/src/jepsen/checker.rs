@@ -38,6 +38,9 @@ pub struct Counts {
     pub max_gap_ms: u64,
     /// The slowest close of a cut-off master's clients, in ms.
     pub max_close_ms: Option<u64>,
+    /// Elections the faults caused: the epoch after recovery minus the
+    /// epoch before.
+    pub elections: u64,
 }
 
 /// The result of a run.
@@ -130,6 +133,7 @@ pub fn check(input: &Input) -> Verdict {
         .filter(|id| !input.msgs.contains_key(id))
         .count() as u64;
     let mut rows: Vec<Counts> = vec![Counts::default(); input.windows.len()];
+    let mut examples: Vec<Vec<String>> = vec![Vec::new(); input.windows.len()];
     let mut confirm_times = Vec::new();
     let mut lost_ids = Vec::new();
     for (id, m) in input.msgs {
@@ -151,6 +155,13 @@ pub fn check(input: &Input) -> Verdict {
                 let win = &input.windows[w];
                 if win.minority.contains(&m.node) && m.published > win.start && t < win.heal {
                     c.minority_confirms = 1;
+                    examples[w].push(format!(
+                        "id {id:#x} via node {}: published +{} ms, confirmed +{} ms, heal +{} ms",
+                        m.node + 1,
+                        m.published.duration_since(win.start).as_millis(),
+                        t.duration_since(win.start).as_millis(),
+                        win.heal.duration_since(win.start).as_millis()
+                    ));
                 }
             }
         } else if n > 0 {
@@ -175,12 +186,19 @@ pub fn check(input: &Input) -> Verdict {
         c.runs = 1;
         c.max_gap_ms = max_gap(&confirm_times, win.start, win.end).as_millis() as u64;
         c.max_close_ms = win.closed.map(|(ms, _)| ms);
-        check_window(win, &c, input.close_bound, &mut v.violations);
+        c.elections = win
+            .epoch_after
+            .unwrap_or(win.master.1)
+            .saturating_sub(win.master.1);
+        examples[w].sort();
+        examples[w].truncate(5);
+        check_window(win, &c, &examples[w], input.close_bound, &mut v.violations);
         let row = v.rows.entry(win.kind).or_default();
         add(row, &c);
         row.runs += 1;
         row.max_gap_ms = row.max_gap_ms.max(c.max_gap_ms);
         row.max_close_ms = row.max_close_ms.max(c.max_close_ms);
+        row.elections += c.elections;
     }
     if v.total.lost > 0 {
         lost_ids.sort_unstable();
@@ -212,12 +230,22 @@ pub fn check(input: &Input) -> Verdict {
 }
 
 /// The per-fault invariants.
-fn check_window(win: &Window, c: &Counts, bound: Duration, out: &mut Vec<String>) {
+fn check_window(
+    win: &Window,
+    c: &Counts,
+    examples: &[String],
+    bound: Duration,
+    out: &mut Vec<String>,
+) {
     let what = format!("{} ({})", win.kind.name(), win.note);
     if c.minority_confirms > 0 {
         out.push(format!(
-            "{what}: {} messages confirmed through a node that could not reach a store quorum",
-            c.minority_confirms
+            "{what}: {} messages confirmed through a node that could not reach a store quorum \
+             (master before: node {} epoch {}; e.g. {})",
+            c.minority_confirms,
+            win.master.0 + 1,
+            win.master.1,
+            examples.join("; ")
         ));
     }
     if win.close_expected {
@@ -263,18 +291,19 @@ impl Verdict {
     pub fn table(&self) -> String {
         let mut s = String::new();
         s.push_str(
-            "| nemesis | runs | published | confirmed | lost | duplicated | recovered | \
+            "| nemesis | runs | elections | published | confirmed | lost | duplicated | recovered | \
              minority confirms | longest gap without confirms (s) | slowest 320 close (ms) |\n",
         );
-        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         let row = |s: &mut String, name: &str, c: &Counts| {
             let close = c
                 .max_close_ms
                 .map_or_else(|| "-".to_string(), |ms| ms.to_string());
             let _ = writeln!(
                 s,
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {close} |",
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {close} |",
                 c.runs,
+                c.elections,
                 c.published,
                 c.confirmed,
                 c.lost,
@@ -290,6 +319,7 @@ impl Verdict {
         let mut total = self.total.clone();
         total.runs = self.rows.values().map(|c| c.runs).sum();
         total.max_close_ms = self.rows.values().filter_map(|c| c.max_close_ms).max();
+        total.elections = self.rows.values().map(|c| c.elections).sum();
         row(&mut s, "**all** (steady periods too)", &total);
         let _ = writeln!(
             s,

@@ -229,17 +229,22 @@ pub fn run(opts: &Options) -> checker::Verdict {
         let mut w = ctx.apply(kind, master, hold);
         w.recovered = wait_master(&nodes).is_some() && wait_acks(&history, 40);
         w.end = Instant::now();
+        w.epoch_after = nodes.master().map(|m| m.1);
         let close = match w.closed {
             Some((ms, code)) => format!("; clients closed after {ms} ms ({code:?})"),
             None => String::new(),
         };
         println!(
-            "[{:5.1} s] {}: {}{close}; healed after {:.1} s; confirms again {:.1} s later{}",
+            "[{:5.1} s] {}: {}{close}; healed after {:.1} s; confirms again {:.1} s later; \
+             epoch {} -> {}{}",
             elapsed(t0, w.start),
             kind.name(),
             w.note,
             w.heal.duration_since(w.start).as_secs_f64(),
             w.end.duration_since(w.heal).as_secs_f64(),
+            w.master.1,
+            w.epoch_after
+                .map_or_else(|| "?".to_string(), |e| e.to_string()),
             if w.recovered { "" } else { " (NOT RECOVERED)" }
         );
         windows.push(w);

@@ -83,6 +83,8 @@ pub struct Window {
     pub closed: Option<(u64, Option<u16>)>,
     /// Whether confirms flowed again within the bound after the heal.
     pub recovered: bool,
+    /// The master's epoch once confirms flowed again.
+    pub epoch_after: Option<u64>,
     /// What happened, for the log.
     pub note: String,
 }
@@ -205,6 +207,7 @@ impl Ctx<'_> {
             close_expected,
             closed,
             recovered: false,
+            epoch_after: None,
             note,
         }
     }
