@@ -38,7 +38,12 @@ if [[ ! -x $STABLEMQ_BIN ]]; then
     cargo build --release --bin stablemq
 fi
 JEPSEN=$ROOT/target/release/jepsen
-cargo build --release --quiet -p compat-tests --bin jepsen
+# The test command's workspace build made it already; build it only when it is
+# missing or older than its sources (cargo would also rebuild dependencies
+# whose features differ from the workspace build's).
+if [[ ! -x $JEPSEN ]] || [[ -n $(find compat-tests/src compat-tests/Cargo.toml Cargo.lock -newer "$JEPSEN" -print -quit) ]]; then
+    cargo build --release --quiet -p compat-tests --bin jepsen
+fi
 
 # The harness tears down on exit and on panic; this covers a signal that
 # kills it without unwinding (it removes only runs whose process is gone).

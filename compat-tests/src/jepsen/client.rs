@@ -166,6 +166,16 @@ async fn publish_loop(
     }
 }
 
+/// Connect to node `node` at `uri` and publish one round of ids from
+/// `first`, recording them in `history` like any publisher's: used to
+/// publish through a node that is cut off, whose confirms must not come.
+pub async fn one_round(uri: String, queue: String, node: usize, first: u64, history: History) {
+    if let Some((_conn, ch)) = open(&uri, &queue, true).await {
+        let ids: Vec<u64> = (first..first + WINDOW).collect();
+        round(&ch, &queue, node, &ids, &history).await;
+    }
+}
+
 impl Publisher {
     /// Start publisher `p` (it connects to node `p % n` first) at about
     /// `rate` messages a second.

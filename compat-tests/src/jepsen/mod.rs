@@ -177,7 +177,14 @@ pub fn run(opts: &Options) -> checker::Verdict {
         .build()
         .expect("tokio runtime");
     let net = Net::create(3);
-    let mut nodes = Nodes::start(&net, &format!("check_quorum_ms = {}", opts.check_quorum_ms));
+    // JEPSEN_PLANT_CHECK_QUORUM_MS gives the nodes another check_quorum_ms
+    // than the one the checker holds them to: a planted bug (a master that
+    // does not step down in time) to show the close check fails.
+    let node_check_quorum_ms = std::env::var("JEPSEN_PLANT_CHECK_QUORUM_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(opts.check_quorum_ms);
+    let mut nodes = Nodes::start(&net, &format!("check_quorum_ms = {node_check_quorum_ms}"));
     let t0 = Instant::now();
     println!(
         "jepsen: namespaces {}n1..3 on 10.x/24 via bridge {}br ({}); seed {}",
@@ -214,6 +221,8 @@ pub fn run(opts: &Options) -> checker::Verdict {
     };
     let mut nemesis_rng = StdRng::seed_from_u64(opts.seed ^ 0x9e37_79b9_7f4a_7c15);
     let mut windows: Vec<Window> = Vec::new();
+    // Rounds published through cut-off nodes take ids above the publishers'.
+    let mut next_cut_id = 0xff << 40;
     while let Some((kind, hold)) = schedule.next() {
         let Some(master) = wait_master(&nodes) else {
             println!("no master within 30 s; stopping the faults");
@@ -225,8 +234,12 @@ pub fn run(opts: &Options) -> checker::Verdict {
             rt: &rt,
             rng: &mut nemesis_rng,
             close_bound,
+            queue: QUEUE,
+            history: &history,
+            next_cut_id,
         };
         let mut w = ctx.apply(kind, master, hold);
+        next_cut_id = ctx.next_cut_id;
         w.recovered = wait_master(&nodes).is_some() && wait_acks(&history, 40);
         w.end = Instant::now();
         w.epoch_after = nodes.master().map(|m| m.1);
