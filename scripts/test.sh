@@ -151,7 +151,7 @@ fi
 # - the API docs build with no warning (`cargo doc`, private and broken links),
 #   and docs/architecture.md names only files and functions that exist.
 # - partitions (issue 24): a 3-node cluster in network namespaces under every
-#   nemesis once (scripts/jepsen.sh --short, about 45 s, root): 0 lost, 0
+#   nemesis once (scripts/jepsen.sh --short, about 40 s, root): 0 lost, 0
 #   unexpected, no confirm through a node without a store quorum, one master per
 #   epoch, a cut-off master closes its clients within check_quorum_ms + 1 s.
 CHECKS=(
