@@ -10,6 +10,8 @@
 //! kill or restart the broker cannot run in that mode and panic saying so.
 
 pub mod cluster;
+pub mod jepsen;
+pub mod netns;
 pub mod pki;
 
 use std::net::{SocketAddr, TcpStream};
