@@ -24,7 +24,7 @@ use stablemq::amqp::connection::{Action, Connection};
 use stablemq::broker::Broker;
 use stablemq::config::Config;
 use stablemq::master::Master;
-use stablemq::master::io::{Input, Output, ToConn};
+use stablemq::master::inout::{Input, Output, ToConn};
 use stablemq_protocol::methods::{basic, channel, confirm, connection, queue};
 use stablemq_protocol::{
     AMQPClass, BasicProperties, Decoder, FieldTable, Frame, HeaderCheck, LongString, Publish,

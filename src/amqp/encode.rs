@@ -1,6 +1,6 @@
 //! Encoding what the master sends into frames, with publisher confirms merged.
 
-use crate::master::io::ToConn;
+use crate::master::inout::ToConn;
 use bytes::BytesMut;
 use stablemq_protocol::methods::basic;
 use stablemq_protocol::{AMQPClass, Frame, encode_content, encode_deliver, encode_frame};

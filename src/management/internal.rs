@@ -16,7 +16,7 @@
 
 use super::AppState;
 use crate::error::AmqpError;
-use crate::master::io::{ConnId, ConnInfo, Input, ToConn};
+use crate::master::inout::{ConnId, ConnInfo, Input, ToConn};
 use crate::server::MasterMsg;
 use bytes::Bytes;
 use stablemq_protocol::methods::{basic as mbasic, confirm as mconfirm};

@@ -8,7 +8,7 @@
 use super::json::{Table, connection_name, host};
 use super::query::{CoreView, query};
 use super::{Access, ApiError, AppState, Caller, caller};
-use crate::master::io::ConnId;
+use crate::master::inout::ConnId;
 use crate::master::session::Session;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;

@@ -521,7 +521,7 @@ async fn close_connection(
     state
         .master
         .send(crate::server::MasterMsg::Input(
-            crate::master::io::Input::ForceClose { conn, reason },
+            crate::master::inout::Input::ForceClose { conn, reason },
         ))
         .await
         .map_err(|_| WriteError::Api(ApiError::Unavailable("the broker is stopping")))?;

@@ -8,9 +8,14 @@
 //! 204 can rely on the change surviving a crash or a failover. The answer
 //! goes back through a callback ([`AdminReply`]) that the master task wraps
 //! around a oneshot channel; the core itself does no I/O.
+//!
+//! This is the master's one home for management writes: also what they do
+//! beyond their events (trimming queues a policy puts over a length limit,
+//! closing a connection an operator asked to close). The HTTP side of the
+//! same writes is `management/writes.rs`.
 
 use super::Master;
-use super::io::ToConn;
+use super::inout::ToConn;
 use crate::broker::event::Event;
 use crate::error::{AmqpError, ReplyCode};
 use crate::users::{AccessTable, HashAlgorithm};
@@ -525,5 +530,46 @@ impl Master {
             self.send(conn, ToConn::CloseConnection(e));
             self.disconnect(conn);
         }
+    }
+}
+
+/// What the master does for management writes beyond applying their events:
+/// trimming queues when a policy brings in a length limit, and closing a
+/// connection an operator asked to close.
+impl Master {
+    /// Trim every queue of `vhost` that is now over a length limit, as
+    /// RabbitMQ does when a policy brings one in: the master drops (or
+    /// dead-letters) the excess heads, and those removals are events of
+    /// their own, so replicas follow without deciding anything (I4).
+    pub(super) fn after_policy_change(&mut self, vhost: &str) {
+        let Some(v) = self.broker.vhost(vhost) else {
+            return;
+        };
+        let mut over: Vec<String> = v
+            .queues
+            .iter()
+            .filter(|(_, q)| q.is_over_limit())
+            .map(|(name, _)| name.clone())
+            .collect();
+        // Sorted, so the removals are appended in the same order whatever
+        // the hash map's order.
+        over.sort();
+        for q in over {
+            self.enforce_length_limit(vhost, &q);
+        }
+    }
+
+    /// Close a client's connection with 320 CONNECTION_FORCED and the
+    /// operator's reason (`DELETE /api/connections/{name}`).
+    pub(super) fn force_close(&mut self, conn: super::inout::ConnId, reason: &str) {
+        if self.sessions.get(conn).is_none() {
+            return;
+        }
+        let e = crate::error::AmqpError::new(
+            crate::error::ReplyCode::ConnectionForced,
+            reason.to_string(),
+        );
+        self.send(conn, super::inout::ToConn::CloseConnection(e));
+        self.disconnect(conn);
     }
 }

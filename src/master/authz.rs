@@ -10,7 +10,7 @@
 //! API, as in RabbitMQ.
 
 use super::Master;
-use super::io::ConnId;
+use super::inout::ConnId;
 use crate::broker::event::{Destination, ExchangeKind};
 use crate::error::{AmqpError, AmqpResult};
 use crate::users::{Perm, refused_text, topic_refused_text};

@@ -1,7 +1,7 @@
 //! basic.*, confirm.* and tx.*: publishing, consuming, acks, and delivery.
 
 use super::Master;
-use super::io::{ConnId, ToConn};
+use super::inout::{ConnId, ToConn};
 use super::session::{Consumer, ConsumerKey, HeldAck, Tx, Unacked};
 use crate::broker::event::Event;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
@@ -247,7 +247,7 @@ impl Master {
                     index,
                     conn,
                     ch,
-                    super::Completion::Rerun(super::io::Input::Method {
+                    super::Completion::Rerun(super::inout::Input::Method {
                         conn,
                         ch,
                         method: AMQPClass::Basic(mb::AMQPMethod::Get(g)),

@@ -1,7 +1,7 @@
 //! Delivery: handing stable, unexpired queue heads to consumers.
 
 use super::Master;
-use super::io::ToConn;
+use super::inout::ToConn;
 use super::session::{QueueConsumers, Session, Unacked};
 use crate::broker::event::Event;
 use crate::broker::message::{Message, QueuedMessage};

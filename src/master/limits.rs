@@ -10,7 +10,7 @@
 //! at a single point.
 
 use super::Master;
-use super::io::ConnId;
+use super::inout::ConnId;
 use crate::broker::parameters::{MAX_CONNECTIONS, MAX_QUEUES};
 use crate::error::{AmqpError, ReplyCode};
 use crate::users::limits as user_limits;

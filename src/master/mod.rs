@@ -9,7 +9,7 @@
 //! every step is a list of [`Output`]s.
 
 pub mod admin;
-pub mod io;
+pub mod inout;
 pub mod session;
 
 mod authz;
@@ -19,7 +19,6 @@ mod dead_letter;
 mod declare;
 mod deliver;
 mod limits;
-mod mgmt;
 mod publish;
 mod queue_key;
 mod reply_to;
@@ -32,7 +31,7 @@ use crate::broker::{Applied, Broker};
 use crate::config::Config;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::fastmap::FastMap;
-use io::{ConnId, Input, Output, ToConn};
+use inout::{ConnId, Input, Output, ToConn};
 use queue_key::{QueueKey, qkey};
 use session::{Channel, QueueConsumers, Session, Sessions};
 use stable::{Completion, StableGate};
@@ -51,14 +50,14 @@ use std::sync::Arc;
 ///   the stable index; the only part that releases confirms, deferred
 ///   replies and stalled deliveries (I1);
 /// - `expiry` ([`timers::Expiry`]): what the tick may expire;
-/// - `out` ([`io::Outputs`]): what the steps produced, for the server.
+/// - `out` ([`inout::Outputs`]): what the steps produced, for the server.
 pub struct Master {
     /// The replicated broker state.
     pub broker: Broker,
     sessions: Sessions,
     gate: StableGate,
     expiry: timers::Expiry,
-    out: io::Outputs,
+    out: inout::Outputs,
     /// The next message id: ids grow with the log, and recovery starts above
     /// the highest one the log holds.
     next_msg_id: u64,
@@ -86,7 +85,7 @@ impl Master {
             broker,
             sessions: Sessions::default(),
             gate: StableGate::new(last_index),
-            out: io::Outputs::default(),
+            out: inout::Outputs::default(),
             now_ms: 0,
             dead_letter_depth: 0,
             admin_waiting: admin::AdminWaiting::default(),
@@ -240,7 +239,7 @@ impl Master {
         }
     }
 
-    fn open(&mut self, conn: ConnId, user: String, vhost: String, info: Box<io::ConnInfo>) {
+    fn open(&mut self, conn: ConnId, user: String, vhost: String, info: Box<inout::ConnInfo>) {
         if self.broker.vhost(&vhost).is_none() {
             let e = AmqpError::new(ReplyCode::NotAllowed, format!("vhost {vhost} not found"))
                 .on(10, 40);

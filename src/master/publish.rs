@@ -1,7 +1,7 @@
 //! basic.publish: checks, routing, length limits and confirms.
 
 use super::Master;
-use super::io::{ConnId, ToConn};
+use super::inout::{ConnId, ToConn};
 use super::session::HeldPublish;
 use crate::broker::QueueList;
 use crate::broker::event::{Event, ExchangeKind};

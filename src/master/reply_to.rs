@@ -9,7 +9,7 @@
 //! is gone.
 
 use super::Master;
-use super::io::{ConnId, ToConn};
+use super::inout::{ConnId, ToConn};
 use crate::broker::message::Message;
 use crate::error::{AmqpError, AmqpResult};
 use bytes::Bytes;

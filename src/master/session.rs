@@ -2,7 +2,7 @@
 //! deliveries, prefetch, confirm and tx modes. None of it is replicated: a
 //! failover closes every connection, and unacked messages return to their queues.
 
-use super::io::{ConnId, ConnInfo};
+use super::inout::{ConnId, ConnInfo};
 use crate::fastmap::FastMap;
 use crate::fifo_map::FifoMap;
 use bytes::Bytes;

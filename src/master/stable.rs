@@ -6,7 +6,7 @@
 //! messages deliver again.
 
 use super::Master;
-use super::io::{ConnId, Input, ToConn};
+use super::inout::{ConnId, Input, ToConn};
 use super::queue_key::QueueKey;
 use crate::broker::event::Event;
 use bytes::Bytes;

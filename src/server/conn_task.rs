@@ -5,7 +5,7 @@ use super::route::ConnContext;
 use super::socket::{ClientSocket, IntoHalves};
 use crate::amqp::connection::{Action, Connection};
 use crate::amqp::encode::Encoder;
-use crate::master::io::{ConnId, Input, ToConn};
+use crate::master::inout::{ConnId, Input, ToConn};
 use bytes::BytesMut;
 use stablemq_protocol::{Decoder, check_protocol_header, encode_frame};
 use std::time::{Duration, Instant};

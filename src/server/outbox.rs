@@ -7,7 +7,7 @@
 //! connection's messages in the order the master produced them) and changes
 //! nothing between connections, which never had an order.
 
-use crate::master::io::{ConnId, ToConn};
+use crate::master::inout::{ConnId, ToConn};
 use std::collections::HashMap;
 use tokio::sync::mpsc;
 

@@ -4,7 +4,7 @@
 
 use super::{Action, Connection, PendingContent, Slot, SlotState};
 use crate::error::{AmqpError, ReplyCode};
-use crate::master::io::Input;
+use crate::master::inout::Input;
 use stablemq_protocol::methods::{basic, channel as mch, connection as mconn};
 use stablemq_protocol::{AMQPClass, Frame, Publish};
 

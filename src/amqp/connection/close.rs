@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{Action, Connection, Phase};
 use crate::error::{AmqpError, ReplyCode};
-use crate::master::io::Input;
+use crate::master::inout::Input;
 use stablemq_protocol::methods::connection as mconn;
 use stablemq_protocol::{AMQPClass, ShortString};
 

@@ -2,7 +2,7 @@
 
 use super::{Action, Connection, MAX_MESSAGE_SIZE};
 use crate::error::{AmqpError, ReplyCode};
-use crate::master::io::Input;
+use crate::master::inout::Input;
 use bytes::{Bytes, BytesMut};
 use stablemq_protocol::{ByteString, Frame};
 

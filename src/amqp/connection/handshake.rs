@@ -3,7 +3,7 @@
 use super::{Action, Connection, Phase};
 use crate::auth;
 use crate::error::{AmqpError, ReplyCode};
-use crate::master::io::{ConnInfo, Input};
+use crate::master::inout::{ConnInfo, Input};
 use stablemq_protocol::methods::connection as mconn;
 use stablemq_protocol::{
     AMQPClass, AMQPValue, FRAME_MIN_SIZE, FieldTable, Frame, LongString, ShortString,

@@ -12,7 +12,7 @@
 
 use crate::config::Config;
 use crate::fastmap::FastMap;
-use crate::master::io::{ConnId, Input, ToConn};
+use crate::master::inout::{ConnId, Input, ToConn};
 use bytes::Bytes;
 use stablemq_protocol::methods::{channel as mch, connection as mconn};
 use stablemq_protocol::{

@@ -5,7 +5,7 @@ use crate::broker::event::{Binding, Destination, Event, ExchangeKind, ExchangeSp
 use crate::broker::routing::HeadersMatch;
 use crate::error::{AmqpError, AmqpResult};
 use crate::master::Master;
-use crate::master::io::ConnId;
+use crate::master::inout::ConnId;
 use crate::users::Perm;
 use stablemq_protocol::AMQPClass;
 use stablemq_protocol::methods::exchange as mx;

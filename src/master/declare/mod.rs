@@ -8,7 +8,7 @@ mod exchange;
 mod queue;
 
 use super::Master;
-use super::io::{ConnId, ToConn};
+use super::inout::{ConnId, ToConn};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use stablemq_protocol::{AMQPClass, AMQPValue};
 

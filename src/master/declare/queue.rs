@@ -5,7 +5,7 @@ use super::{inequivalent, reserved, value_text};
 use crate::broker::event::{Binding, Destination, Event, QueueSpec};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::master::Master;
-use crate::master::io::ConnId;
+use crate::master::inout::ConnId;
 use crate::users::Perm;
 use stablemq_protocol::methods::queue as mq;
 use stablemq_protocol::{AMQPClass, FieldTable};

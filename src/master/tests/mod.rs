@@ -3,7 +3,7 @@
 //! outputs.
 
 use super::Master;
-use super::io::{Input, Output, ToConn};
+use super::inout::{Input, Output, ToConn};
 use crate::broker::Broker;
 use crate::config::Config;
 use bytes::Bytes;

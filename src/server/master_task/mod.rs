@@ -18,7 +18,7 @@ use crate::broker::state::RestoreBuilder;
 use crate::config::Config;
 use crate::error::{AmqpError, ReplyCode};
 use crate::management::CoreView;
-use crate::master::io::{ConnId, Input, Output, ToConn};
+use crate::master::inout::{ConnId, Input, Output, ToConn};
 use crate::metrics as m;
 use crate::users::AccessTable;
 use stablemq_cluster::LocalLog;

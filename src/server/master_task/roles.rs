@@ -5,7 +5,7 @@ use super::{MasterTask, not_master, now_ms};
 use crate::broker::Broker;
 use crate::broker::state::RestoreBuilder;
 use crate::master::Master;
-use crate::master::io::{Input, ToConn};
+use crate::master::inout::{Input, ToConn};
 use crate::metrics as m;
 use crate::server::replica::{self, Core};
 use stablemq_cluster::driver::BrokerEvent;
