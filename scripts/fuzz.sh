@@ -40,10 +40,12 @@ if ! cargo afl --version 2>/dev/null | grep -q "$AFL_VERSION"; then
     cargo install --locked cargo-afl --version "$AFL_VERSION"
 fi
 
-features=()
+# The fewest crates to instrument for the targets asked for.
+features=(--no-default-features)
 for t in "${TARGETS[@]}"; do
     case $t in
-        frames | wire | segment_log) ;;
+        frames) ;;
+        wire | segment_log) [[ ${features[*]} == *broker* ]] || features=(--features cluster) ;;
         connection | definitions | management) features=(--features broker) ;;
         *) echo "unknown target $t (one of: ${ALL[*]})" >&2; exit 2 ;;
     esac
