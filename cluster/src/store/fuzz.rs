@@ -98,10 +98,10 @@ fn open_and_check(dir: &Path) -> Option<Opened> {
     for e in &entries {
         assert_eq!(log.position(e.pos.index).ok(), Some(e.pos));
     }
-    if to == last.index {
-        if let Some(e) = entries.last() {
-            assert_eq!(e.pos, last);
-        }
+    if to == last.index
+        && let Some(e) = entries.last()
+    {
+        assert_eq!(e.pos, last);
     }
     Some((start, last, log.stable(), entries))
 }
