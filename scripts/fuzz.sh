@@ -58,9 +58,10 @@ t0=$SECONDS
 log "built in $((SECONDS - t0)) s"
 
 # A shared machine: no CPU pinning, no cpufreq check; a core_pattern that
-# pipes to a handler is fine, crashes are still caught by afl's fork server.
+# pipes to a handler is fine, crashes are still caught by afl's fork server;
+# a seed that crashes stops afl (and fails the run).
 export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_NO_AFFINITY=1 AFL_AUTORESUME=1
-export AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_SKIP_CRASHES=1
+export AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/fuzz/target}
 failed=()
 summary=()
