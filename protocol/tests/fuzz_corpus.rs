@@ -13,8 +13,9 @@ fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
             continue;
         };
         for e in entries {
-            let path = e.unwrap().path();
-            out.push((path.clone(), std::fs::read(&path).unwrap()));
+            let path = e.expect("a corpus entry").path();
+            let data = std::fs::read(&path).expect("a readable corpus file");
+            out.push((path, data));
         }
     }
     out
