@@ -21,6 +21,8 @@ pub mod ctl;
 pub mod error;
 pub mod fastmap;
 pub mod fifo_map;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod management;
 pub mod master;
 pub mod metrics;

@@ -60,6 +60,8 @@
 #![warn(missing_docs)]
 
 pub mod driver;
+#[doc(hidden)]
+pub mod fuzz;
 mod local;
 mod position;
 pub mod replication;

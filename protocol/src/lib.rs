@@ -68,3 +68,6 @@ pub const FRAME_END: u8 = 0xCE;
 /// for its own minimum and initial frame_max; amq-protocol's generated
 /// `methods::constants::FRAME_MIN_SIZE` follows RabbitMQ's 8192.)
 pub const FRAME_MIN_SIZE: u32 = 4096;
+
+#[doc(hidden)]
+pub mod fuzz;

@@ -49,13 +49,13 @@ pub fn routes() -> Router<AppState> {
 /// A new threshold: a fraction of total memory or a number of bytes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Watermark {
+pub(super) struct Watermark {
     fraction: Option<f64>,
     absolute: Option<u64>,
 }
 
 /// Bytes for a request body, or why it cannot be applied.
-fn limit_of(w: &Watermark, total: Option<u64>) -> Result<u64, String> {
+pub(super) fn limit_of(w: &Watermark, total: Option<u64>) -> Result<u64, String> {
     match (w.fraction, w.absolute) {
         (Some(f), None) => {
             if !f.is_finite() || f < 0.0 {

@@ -5,7 +5,8 @@
 
 use super::internal::Got;
 use super::writes::{
-    WriteError, WriteResult, body_json, exchange_name, field_table, in_vhost, session, string,
+    WriteError, WriteResult, body_json, exchange_name, field_table, in_vhost, session,
+    short_string, string,
 };
 use super::{Access, ApiError, AppState, caller};
 use axum::Router;
@@ -182,11 +183,14 @@ pub(super) fn properties_json(p: &BasicProperties) -> Value {
 }
 
 /// Properties from a `/publish` body.
-fn properties_from(m: &Map<String, Value>) -> Result<BasicProperties, WriteError> {
+pub(super) fn properties_from(m: &Map<String, Value>) -> Result<BasicProperties, WriteError> {
     let bad = |k: &str| WriteError::BadRequest(format!("invalid property {k}"));
     let mut p = BasicProperties::default();
     for (k, v) in m {
-        let text = || v.as_str().map(ShortString::from).ok_or_else(|| bad(k));
+        let text = || match v.as_str() {
+            Some(s) => short_string(s, k),
+            None => Err(bad(k)),
+        };
         let num = || {
             v.as_u64()
                 .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
@@ -207,7 +211,7 @@ fn properties_from(m: &Map<String, Value>) -> Result<BasicProperties, WriteError
             "priority" => p.with_priority(u8::try_from(num()?).map_err(|_| bad(k))?),
             "timestamp" => p.with_timestamp(num()?),
             "headers" => match v {
-                Value::Object(o) => p.with_headers(field_table(o)),
+                Value::Object(o) => p.with_headers(field_table(o)?),
                 _ => return Err(bad(k)),
             },
             _ => return Err(WriteError::BadRequest(format!("unknown property {k}"))),
@@ -255,6 +259,9 @@ async fn publish(
         }
     };
     let name = exchange_name(name);
+    // A consumer gets both as short strings: longer ones cannot be delivered.
+    short_string(&name, "the exchange name")?;
+    short_string(&routing_key, "the routing key")?;
     let n = name.clone();
     if !in_vhost(&state, &vhost, move |v| v.exchanges.contains_key(&n)).await? {
         // RabbitMQ answers the channel's 404 as a bad request.

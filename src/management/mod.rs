@@ -21,6 +21,8 @@ pub mod alarms;
 mod bindings;
 pub mod definitions;
 mod forward;
+/// The management bodies' and definitions' fuzz targets; see [`crate::fuzz`].
+pub(crate) mod fuzz;
 pub mod internal;
 mod json;
 mod messages;

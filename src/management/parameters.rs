@@ -220,7 +220,7 @@ async fn one_parameter(
 }
 
 /// The `value` of a PUT body, which RabbitMQ requires.
-fn value_of(body: &Map<String, Value>) -> Result<Value, WriteError> {
+pub(super) fn value_of(body: &Map<String, Value>) -> Result<Value, WriteError> {
     body.get("value")
         .cloned()
         .ok_or_else(|| WriteError::BadRequest("key_missing: value".into()))
@@ -463,7 +463,7 @@ async fn current_limits(
 
 /// The event that gives a vhost `limits`. Empty limits stay a parameter
 /// (`[]`), as RabbitMQ keeps one after the last limit is deleted.
-fn limits_event(vhost: String, limits: Map<String, Value>) -> Event {
+pub(super) fn limits_event(vhost: String, limits: Map<String, Value>) -> Event {
     Event::ParameterSet {
         vhost,
         component: VHOST_LIMITS.into(),

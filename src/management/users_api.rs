@@ -62,7 +62,10 @@ pub(super) fn body_object(body: &[u8]) -> Result<serde_json::Map<String, Value>,
 }
 
 /// A string field, if present.
-fn text(m: &serde_json::Map<String, Value>, key: &str) -> Result<Option<String>, ApiError> {
+pub(super) fn text(
+    m: &serde_json::Map<String, Value>,
+    key: &str,
+) -> Result<Option<String>, ApiError> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -73,7 +76,7 @@ fn text(m: &serde_json::Map<String, Value>, key: &str) -> Result<Option<String>,
 }
 
 /// A mandatory string field.
-fn required(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, ApiError> {
+pub(super) fn required(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, ApiError> {
     text(m, key)?.ok_or_else(|| ApiError::BadRequest(format!("[{{key_missing,{key}}}]")))
 }
 

@@ -128,7 +128,7 @@ pub(super) fn body_json(body: &[u8]) -> Result<Map<String, Value>, WriteError> {
     }
 }
 
-fn flag(m: &Map<String, Value>, key: &str, default: bool) -> Result<bool, WriteError> {
+pub(super) fn flag(m: &Map<String, Value>, key: &str, default: bool) -> Result<bool, WriteError> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
@@ -152,8 +152,8 @@ pub(super) fn string(m: &Map<String, Value>, key: &str) -> Result<Option<String>
 
 /// A JSON value as the AMQP value RabbitMQ's API makes of it: integers are
 /// longs, other numbers doubles, objects tables, arrays arrays.
-pub(super) fn amqp_value(v: &Value) -> AMQPValue {
-    match v {
+pub(super) fn amqp_value(v: &Value) -> Result<AMQPValue, WriteError> {
+    Ok(match v {
         Value::Null => AMQPValue::Void,
         Value::Bool(b) => AMQPValue::Boolean(*b),
         Value::Number(n) => match n.as_i64() {
@@ -162,25 +162,37 @@ pub(super) fn amqp_value(v: &Value) -> AMQPValue {
         },
         Value::String(s) => AMQPValue::LongString(LongString::from(s.as_bytes().to_vec())),
         Value::Array(a) => AMQPValue::FieldArray(FieldArray::from(
-            a.iter().map(amqp_value).collect::<Vec<_>>(),
+            a.iter().map(amqp_value).collect::<Result<Vec<_>, _>>()?,
         )),
-        Value::Object(o) => AMQPValue::FieldTable(field_table(o)),
-    }
+        Value::Object(o) => AMQPValue::FieldTable(field_table(o)?),
+    })
 }
 
-/// A JSON object as a field table.
-pub(super) fn field_table(o: &Map<String, Value>) -> FieldTable {
+/// A JSON object as a field table. A key longer than a short string
+/// (255 bytes) is refused with 400: AMQP cannot carry it.
+pub(super) fn field_table(o: &Map<String, Value>) -> Result<FieldTable, WriteError> {
     let mut t = FieldTable::default();
     for (k, v) in o {
-        t.insert(ShortString::from(k.as_str()), amqp_value(v));
+        t.insert(short_string(k, "a table key")?, amqp_value(v)?);
     }
-    t
+    Ok(t)
 }
 
-fn arguments(m: &Map<String, Value>) -> Result<FieldTable, WriteError> {
+/// `s` as an AMQP short string, or a 400 saying that `what` is longer than
+/// the 255 bytes one holds (found by fuzzing: `ShortString::from` panics).
+pub(super) fn short_string(s: &str, what: &str) -> Result<ShortString, WriteError> {
+    ShortString::try_new(s).map_err(|_| {
+        WriteError::BadRequest(format!(
+            "{what} of {} bytes is longer than 255 bytes, the most AMQP allows",
+            s.len()
+        ))
+    })
+}
+
+pub(super) fn arguments(m: &Map<String, Value>) -> Result<FieldTable, WriteError> {
     match m.get("arguments") {
         None | Some(Value::Null) => Ok(FieldTable::default()),
-        Some(Value::Object(o)) => Ok(field_table(o)),
+        Some(Value::Object(o)) => field_table(o),
         // The management UI sends an empty list for "no arguments".
         Some(Value::Array(a)) if a.is_empty() => Ok(FieldTable::default()),
         Some(v) => Err(WriteError::BadRequest(format!(
@@ -239,7 +251,7 @@ async fn put_queue(
     let existed = in_vhost(&state, &vhost, move |v| v.queues.contains_key(&n)).await?;
     let mut s = session(&state, &who, &vhost).await?;
     s.call(AMQPClass::Queue(mq::AMQPMethod::Declare(mq::Declare {
-        queue: name.as_str().into(),
+        queue: short_string(&name, "the queue name")?,
         passive: false,
         durable,
         exclusive: false,
@@ -266,7 +278,7 @@ async fn delete_queue(
     let on = |k: &str| params.get(k).is_some_and(|v| v == "true");
     let mut s = session(&state, &who, &vhost).await?;
     s.call(AMQPClass::Queue(mq::AMQPMethod::Delete(mq::Delete {
-        queue: name.as_str().into(),
+        queue: short_string(&name, "the queue name")?,
         if_unused: on("if-unused"),
         if_empty: on("if-empty"),
         nowait: false,
@@ -285,7 +297,7 @@ async fn purge_queue(
     in_vhost(&state, &vhost, |_| ()).await?;
     let mut s = session(&state, &who, &vhost).await?;
     s.call(AMQPClass::Queue(mq::AMQPMethod::Purge(mq::Purge {
-        queue: name.as_str().into(),
+        queue: short_string(&name, "the queue name")?,
         nowait: false,
     })))
     .await?;
@@ -312,8 +324,8 @@ async fn put_exchange(
     let existed = in_vhost(&state, &vhost, move |v| v.exchanges.contains_key(&n)).await?;
     let mut s = session(&state, &who, &vhost).await?;
     s.call(AMQPClass::Exchange(mx::AMQPMethod::Declare(mx::Declare {
-        exchange: name.as_str().into(),
-        kind: kind.as_str().into(),
+        exchange: short_string(&name, "the exchange name")?,
+        kind: short_string(&kind, "the exchange type")?,
         passive: false,
         durable,
         auto_delete,
@@ -340,7 +352,7 @@ async fn delete_exchange(
     }
     let mut s = session(&state, &who, &vhost).await?;
     s.call(AMQPClass::Exchange(mx::AMQPMethod::Delete(mx::Delete {
-        exchange: name.as_str().into(),
+        exchange: short_string(&name, "the exchange name")?,
         if_unused: params.get("if-unused").is_some_and(|v| v == "true"),
         nowait: false,
     })))
@@ -362,38 +374,41 @@ fn bind_method(
     key: &str,
     args: FieldTable,
     add: bool,
-) -> AMQPClass {
-    match (dest, add) {
+) -> Result<AMQPClass, WriteError> {
+    let source = short_string(source, "the source exchange name")?;
+    let key = short_string(key, "the routing key")?;
+    let name = |d: &str| short_string(d, "the destination name");
+    Ok(match (dest, add) {
         (Destination::Queue(q), true) => AMQPClass::Queue(mq::AMQPMethod::Bind(mq::Bind {
-            queue: q.as_str().into(),
-            exchange: source.into(),
-            routing_key: key.into(),
+            queue: name(q)?,
+            exchange: source,
+            routing_key: key,
             nowait: false,
             arguments: args,
         })),
         (Destination::Queue(q), false) => AMQPClass::Queue(mq::AMQPMethod::Unbind(mq::Unbind {
-            queue: q.as_str().into(),
-            exchange: source.into(),
-            routing_key: key.into(),
+            queue: name(q)?,
+            exchange: source,
+            routing_key: key,
             arguments: args,
         })),
         (Destination::Exchange(x), true) => AMQPClass::Exchange(mx::AMQPMethod::Bind(mx::Bind {
-            destination: x.as_str().into(),
-            source: source.into(),
-            routing_key: key.into(),
+            destination: name(x)?,
+            source,
+            routing_key: key,
             nowait: false,
             arguments: args,
         })),
         (Destination::Exchange(x), false) => {
             AMQPClass::Exchange(mx::AMQPMethod::Unbind(mx::Unbind {
-                destination: x.as_str().into(),
-                source: source.into(),
-                routing_key: key.into(),
+                destination: name(x)?,
+                source,
+                routing_key: key,
                 nowait: false,
                 arguments: args,
             }))
         }
-    }
+    })
 }
 
 /// `POST /api/bindings/{vhost}/e/{source}/{q|e}/{dest}`: 201 with the new
@@ -424,7 +439,7 @@ async fn create_binding(
     }
     let props = properties_key(&key, &args);
     let mut s = session(&state, &who, &vhost).await?;
-    s.call(bind_method(&source, &dest, &key, args, true))
+    s.call(bind_method(&source, &dest, &key, args, true)?)
         .await?;
     let dest_name = match &dest {
         Destination::Queue(q) | Destination::Exchange(q) => q.clone(),
@@ -481,7 +496,7 @@ async fn delete_binding(
         return Err(WriteError::Api(ApiError::NotFound));
     };
     let mut s = session(&state, &who, &vhost).await?;
-    s.call(bind_method(&source, &dest, &key, args, false))
+    s.call(bind_method(&source, &dest, &key, args, false)?)
         .await?;
     Ok(no_content())
 }

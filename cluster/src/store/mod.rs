@@ -13,6 +13,8 @@ mod fjall_log;
 mod fjall_meta;
 mod fjall_state;
 mod follow;
+/// The segment log's fuzz target; see [`crate::fuzz`].
+pub(crate) mod fuzz;
 mod memory;
 pub(crate) mod reducer_thread;
 mod runner;

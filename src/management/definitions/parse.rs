@@ -234,7 +234,15 @@ fn arguments(v: Option<&Value>) -> Result<FieldTable, String> {
         Some(Value::Object(m)) => {
             let mut t = FieldTable::default();
             for (k, v) in m {
-                t.insert(ShortString::from(k.as_str()), amqp_value(v));
+                // AMQP cannot carry a longer key (and `ShortString::from`
+                // panics on one: found by fuzzing).
+                let key = ShortString::try_new(k.as_str()).map_err(|_| {
+                    format!(
+                        "argument name of {} bytes is longer than 255 bytes",
+                        k.len()
+                    )
+                })?;
+                t.insert(key, amqp_value(v));
             }
             Ok(t)
         }

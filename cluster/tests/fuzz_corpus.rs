@@ -1,0 +1,44 @@
+//! Replays the fuzz corpora of the cluster's decoders (`fuzz/corpus/wire`,
+//! `fuzz/corpus/segment_log`: seeds and the inputs afl kept) and every
+//! crash afl found (`fuzz/regressions/...`) through the fuzz targets' own
+//! checks in `stablemq_cluster::fuzz`. A crash fixed stays fixed: its input
+//! is replayed here on every test run.
+
+use std::path::PathBuf;
+
+fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut out = Vec::new();
+    for dir in ["corpus", "regressions"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else {
+            continue;
+        };
+        for e in entries {
+            let path = e.expect("a corpus entry").path();
+            let data = std::fs::read(&path).expect("a readable corpus file");
+            out.push((path, data));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_wire_corpus_and_every_crash_found_decode_without_a_panic() {
+    let inputs = inputs("wire");
+    assert!(inputs.len() >= 16, "the seed corpus is missing");
+    for (path, data) in inputs {
+        eprintln!("{}", path.display());
+        stablemq_cluster::fuzz::wire(&data);
+    }
+}
+
+#[test]
+fn the_segment_log_corpus_and_every_crash_found_recover_without_a_panic() {
+    let inputs = inputs("segment_log");
+    assert!(inputs.len() >= 5, "the seed corpus is missing");
+    for (path, data) in inputs {
+        eprintln!("{}", path.display());
+        let dir = tempfile::tempdir().unwrap();
+        stablemq_cluster::fuzz::segment_log(dir.path(), &data);
+    }
+}
