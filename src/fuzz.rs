@@ -17,7 +17,7 @@ use stablemq_protocol::{
 use crate::amqp::connection::{Action, Connection};
 use crate::amqp::encode::Encoder;
 use crate::config::Config;
-use crate::master::io::{Input, ToConn};
+use crate::master::inout::{Input, ToConn};
 
 pub use crate::management::fuzz::{definitions, management_bodies};
 
