@@ -46,11 +46,11 @@ use std::sync::Arc;
 /// borrows only the parts it needs:
 /// - `broker`: the replicated state, changed only through [`Event`]s;
 /// - `sessions` ([`Sessions`]): connections, channels and consumers;
-/// - `gate` ([`StableGate`]): the log position and everything waiting for
+/// - `gate` (`StableGate`): the log position and everything waiting for
 ///   the stable index; the only part that releases confirms, deferred
 ///   replies and stalled deliveries (I1);
-/// - `expiry` ([`timers::Expiry`]): what the tick may expire;
-/// - `out` ([`inout::Outputs`]): what the steps produced, for the server.
+/// - `expiry` (`timers::Expiry`): what the tick may expire;
+/// - `out` (`inout::Outputs`): what the steps produced, for the server.
 pub struct Master {
     /// The replicated broker state.
     pub broker: Broker,
