@@ -13,6 +13,9 @@
 //!   [`encode_deliver_header`] heads a chunk the caller sends from a file.
 //! - [`Chunk`] and [`ChunkBuilder`]: the Osiris chunk a deliver carries.
 //! - [`Command`], [`ResponseCode`]: the keys, versions and codes.
+//! - [`conn`]: the server side of one connection as a sans-IO state machine
+//!   ([`StreamConnection`]): handshake, heartbeats, publishers,
+//!   subscriptions and their credit; the broker answers what it asks.
 //!
 //! Both message types decode and encode, so tests can play either side.
 //! Decoding never panics on any input: every fault is a [`StreamFrameError`]
@@ -22,6 +25,7 @@ mod chunk;
 mod client;
 mod code;
 mod command;
+pub mod conn;
 mod error;
 mod frame;
 mod server;
@@ -36,6 +40,7 @@ pub use chunk::{
 pub use client::ClientMessage;
 pub use code::ResponseCode;
 pub use command::{Command, CommandVersion, RESPONSE_FLAG, supported_versions};
+pub use conn::StreamConnection;
 pub use error::StreamFrameError;
 pub use frame::{DEFAULT_FRAME_MAX, FrameHeader, INITIAL_FRAME_MAX, split_frame};
 pub use server::{ServerMessage, encode_deliver_header};

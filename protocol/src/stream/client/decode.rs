@@ -37,7 +37,7 @@ impl ClientMessage {
         }
     }
 
-    /// Decodes a frame (as [`split_frame`](super::split_frame) returns it) sent by a client.
+    /// Decodes a frame (as [`split_frame`](crate::stream::split_frame) returns it) sent by a client.
     pub fn decode(frame: &Bytes) -> Result<ClientMessage, StreamFrameError> {
         let header = FrameHeader::read(frame)?;
         let command = header.command()?;

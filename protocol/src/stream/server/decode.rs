@@ -32,7 +32,7 @@ impl ServerMessage {
         }
     }
 
-    /// Decodes a frame (as [`split_frame`](super::split_frame) returns it) sent by a server.
+    /// Decodes a frame (as [`split_frame`](crate::stream::split_frame) returns it) sent by a server.
     pub fn decode(frame: &Bytes) -> Result<ServerMessage, StreamFrameError> {
         let header = FrameHeader::read(frame)?;
         let command = header.command()?;
