@@ -2,6 +2,8 @@
 //! requests to answer, publishes to append, subscriptions to feed, and the end
 //! of the connection.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::stream::code::ResponseCode;
@@ -50,10 +52,10 @@ pub enum Action {
     Publish {
         /// The publisher's id on this connection.
         publisher_id: u8,
-        /// The stream it was declared on.
-        stream: String,
+        /// The stream it was declared on (shared: no copy per publish).
+        stream: Arc<str>,
         /// Its deduplication reference (`None`: declared with an empty one).
-        reference: Option<String>,
+        reference: Option<Arc<str>>,
         /// The publish frame's version (2: messages carry filter values).
         version: u16,
         /// The messages as decoded, slices of the frame (no copies).

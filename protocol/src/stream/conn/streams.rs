@@ -10,6 +10,7 @@
 //! without credit is queued here and sent when credit comes.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -27,8 +28,9 @@ const MAX_REFERENCE_LEN: usize = 255;
 /// A declared publisher.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Publisher {
-    pub(super) stream: String,
-    pub(super) reference: Option<String>,
+    /// Shared with every `Action::Publish` (a clone is a count, not a copy).
+    pub(super) stream: Arc<str>,
+    pub(super) reference: Option<Arc<str>>,
     /// The broker answered OK.
     pub(super) live: bool,
 }
@@ -60,7 +62,7 @@ impl StreamConnection {
         let taken = self.publishers.contains_key(&publisher_id)
             || (!reference.is_empty()
                 && self.publishers.values().any(|p| {
-                    p.stream == stream && p.reference.as_deref() == Some(reference.as_str())
+                    *p.stream == *stream && p.reference.as_deref() == Some(reference.as_str())
                 }));
         if taken || reference.len() > MAX_REFERENCE_LEN {
             let code = ResponseCode::PreconditionFailed;
@@ -74,8 +76,8 @@ impl StreamConnection {
             return;
         }
         let publisher = Publisher {
-            stream: stream.clone(),
-            reference: reference.clone(),
+            stream: Arc::from(stream.as_str()),
+            reference: reference.as_deref().map(Arc::from),
             live: false,
         };
         self.publishers.insert(publisher_id, publisher);
@@ -122,8 +124,8 @@ impl StreamConnection {
         );
         self.push(Action::DeletePublisher {
             publisher_id,
-            stream: p.stream,
-            reference: p.reference,
+            stream: p.stream.to_string(),
+            reference: p.reference.map(|r| r.to_string()),
         });
     }
 
@@ -319,7 +321,7 @@ impl StreamConnection {
     pub(super) fn on_stream_gone(&mut self, stream: &str, code: ResponseCode, now: Instant) {
         let before = self.publishers.len() + self.subscriptions.len();
         self.publishers
-            .retain(|_, p| !(p.live && p.stream == stream));
+            .retain(|_, p| !(p.live && &*p.stream == stream));
         self.subscriptions
             .retain(|_, s| !(s.live && s.stream == stream));
         if self.publishers.len() + self.subscriptions.len() < before {
