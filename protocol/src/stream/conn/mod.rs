@@ -482,6 +482,58 @@ mod tests {
     }
 
     #[test]
+    fn a_client_running_far_ahead_of_the_broker_is_dropped() {
+        let t0 = Instant::now();
+        let mut conn = StreamConnection::new(StreamConnectionConfig::default(), t0);
+        let mut msgs = vec![
+            peer_properties(),
+            ClientMessage::SaslHandshake { correlation_id: 2 },
+            sasl_plain(3),
+        ];
+        msgs.extend(std::iter::repeat_n(ClientMessage::Heartbeat, MAX_DEFERRED));
+        assert!(
+            !feed(&mut conn, &msgs, t0).contains(&Seen::Do(Action::Closed(
+                CloseReason::HandshakeFault(HandshakeFault::Unexpected(
+                    crate::stream::Command::Heartbeat
+                ))
+            )))
+        );
+        let out = feed(&mut conn, &[ClientMessage::Heartbeat], t0);
+        assert_eq!(
+            out,
+            vec![Seen::Do(Action::Closed(CloseReason::HandshakeFault(
+                HandshakeFault::Unexpected(crate::stream::Command::Heartbeat)
+            )))]
+        );
+    }
+
+    #[test]
+    fn broker_events_for_unknown_ids_are_dropped() {
+        let (mut conn, t0) = opened();
+        for event in [
+            Input::PublishConfirm {
+                publisher_id: 1,
+                publishing_ids: vec![1],
+            },
+            Input::PublishError {
+                publisher_id: 1,
+                errors: vec![],
+            },
+            Input::ConsumerUpdate {
+                subscription_id: 1,
+                active: true,
+            },
+            Input::StreamGone {
+                stream: "s".into(),
+                code: ResponseCode::StreamNotAvailable,
+            },
+        ] {
+            conn.handle(event, t0);
+        }
+        assert!(conn.take_actions().is_empty());
+    }
+
+    #[test]
     fn only_new_bytes_count_as_received() {
         let (mut conn, t0) = opened();
         let mut buf = BytesMut::from(&[0u8, 0][..]);
