@@ -240,7 +240,7 @@ impl Master {
             if !q.ready.is_empty() {
                 // The head is not stable yet: answer once it is, rather than say empty.
                 if let Some(chan) = self.channel_mut(conn, ch) {
-                    chan.pending_replies += 1;
+                    chan.deferred_inputs += 1;
                 }
                 let index = self.gate.last_appended();
                 self.push_waiting(

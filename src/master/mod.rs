@@ -190,8 +190,8 @@ impl Master {
                     // The channel was closed by us and frames were still in flight: drop them.
                     return;
                 };
-                if chan.pending_replies > 0 {
-                    chan.pending_replies += 1;
+                if chan.pending_replies > 0 || chan.deferred_inputs > 0 {
+                    chan.deferred_inputs += 1;
                     let index = self.gate.last_appended();
                     self.push_waiting(index, conn, ch, Completion::Rerun(other));
                     return;
@@ -201,7 +201,7 @@ impl Master {
         }
     }
 
-    fn channel_input(&mut self, conn: ConnId, ch: u16, input: Input) {
+    pub(super) fn channel_input(&mut self, conn: ConnId, ch: u16, input: Input) {
         let result = match input {
             Input::ChannelClose { .. } => {
                 self.close_channel_state(conn, ch);

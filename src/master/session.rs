@@ -118,6 +118,10 @@ pub struct Channel {
     /// Replies of this channel still waiting for the log; while non-zero, later
     /// methods on the channel are deferred so replies keep their order.
     pub pending_replies: u32,
+    /// Methods of this channel deferred (`Completion::Rerun`) and not run yet;
+    /// while non-zero, later methods are deferred behind them, so they run
+    /// in the order they came.
+    pub deferred_inputs: u32,
     /// It has published at least once: RabbitMQ's `rabbitmq_global_publishers`
     /// counts such channels while they are open.
     pub publishing: bool,
@@ -148,6 +152,7 @@ impl Default for Channel {
             tx: None,
             reply_consumer: None,
             pending_replies: 0,
+            deferred_inputs: 0,
             publishing: false,
             write_permitted: None,
             declared_queue: String::new(),

@@ -255,6 +255,33 @@ impl Master {
         self.gate.hold(index, conn, ch, chan_uid, what);
     }
 
+    /// Run a deferred method of `conn`'s channel `ch` now that every effect
+    /// queued before it is out. Replies still waiting for the channel were
+    /// made by methods that came before this one (later ones are deferred
+    /// behind it), so it goes back behind them; with none it runs, even if
+    /// later methods of the channel are still deferred: they stay behind it.
+    fn rerun(&mut self, conn: ConnId, ch: u16, input: Input) {
+        let settled = self.gate.settled();
+        let Some(chan) = self.sessions.channel_mut(conn, ch) else {
+            return;
+        };
+        chan.deferred_inputs -= 1;
+        // A reply waits only for an index past the stable one, so once
+        // everything is stable none can be waiting (I1).
+        debug_assert!(
+            !(settled && chan.pending_replies > 0),
+            "{} replies counted as waiting on a settled log",
+            chan.pending_replies
+        );
+        if chan.pending_replies > 0 && !settled {
+            chan.deferred_inputs += 1;
+            let index = self.gate.last_appended();
+            self.push_waiting(index, conn, ch, Completion::Rerun(input));
+            return;
+        }
+        self.channel_input(conn, ch, input);
+    }
+
     /// The log is stable up to `index`: release what waited for it.
     pub(super) fn on_stable(&mut self, index: u64) {
         if !self.gate.advance(index) {
@@ -274,12 +301,7 @@ impl Master {
                     }
                     self.send(w.conn, ToConn::Method(w.ch, m));
                 }
-                Completion::Rerun(input) => {
-                    if let Some(chan) = self.sessions.channel_mut(w.conn, w.ch) {
-                        chan.pending_replies -= 1;
-                    }
-                    self.handle(input);
-                }
+                Completion::Rerun(input) => self.rerun(w.conn, w.ch, input),
             }
         }
         self.release_admin();

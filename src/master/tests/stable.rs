@@ -110,3 +110,40 @@ fn partial_stability_confirms_a_prefix_only() {
     m.handle(Input::Stable { index: 6 });
     assert_eq!(confirms(&m.take_outputs()), vec![3, 4, 5]);
 }
+
+/// Methods pipelined behind a reply that waits for the log run once it is
+/// out, in order: a declare-ok waiting for stable, then two declares of
+/// transient queues on the same channel (deferred), then the stable index.
+/// (Each deferred method used to count the others as replies ahead of it
+/// and went back to the end of the queue for ever: the master task spun.)
+#[test]
+fn methods_deferred_behind_a_waiting_reply_run_in_order_once_it_is_out_i5() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut m = master();
+        open(&mut m, 1, 1);
+        let out = method(&mut m, 1, 1, declare("durable", true));
+        assert_eq!(appends(&out), 1);
+        for name in ["t1", "t2", "t3"] {
+            let out = method(&mut m, 1, 1, declare(name, false));
+            assert!(out.is_empty(), "{name}: deferred behind the waiting reply");
+        }
+        m.handle(Input::Stable { index: 1 });
+        let names: Vec<String> = m
+            .take_outputs()
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::ToConn(
+                    1,
+                    ToConn::Method(1, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(ok))),
+                ) => Some(ok.queue.to_string()),
+                _ => None,
+            })
+            .collect();
+        let _ = tx.send(names);
+    });
+    let names = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the master handles the stable index within 10 s");
+    assert_eq!(names, ["durable", "t1", "t2", "t3"]);
+}
