@@ -16,6 +16,7 @@ pub mod queue;
 pub mod queue_args;
 pub mod routing;
 pub mod state;
+pub mod stream;
 
 use crate::fastmap::{FastMap, FastSet};
 use event::{Binding, Destination, Event, ExchangeSpec};
@@ -312,6 +313,16 @@ impl Broker {
                     for id in msg_ids {
                         q.remove(*id);
                     }
+                }
+            }
+            Event::StreamTruncated {
+                vhost,
+                queue,
+                first_offset,
+                ..
+            } => {
+                if let Some(s) = self.queue_mut(vhost, queue).and_then(|q| q.stream.as_mut()) {
+                    s.truncate_to(*first_offset);
                 }
             }
         }

@@ -5,6 +5,7 @@ use super::message::{Message, QueuedMessage};
 use super::paging::{Pager, Ready};
 use super::policy::AppliedPolicy;
 use super::queue_args::QueueArgs;
+use super::stream::StreamLog;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -41,6 +42,9 @@ pub struct Queue {
     pub unacked: HashMap<u64, QueuedMessage>,
     /// Total body bytes of `ready`.
     pub ready_bytes: u64,
+    /// A stream's entries (`x-queue-type: stream`): its messages go here,
+    /// never to `ready`, and acks remove none of them.
+    pub stream: Option<StreamLog>,
 }
 
 impl Queue {
@@ -60,6 +64,7 @@ impl Queue {
         // Priorities come from the declared arguments only (not a policy key),
         // so whether the queue orders by priority is fixed here.
         let ready = Ready::new(pager, args.max_priority.is_some());
+        let stream = args.stream.then(StreamLog::new);
         Queue {
             name: name.into(),
             spec,
@@ -68,6 +73,7 @@ impl Queue {
             ready,
             unacked: HashMap::new(),
             ready_bytes: 0,
+            stream,
         }
     }
 
@@ -93,8 +99,12 @@ impl Queue {
         }
     }
 
-    /// Add a message at its position.
+    /// Add a message at its position (a stream appends it at its next offset).
     pub fn push(&mut self, m: QueuedMessage) {
+        if let Some(s) = self.stream.as_mut() {
+            s.push(m, self.args.segment_bytes());
+            return;
+        }
         self.ready_bytes += m.msg.body.len() as u64;
         let key = self.key_for(&m);
         self.ready.insert(key, m);
@@ -187,31 +197,39 @@ impl Queue {
         self.spec.durable && self.spec.exclusive_owner.is_none()
     }
 
-    /// Whether adding one more message of `bytes` would exceed a length limit.
+    /// Whether adding one more message of `bytes` would exceed a length limit
+    /// (a stream has retention instead: never).
     pub fn would_overflow(&self, bytes: u64) -> bool {
-        self.args
-            .max_length
-            .is_some_and(|max| self.ready.len() as u64 >= max)
-            || self
+        self.stream.is_none()
+            && (self
                 .args
-                .max_length_bytes
-                .is_some_and(|max| self.ready_bytes + bytes > max)
+                .max_length
+                .is_some_and(|max| self.ready.len() as u64 >= max)
+                || self
+                    .args
+                    .max_length_bytes
+                    .is_some_and(|max| self.ready_bytes + bytes > max))
     }
 
-    /// Whether the queue is now over a length limit.
+    /// Whether the queue is now over a length limit (a stream: never).
     pub fn is_over_limit(&self) -> bool {
-        self.args
-            .max_length
-            .is_some_and(|max| self.ready.len() as u64 > max)
-            || self
+        self.stream.is_none()
+            && (self
                 .args
-                .max_length_bytes
-                .is_some_and(|max| self.ready_bytes > max)
+                .max_length
+                .is_some_and(|max| self.ready.len() as u64 > max)
+                || self
+                    .args
+                    .max_length_bytes
+                    .is_some_and(|max| self.ready_bytes > max))
     }
 
-    /// Ready plus unacked.
+    /// Ready plus unacked (a stream: its entries).
     pub fn len(&self) -> usize {
-        self.ready.len() + self.unacked.len()
+        match &self.stream {
+            Some(s) => s.len(),
+            None => self.ready.len() + self.unacked.len(),
+        }
     }
 
     /// No messages at all.

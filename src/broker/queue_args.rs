@@ -45,6 +45,13 @@ pub struct QueueArgs {
     pub consumer_timeout: Option<u64>,
     /// `x-queue-type` is quorum.
     pub quorum: bool,
+    /// `x-queue-type` is stream (`broker::stream`).
+    pub stream: bool,
+    /// `x-max-age` of a stream, in ms (policy key `max-age`).
+    pub max_age_ms: Option<u64>,
+    /// `x-stream-max-segment-size-bytes` (policy key
+    /// `stream-max-segment-size-bytes`).
+    pub max_segment_bytes: Option<u64>,
 }
 
 /// An integer argument of any AMQP integer type.
@@ -147,7 +154,21 @@ impl QueueArgs {
                 "x-consumer-timeout" => {
                     a.consumer_timeout = Some(positive("x-consumer-timeout", v)?)
                 }
-                "x-queue-type" => a.quorum = text(v).as_deref() == Some("quorum"),
+                "x-queue-type" => {
+                    a.quorum = text(v).as_deref() == Some("quorum");
+                    a.stream = text(v).as_deref() == Some("stream");
+                }
+                "x-max-age" => {
+                    a.max_age_ms = Some(
+                        text(v)
+                            .as_deref()
+                            .and_then(super::stream::parse_age_ms)
+                            .ok_or(("x-max-age", "invalid_max_age".to_string()))?,
+                    )
+                }
+                "x-stream-max-segment-size-bytes" => {
+                    a.max_segment_bytes = Some(positive("x-stream-max-segment-size-bytes", v)?)
+                }
                 _ => {}
             }
         }
@@ -183,6 +204,14 @@ impl QueueArgs {
         a.max_length = min(a.max_length, number(def, "max-length"));
         a.max_length_bytes = min(a.max_length_bytes, number(def, "max-length-bytes"));
         a.delivery_limit = min(a.delivery_limit, number(def, "delivery-limit"));
+        if a.max_age_ms.is_none() {
+            a.max_age_ms = string(def, "max-age")
+                .as_deref()
+                .and_then(super::stream::parse_age_ms);
+        }
+        if a.max_segment_bytes.is_none() {
+            a.max_segment_bytes = number(def, "stream-max-segment-size-bytes").filter(|n| *n > 0);
+        }
         let has = |k: &str| args.inner().contains_key(k);
         if !has("x-overflow") {
             a.overflow = match string(def, "overflow").as_deref() {
@@ -204,6 +233,12 @@ impl QueueArgs {
     pub fn effective_delivery_limit(&self) -> Option<u64> {
         self.delivery_limit
             .or(if self.quorum { Some(20) } else { None })
+    }
+
+    /// The segment size a stream closes its open segment at.
+    pub fn segment_bytes(&self) -> u64 {
+        self.max_segment_bytes
+            .unwrap_or(super::stream::DEFAULT_MAX_SEGMENT_BYTES)
     }
 
     /// The queue has a length limit.

@@ -17,6 +17,10 @@
 //!   one queue can then never be the prefix of another.
 //! - `x`: the highest message id ever published (u64 big-endian).
 //!
+//! A stream's entries are its queue's messages (`m` keys); a retention cut
+//! (`StreamTruncated`) deletes them and is kept as a definition, so a
+//! restore numbers the rest from its first offset (`broker::stream`).
+//!
 //! The reducer keeps the definitions in memory (a [`Broker`] that never holds
 //! messages) so it knows which routed queues exist and what TTL they impose,
 //! exactly as apply does when the message is published.
@@ -143,6 +147,52 @@ impl BrokerReducer {
     }
 }
 
+impl BrokerReducer {
+    /// Delete `queue`'s copies of `msg_ids` (a copy published in this batch
+    /// is in `pending` or nowhere).
+    fn remove_copies(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        msg_ids: &[u64],
+        out: &mut Vec<StateOp>,
+    ) -> Result<(), ReduceError> {
+        for &id in msg_ids {
+            let key = self.keys.message_key(vhost, queue, id)?;
+            if id > self.batch_floor {
+                self.pending.remove(&key);
+            } else {
+                out.push(StateOp::Delete { key });
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply a definition event to `defs` and keep it, as the log payload,
+    /// under its log index.
+    fn put_definition(
+        &mut self,
+        definition: &Event,
+        entry: &Entry,
+        out: &mut Vec<StateOp>,
+    ) -> Result<(), ReduceError> {
+        let applied = self.defs.apply(definition, 0);
+        for (vhost, q) in applied.deleted_queues {
+            let prefix = queue_prefix(&vhost, &q.name)?.freeze();
+            self.pending.retain(|key, _| !key.starts_with(&prefix));
+            out.push(StateOp::DeletePrefix { prefix });
+        }
+        let mut key = BytesMut::with_capacity(9);
+        key.put_u8(DEFINITION_TAG);
+        key.put_u64(entry.pos.index);
+        out.push(StateOp::Put {
+            key: key.freeze(),
+            value: entry.payload.clone(),
+        });
+        Ok(())
+    }
+}
+
 impl Reducer for BrokerReducer {
     fn restore(&mut self, state: &dyn StateRead) -> Result<(), ReduceError> {
         let (defs, max) = restore_definitions(&self.config_vhosts, state)
@@ -186,12 +236,22 @@ impl Reducer for BrokerReducer {
                     timestamp_ms,
                 };
                 let msg_ttl = msg.expiration_ms();
+                let transient_for_a_stream = !msg.is_persistent()
+                    && queues
+                        .iter()
+                        .any(|q| self.defs.queue(&vhost, q).is_some_and(|q| q.args.stream));
                 for queue in &queues {
                     // Only queues the log declared: a non-durable queue is
                     // routed to but never logged, and apply skips it too.
                     let Some(q) = self.defs.queue(&vhost, queue) else {
                         continue;
                     };
+                    // A transient message is logged when a stream got it:
+                    // another durable queue loses it at a restart, as
+                    // RabbitMQ's do, so only the stream keeps a copy.
+                    if transient_for_a_stream && !q.args.stream {
+                        continue;
+                    }
                     let ttl = match (q.args.message_ttl, msg_ttl) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
@@ -219,32 +279,20 @@ impl Reducer for BrokerReducer {
                 vhost,
                 queue,
                 msg_ids,
+            } => self.remove_copies(&vhost, &queue, &msg_ids, out)?,
+            Event::StreamTruncated {
+                ref vhost,
+                ref queue,
+                ref msg_ids,
+                ..
             } => {
-                for id in msg_ids {
-                    let key = self.keys.message_key(&vhost, &queue, id)?;
-                    // Published in this batch: it is in `pending` or nowhere.
-                    if id > self.batch_floor {
-                        self.pending.remove(&key);
-                    } else {
-                        out.push(StateOp::Delete { key });
-                    }
-                }
+                // The entries go, and the event stays as a definition: a
+                // restore replays it before the messages, so they are
+                // numbered from its first offset.
+                self.remove_copies(vhost, queue, msg_ids, out)?;
+                self.put_definition(&event, entry, out)?;
             }
-            definition => {
-                let applied = self.defs.apply(&definition, 0);
-                for (vhost, q) in applied.deleted_queues {
-                    let prefix = queue_prefix(&vhost, &q.name)?.freeze();
-                    self.pending.retain(|key, _| !key.starts_with(&prefix));
-                    out.push(StateOp::DeletePrefix { prefix });
-                }
-                let mut key = BytesMut::with_capacity(9);
-                key.put_u8(DEFINITION_TAG);
-                key.put_u64(entry.pos.index);
-                out.push(StateOp::Put {
-                    key: key.freeze(),
-                    value: entry.payload.clone(),
-                });
-            }
+            definition => self.put_definition(&definition, entry, out)?,
         }
         Ok(())
     }

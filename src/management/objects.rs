@@ -125,6 +125,13 @@ impl QueueJson {
             0.0
         };
         let quorum = q.args.quorum;
+        // A stream's entries are all "ready": acks remove none.
+        let stream = q.stream.as_ref();
+        let (ready, ready_bytes) = match stream {
+            Some(s) => (s.len(), s.bytes()),
+            None => (q.ready.len(), q.ready_bytes),
+        };
+        let replicated = quorum || stream.is_some();
         QueueJson {
             name: q.name.to_string(),
             vhost: vhost.to_string(),
@@ -133,13 +140,17 @@ impl QueueJson {
             exclusive: q.spec.exclusive_owner.is_some(),
             arguments: Table(q.spec.arguments.clone()),
             node: node.to_string(),
-            kind: if quorum { "quorum" } else { "classic" },
+            kind: match (quorum, stream.is_some()) {
+                (true, _) => "quorum",
+                (_, true) => "stream",
+                _ => "classic",
+            },
             state: "running",
             messages: q.len(),
-            messages_ready: q.ready.len(),
+            messages_ready: ready,
             messages_unacknowledged: q.unacked.len(),
-            message_bytes: q.ready_bytes + unacked_bytes,
-            message_bytes_ready: q.ready_bytes,
+            message_bytes: ready_bytes + unacked_bytes,
+            message_bytes_ready: ready_bytes,
             message_bytes_unacknowledged: unacked_bytes,
             messages_ram: q.len() - paged,
             messages_ready_ram: q.ready.ram_len(),
@@ -168,9 +179,9 @@ impl QueueJson {
                 .as_ref()
                 .map(|p| p.definition.clone())
                 .unwrap_or_default(),
-            leader: quorum.then(|| node.to_string()),
-            members: quorum.then(|| vec![node.to_string()]),
-            online: quorum.then(|| vec![node.to_string()]),
+            leader: replicated.then(|| node.to_string()),
+            members: replicated.then(|| vec![node.to_string()]),
+            online: replicated.then(|| vec![node.to_string()]),
             consumer_details: None,
             message_stats: None,
         }

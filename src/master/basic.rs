@@ -165,6 +165,10 @@ impl Master {
                     ))
                 })?,
         };
+        let stream_offset = match self.is_stream(vhost, &queue) {
+            true => Some(self.stream_start(conn, ch, vhost, &queue, c.no_ack, &c.arguments)?),
+            false => None,
+        };
         let chan = self.chan(conn, ch)?;
         let prefetch = chan.consumer_prefetch;
         chan.consumers.insert(
@@ -175,6 +179,7 @@ impl Master {
                 prefetch,
                 unacked: 0,
                 arguments: c.arguments.clone(),
+                stream_offset,
             },
         );
         let qc = self.sessions.consumers.entry(key).or_default();
@@ -227,6 +232,9 @@ impl Master {
         self.authorize(conn, crate::users::Perm::Read, "queue", &queue)?;
         if self.broker.queue(vhost, &queue).is_none() {
             return Err(AmqpError::no_queue(vhost, &queue));
+        }
+        if self.is_stream(vhost, &queue) {
+            return Err(super::stream::not_supported("basic.get", vhost, &queue));
         }
         self.exclusive_check(conn, vhost, &queue)?;
         self.touch_queue(vhost, &queue);
@@ -324,6 +332,23 @@ impl Master {
 
     /// ack / nack / reject (or their held form at tx.commit).
     fn ack(&mut self, conn: ConnId, ch: u16, vhost: &str, a: HeldAck) -> AmqpResult<()> {
+        if a.reject.is_some() {
+            let chan = self.chan(conn, ch)?;
+            let queue = match a.multiple {
+                false => chan.unacked.get(&a.tag),
+                true => chan.unacked.first().map(|(_, u)| u),
+            }
+            .map(|u| Arc::clone(&u.queue));
+            if let Some(q) = queue
+                && self.is_stream(vhost, &q)
+            {
+                return Err(super::stream::not_supported(
+                    "basic.nack and basic.reject",
+                    vhost,
+                    &q,
+                ));
+            }
+        }
         let chan = self.chan(conn, ch)?;
         if chan.tx.is_some() {
             // Checked now, applied at commit, as RabbitMQ does.
@@ -452,7 +477,10 @@ impl Master {
                     .is_some_and(|q| q.args.quorum);
                 self.counters.acknowledged[usize::from(quorum)].increment(ids.len() as u64);
                 self.stats.acked(vhost, queue, ids.len() as u64);
-                self.remove_messages(vhost, queue, ids, None);
+                // A stream's ack only moves the consumer's credit window.
+                if !self.is_stream(vhost, queue) {
+                    self.remove_messages(vhost, queue, ids, None);
+                }
                 false
             }
         }

@@ -101,6 +101,9 @@ impl Master {
     /// [`Master::try_deliver`] without the bookkeeping: true when the queue
     /// still has messages for its consumers that wait for the stable index.
     pub(super) fn deliver_all(&mut self, vhost: &str, queue: &str) -> bool {
+        if self.is_stream(vhost, queue) {
+            return self.deliver_stream(vhost, queue);
+        }
         loop {
             self.expire_heads(vhost, queue);
             match self.deliver_round(vhost, queue) {

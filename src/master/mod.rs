@@ -24,6 +24,7 @@ mod queue_key;
 mod reply_to;
 mod stable;
 pub mod stats;
+mod stream;
 mod timers;
 
 use crate::broker::event::Event;

@@ -249,10 +249,12 @@ impl Master {
         queues: QueueList,
         persistent: bool,
     ) {
-        let logged = persistent
-            && queues
-                .iter()
-                .any(|q| self.broker.queue(vhost, q).is_some_and(|q| q.is_logged()));
+        // A stream keeps every message, persistent or not, as RabbitMQ's do.
+        let logged = queues.iter().any(|q| {
+            self.broker
+                .queue(vhost, q)
+                .is_some_and(|q| q.stream.is_some() || (persistent && q.is_logged()))
+        });
         let msg_id = self.next_msg_id;
         self.next_msg_id += 1;
         let msg_ttl_zero = crate::broker::message::expiration_ms(&properties) == Some(0);
@@ -268,6 +270,7 @@ impl Master {
         };
         let applied = self.emit(ev, logged);
         for q in applied.filled {
+            self.stream_retention(vhost, &q);
             self.enforce_length_limit(vhost, &q);
             self.try_deliver(vhost, &q);
             // A TTL of 0 means: deliver now or never. Only such a message

@@ -55,6 +55,8 @@ pub struct Consumer {
     /// The arguments of basic.consume (`x-priority`, ...), listed by the
     /// management API.
     pub arguments: FieldTable,
+    /// A stream consumer's next offset (None: not a stream consumer).
+    pub stream_offset: Option<u64>,
 }
 
 /// A publish held back until tx.commit.

@@ -339,6 +339,20 @@ pub enum Event {
         /// A JSON object text: limit name → number, or null to remove.
         value: String,
     },
+    /// Retention removed a stream's oldest segments: its entries below
+    /// `first_offset` are gone (the master decides it, so every replica and
+    /// store drops the same ones, and a restore numbers what is left from
+    /// `first_offset`). Kept in the state as a definition, like a declare.
+    StreamTruncated {
+        /// Vhost.
+        vhost: String,
+        /// Stream (queue) name.
+        queue: String,
+        /// The new offset of the oldest entry.
+        first_offset: u64,
+        /// Message ids of the entries removed, for the stores' state.
+        msg_ids: Vec<u64>,
+    },
 }
 
 /// An event could not be read back from the log.

@@ -14,6 +14,14 @@ const VHOSTS: [&str; 2] = ["/", "v2"];
 /// Includes a name that is a prefix of another, and one with a NUL byte.
 const QUEUES: [&str; 4] = ["q", "q1", "q\0x", "dlq"];
 const EXCHANGES: [&str; 2] = ["x1", "x2"];
+/// A stream (`x-queue-type: stream`); publishes pick it as queue index
+/// `QUEUES.len()`.
+const STREAM: &str = "s";
+
+/// The name of queue index `i`: one of `QUEUES`, or the stream.
+fn qname(i: usize) -> &'static str {
+    QUEUES.get(i).copied().unwrap_or(STREAM)
+}
 
 fn config_vhosts() -> Vec<String> {
     vec!["/".to_string()]
@@ -31,6 +39,10 @@ enum Gen {
     BindExchange(usize, usize, usize, bool),
     Publish(usize, Vec<usize>, Option<u16>, Option<u8>, u8),
     Remove(usize, usize, Vec<u8>),
+    /// Declare the stream with this segment size.
+    DeclareStream(usize, u8),
+    /// Retention: cut the stream this many entries past its first offset.
+    Truncate(usize, u8),
 }
 
 fn gen_event() -> impl Strategy<Value = Gen> {
@@ -46,7 +58,9 @@ fn gen_event() -> impl Strategy<Value = Gen> {
         1 => (v.clone(), x.clone()).prop_map(|(a, b)| Gen::DeleteExchange(a, b)),
         2 => (v.clone(), x.clone(), q.clone(), any::<bool>()).prop_map(|(a, b, c, d)| Gen::BindQueue(a, b, c, d)),
         1 => (v.clone(), x.clone(), x.clone(), any::<bool>()).prop_map(|(a, b, c, d)| Gen::BindExchange(a, b, c, d)),
-        8 => (v.clone(), proptest::collection::vec(q.clone(), 0..3), proptest::option::of(1..500u16),
+        1 => (v.clone(), 1..40u8).prop_map(|(a, b)| Gen::DeclareStream(a, b)),
+        1 => (v.clone(), 0..6u8).prop_map(|(a, b)| Gen::Truncate(a, b)),
+        8 => (v.clone(), proptest::collection::vec(0..QUEUES.len() + 1, 0..3), proptest::option::of(1..500u16),
               proptest::option::of(0..9u8), any::<u8>())
             .prop_map(|(a, b, c, d, e)| Gen::Publish(a, b, c, d, e)),
         5 => (v, q, proptest::collection::vec(0..40u8, 1..4)).prop_map(|(a, b, c)| Gen::Remove(a, b, c)),
@@ -56,6 +70,8 @@ fn gen_event() -> impl Strategy<Value = Gen> {
 fn to_events(gens: &[Gen]) -> Vec<Event> {
     let mut next_id = 1u64;
     let mut out = Vec::new();
+    // Retention cuts name the entries the master saw: it applies as it goes.
+    let mut seen = apply_all(&[]);
     for (i, g) in gens.iter().enumerate() {
         let vh = |v: usize| VHOSTS[v].to_string();
         let ev = match g {
@@ -146,13 +162,13 @@ fn to_events(gens: &[Gen]) -> Vec<Event> {
                     body: Bytes::from(vec![*body; usize::from(*body % 7)]),
                     // Routing never lists a queue twice (`Broker::route`).
                     queues: {
-                        let mut seen = Vec::new();
+                        let mut names: Vec<String> = Vec::new();
                         for q in queues {
-                            if !seen.contains(&QUEUES[*q].to_string()) {
-                                seen.push(QUEUES[*q].to_string());
+                            if !names.iter().any(|n| n == qname(*q)) {
+                                names.push(qname(*q).to_string());
                             }
                         }
-                        seen.into_iter().map(Into::into).collect()
+                        names.into_iter().map(Into::into).collect()
                     },
                 }
             }
@@ -161,7 +177,41 @@ fn to_events(gens: &[Gen]) -> Vec<Event> {
                 queue: QUEUES[*q].into(),
                 msg_ids: ids.iter().map(|i| u64::from(*i)).collect(),
             },
+            Gen::DeclareStream(v, segment) => {
+                let mut arguments = FieldTable::default();
+                arguments.insert(
+                    ShortString::from("x-queue-type"),
+                    AMQPValue::LongString("stream".into()),
+                );
+                arguments.insert(
+                    ShortString::from("x-stream-max-segment-size-bytes"),
+                    AMQPValue::LongInt(i32::from(*segment)),
+                );
+                Event::QueueDeclared {
+                    vhost: vh(*v),
+                    name: STREAM.into(),
+                    spec: QueueSpec {
+                        durable: true,
+                        auto_delete: false,
+                        exclusive_owner: None,
+                        arguments,
+                    },
+                }
+            }
+            Gen::Truncate(v, by) => {
+                let Some(s) = seen.queue(&vh(*v), STREAM).and_then(|q| q.stream.as_ref()) else {
+                    continue;
+                };
+                let first_offset = s.first_offset() + u64::from(*by).min(s.len() as u64);
+                Event::StreamTruncated {
+                    vhost: vh(*v),
+                    queue: STREAM.into(),
+                    first_offset,
+                    msg_ids: s.ids_below(first_offset),
+                }
+            }
         };
+        seen.apply(&ev, 0);
         out.push(ev);
     }
     out
@@ -179,6 +229,20 @@ fn summary(b: &Broker) -> String {
         let qs: BTreeMap<_, _> = v.queues.iter().collect();
         for (name, q) in qs {
             out += &format!("  q {name:?} {:?} bytes={}\n", q.spec, q.ready_bytes);
+            if let Some(s) = &q.stream {
+                out += &format!(
+                    "    stream first={} next={}\n",
+                    s.first_offset(),
+                    s.next_offset()
+                );
+                for off in s.first_offset()..s.next_offset() {
+                    let m = s.get(off).expect("an entry at every kept offset");
+                    out += &format!(
+                        "    @{off} id={} {:?} ts={}\n",
+                        m.msg.id, m.msg.body, m.msg.timestamp_ms
+                    );
+                }
+            }
             for (key, m) in q.ready.to_vec() {
                 out += &format!(
                     "    {key:?} {:?} {:?} {:?} exp={:?} red={} ts={} {:?}\n",

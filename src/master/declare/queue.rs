@@ -69,6 +69,13 @@ impl Master {
                 let name = self.queue_shortcut(conn, ch, p.queue.as_str())?;
                 self.authorize(conn, Perm::Read, "queue", &name)?;
                 self.existing_queue(conn, &vhost, &name)?;
+                if self.is_stream(&vhost, &name) {
+                    return Err(crate::master::stream::not_supported(
+                        "queue.purge",
+                        &vhost,
+                        &name,
+                    ));
+                }
                 let count = self.purge(&vhost, &name);
                 if !p.nowait {
                     self.reply(
@@ -377,7 +384,10 @@ fn validate_queue_spec(vhost: &str, name: &str, spec: &QueueSpec) -> AmqpResult<
     }
     match queue_type(&spec.arguments).as_deref() {
         None | Some("classic") => Ok(()),
-        Some("quorum") => {
+        Some("quorum" | "stream") => {
+            if queue_type(&spec.arguments).as_deref() == Some("stream") {
+                crate::master::stream::refuse_args(vhost, name, &spec.arguments)?;
+            }
             if !spec.durable {
                 return Err(AmqpError::precondition(format!(
                     "invalid property 'non-durable' for queue '{name}' in vhost '{vhost}'"
@@ -396,7 +406,7 @@ fn validate_queue_spec(vhost: &str, name: &str, spec: &QueueSpec) -> AmqpResult<
             Ok(())
         }
         Some(other) => Err(AmqpError::precondition(format!(
-            "invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': unsupported queue type '{other}' (StableMQ supports classic and quorum)"
+            "invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': unsupported queue type '{other}' (StableMQ supports classic, quorum and stream)"
         ))),
     }
 }

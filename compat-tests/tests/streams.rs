@@ -1,0 +1,413 @@
+//! Stream queues over AMQP 0-9-1 (`x-queue-type: stream`), as RabbitMQ
+//! documents them (https://www.rabbitmq.com/docs/streams) and as RabbitMQ
+//! 3.10 answers (checked side by side with pika against
+//! `scripts/rabbitmq-node.sh`): declare rules, `x-stream-offset`, the
+//! `x-stream-offset` header, acks that remove nothing, independent
+//! consumers, what streams refuse, retention by whole segments, and entries
+//! and offsets that survive a SIGKILL restart and a failover of the master
+//! of a 3-node cluster.
+
+mod common;
+mod http;
+
+use common::confirmed::blocking;
+use common::*;
+use compat_tests::cluster::Cluster;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicQosOptions,
+    QueueDeclareOptions, QueuePurgeOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection};
+use std::time::Duration;
+
+fn durable() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    }
+}
+
+fn stream_args(extra: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut args = vec![("x-queue-type", lstr("stream"))];
+    args.extend(extra.iter().cloned());
+    ftable(&args)
+}
+
+async fn declare_stream(ch: &Channel, name: &str, extra: &[(&str, AMQPValue)]) {
+    declare_queue_with(ch, name, durable(), stream_args(extra)).await;
+}
+
+/// Publish `bodies` with confirms (transient: a stream keeps them anyway).
+async fn publish_confirmed(conn: &Connection, queue: &str, bodies: &[String]) {
+    let ch = confirm_channel(conn).await;
+    for b in bodies {
+        let confirm = ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                Default::default(),
+                b.as_bytes(),
+                BasicProperties::default(),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirm");
+        assert!(confirm.is_ack(), "{b}: nacked");
+    }
+}
+
+/// The `x-stream-offset` header of a delivery.
+fn offset(d: &lapin::message::Delivery) -> i64 {
+    match header_value(&d.properties, "x-stream-offset") {
+        Some(AMQPValue::LongLongInt(n)) => *n,
+        other => panic!("x-stream-offset: expected a long, got {other:?}"),
+    }
+}
+
+/// Consume `n` entries of `queue` from `start` with prefetch 10, acking
+/// each; returns (offset, body) pairs.
+async fn read(conn: &Connection, queue: &str, start: AMQPValue, n: usize) -> Vec<(i64, String)> {
+    let ch = channel(conn).await;
+    ch.basic_qos(10, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut c = consume_args(
+        &ch,
+        queue,
+        &unique("reader"),
+        BasicConsumeOptions::default(),
+        ftable(&[("x-stream-offset", start)]),
+    )
+    .await;
+    let mut got = Vec::new();
+    while got.len() < n {
+        let d = next_delivery(&mut c).await;
+        got.push((offset(&d), String::from_utf8_lossy(&d.data).into_owned()));
+        d.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    let _ = ch.close(200, "done".into()).await;
+    got
+}
+
+fn bodies(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+#[tokio::test]
+async fn declare_is_refused_as_rabbitmq_refuses_it() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let cases: [(&str, QueueDeclareOptions, FieldTable, &str); 5] = [
+        (
+            "nd",
+            QueueDeclareOptions::default(),
+            stream_args(&[]),
+            "invalid property 'non-durable'",
+        ),
+        (
+            "ex",
+            QueueDeclareOptions {
+                durable: true,
+                exclusive: true,
+                ..Default::default()
+            },
+            stream_args(&[]),
+            "invalid property 'exclusive-owner'",
+        ),
+        (
+            "ad",
+            QueueDeclareOptions {
+                durable: true,
+                auto_delete: true,
+                ..Default::default()
+            },
+            stream_args(&[]),
+            "invalid property 'auto-delete'",
+        ),
+        (
+            "ml",
+            durable(),
+            stream_args(&[("x-max-length", AMQPValue::LongInt(10))]),
+            "invalid arg 'x-max-length' for queue 'ml' in vhost '/' of queue type rabbit_stream_queue",
+        ),
+        (
+            "age",
+            durable(),
+            stream_args(&[("x-max-age", lstr("10X"))]),
+            "invalid arg 'x-max-age' for queue 'age' in vhost '/': invalid_max_age",
+        ),
+    ];
+    for (name, opts, args, text) in cases {
+        let ch = channel(&conn).await;
+        let err = ch
+            .queue_declare(name.into(), opts, args)
+            .await
+            .expect_err(name);
+        assert_eq!(reply_code(&err), Some(406), "{name}: {err:?}");
+        assert!(format!("{err:?}").contains(text), "{name}: {err:?}");
+    }
+    // A good declare answers message_count 0, as RabbitMQ 3.10 does, even
+    // with entries in it.
+    let ch = channel(&conn).await;
+    declare_stream(&ch, "ok", &[("x-max-age", lstr("7D"))]).await;
+    publish_confirmed(&conn, "ok", &bodies("m", 3)).await;
+    let q = declare_queue_with(&ch, "ok", durable(), stream_args(&[])).await;
+    assert_eq!(q.message_count(), 0);
+}
+
+#[tokio::test]
+async fn consumers_read_independently_from_every_offset_spec() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    declare_stream(&ch, "s", &[]).await;
+    publish_confirmed(&conn, "s", &bodies("m", 5)).await;
+    let want: Vec<(i64, String)> = (0..5).map(|i| (i, format!("m-{i}"))).collect();
+    assert_eq!(read(&conn, "s", lstr("first"), 5).await, want);
+    // Acks removed nothing: a second reader gets the same entries.
+    assert_eq!(read(&conn, "s", lstr("first"), 5).await, want);
+    assert_eq!(
+        read(&conn, "s", AMQPValue::LongLongInt(2), 3).await,
+        want[2..]
+    );
+    assert_eq!(read(&conn, "s", AMQPValue::LongInt(-1), 5).await, want);
+    assert_eq!(read(&conn, "s", lstr("last"), 1).await, want[4..]);
+    assert_eq!(read(&conn, "s", lstr("1h"), 5).await, want);
+    let epoch_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    assert_eq!(
+        read(&conn, "s", AMQPValue::Timestamp(epoch_secs - 3600), 5).await,
+        want
+    );
+
+    // "next" (and no offset at all) waits for what comes next.
+    let ch = channel(&conn).await;
+    ch.basic_qos(10, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut next = consume_args(
+        &ch,
+        "s",
+        "next",
+        BasicConsumeOptions::default(),
+        ftable(&[("x-stream-offset", lstr("next"))]),
+    )
+    .await;
+    let mut default = consume(&ch, "s", "default", false).await;
+    assert_no_delivery(&mut next, "nothing new yet").await;
+    publish_confirmed(&conn, "s", &["m-5".to_string()]).await;
+    for c in [&mut next, &mut default] {
+        let d = next_delivery(c).await;
+        assert_eq!((offset(&d), &d.data[..]), (5, &b"m-5"[..]));
+    }
+
+    // The prefetch is a credit window: without acks, 2 and no more.
+    let ch = channel(&conn).await;
+    ch.basic_qos(2, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut c = consume_args(
+        &ch,
+        "s",
+        "window",
+        BasicConsumeOptions::default(),
+        ftable(&[("x-stream-offset", lstr("first"))]),
+    )
+    .await;
+    let first = next_delivery(&mut c).await;
+    let second = next_delivery(&mut c).await;
+    assert_eq!((offset(&first), offset(&second)), (0, 1));
+    assert_no_delivery(&mut c, "the window is full").await;
+    second
+        .ack(BasicAckOptions { multiple: true })
+        .await
+        .expect("ack");
+    assert_eq!(offset(&next_delivery(&mut c).await), 2);
+}
+
+#[tokio::test]
+async fn what_streams_do_not_support_is_refused_with_rabbitmqs_codes() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    declare_stream(&ch, "s", &[]).await;
+    publish_confirmed(&conn, "s", &bodies("m", 2)).await;
+
+    // No prefetch: 406 on the channel.
+    let ch = channel(&conn).await;
+    let err = ch
+        .basic_consume(
+            "s".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect_err("consume without qos");
+    assert_eq!(reply_code(&err), Some(406), "{err:?}");
+    // A bad offset: 406.
+    let ch = channel(&conn).await;
+    ch.basic_qos(1, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let err = ch
+        .basic_consume(
+            "s".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            ftable(&[("x-stream-offset", lstr("bad"))]),
+        )
+        .await
+        .expect_err("bad offset");
+    assert_eq!(reply_code(&err), Some(406), "{err:?}");
+
+    // Each of these closes the connection with 540 NOT_IMPLEMENTED, and a
+    // bystander connection goes on.
+    let bystander = connect(&broker).await;
+    let refused: [(&str, u8); 4] = [("get", 0), ("purge", 1), ("auto-ack", 2), ("nack", 3)];
+    for (what, case) in refused {
+        let conn = connect(&broker).await;
+        let ch = channel(&conn).await;
+        ch.basic_qos(1, BasicQosOptions::default())
+            .await
+            .expect("qos");
+        let err = match case {
+            0 => ch
+                .basic_get("s".into(), BasicGetOptions::default())
+                .await
+                .map(|_| ())
+                .expect_err(what),
+            1 => ch
+                .queue_purge("s".into(), QueuePurgeOptions::default())
+                .await
+                .map(|_| ())
+                .expect_err(what),
+            2 => ch
+                .basic_consume(
+                    "s".into(),
+                    "c".into(),
+                    BasicConsumeOptions {
+                        no_ack: true,
+                        ..Default::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .map(|_| ())
+                .expect_err(what),
+            _ => {
+                let mut c = consume_args(
+                    &ch,
+                    "s",
+                    "c",
+                    BasicConsumeOptions::default(),
+                    ftable(&[("x-stream-offset", lstr("first"))]),
+                )
+                .await;
+                let d = next_delivery(&mut c).await;
+                let _ = d.nack(BasicNackOptions::default()).await;
+                wait_connection_closed(&conn).await;
+                assert!(
+                    format!("{:?}", conn.status()).contains("Closed") || !conn.status().connected(),
+                    "nack: the connection is closed"
+                );
+                continue;
+            }
+        };
+        assert_eq!(reply_code(&err), Some(540), "{what}: {err:?}");
+        assert!(
+            format!("{err:?}").contains("not supported by stream queues queue 's'"),
+            "{what}: {err:?}"
+        );
+    }
+    assert_eq!(read(&bystander, "s", lstr("first"), 2).await.len(), 2);
+}
+
+#[tokio::test]
+async fn retention_drops_whole_segments_oldest_first_and_survives_a_restart() {
+    let mut broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    // Segments close at 100 bytes (ten 10-byte entries); keep about 250.
+    declare_stream(
+        &ch,
+        "r",
+        &[
+            ("x-stream-max-segment-size-bytes", AMQPValue::LongInt(100)),
+            ("x-max-length-bytes", AMQPValue::LongInt(250)),
+        ],
+    )
+    .await;
+    let all: Vec<String> = (0..45).map(|i| format!("entry-{i:04}")).collect();
+    assert!(all.iter().all(|b| b.len() == 10));
+    publish_confirmed(&conn, "r", &all).await;
+    // 45 entries: segments [0,10) [10,20) [20,30) [30,40) [40,45); 450 bytes
+    // is over 250, so the two oldest closed segments went: the first kept
+    // entry is 20, and the newest are all there.
+    let first = read(&conn, "r", lstr("first"), 25).await;
+    assert_eq!(first[0], (20, "entry-0020".to_string()));
+    assert_eq!(first.last(), Some(&(44, "entry-0044".to_string())));
+    drop(conn);
+    broker.restart();
+    let conn = connect(&broker).await;
+    let again = read(&conn, "r", lstr("first"), 25).await;
+    assert_eq!(
+        again, first,
+        "the same entries at the same offsets after kill -9"
+    );
+    // New entries continue the numbering.
+    publish_confirmed(&conn, "r", &["entry-0045".to_string()]).await;
+    assert_eq!(
+        read(&conn, "r", AMQPValue::LongLongInt(45), 1).await,
+        [(45, "entry-0045".to_string())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_management_api_reports_a_stream() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    declare_stream(&ch, "m", &[]).await;
+    publish_confirmed(&conn, "m", &bodies("m", 4)).await;
+    let body = blocking(|| http::Api::new(&broker).get_ok("/api/queues/%2F/m"));
+    assert_eq!(body["type"], "stream", "{body}");
+    assert_eq!(body["messages"], 4, "{body}");
+    assert_eq!(body["messages_ready"], 4, "{body}");
+    assert_eq!(body["durable"], true, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn confirmed_entries_keep_their_offsets_across_a_master_kill() {
+    let mut cluster = blocking(Cluster::start_example);
+    let master = blocking(|| cluster.wait_master(Duration::from_secs(30)));
+    let conn = connect_uri(&cluster.uri(master)).await;
+    let ch = channel(&conn).await;
+    declare_stream(&ch, "f", &[]).await;
+    let all = bodies("f", 200);
+    publish_confirmed(&conn, "f", &all).await;
+    let before = read(&conn, "f", lstr("first"), 200).await;
+    drop(conn);
+    blocking(|| cluster.kill9(master));
+    let new_master =
+        blocking(|| cluster.wait_master_other_than(Some(master), Duration::from_secs(30)));
+    let conn = connect_uri(&cluster.uri(new_master)).await;
+    let after = read(&conn, "f", lstr("first"), 200).await;
+    assert_eq!(after, before, "every confirmed entry, at the same offset");
+    let want: Vec<(i64, String)> = all
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (i as i64, b.clone()))
+        .collect();
+    assert_eq!(after, want);
+    // The new master goes on numbering from the last entry.
+    publish_confirmed(&conn, "f", &["f-200".to_string()]).await;
+    assert_eq!(
+        read(&conn, "f", lstr("last"), 1).await,
+        [(200, "f-200".to_string())]
+    );
+}

@@ -1,0 +1,400 @@
+//! Streams (`x-queue-type: stream`): an append-only queue that consumers read
+//! from any offset without removing anything, as RabbitMQ's stream queues.
+//!
+//! A stream's entries are the messages published to it, numbered with
+//! consecutive offsets in log order: every replica applies the same
+//! `Published` events in the same order, so an offset means the same entry on
+//! every node and after a failover (I4). Acks remove nothing. Entries leave
+//! only by retention, whole segments at a time, oldest first; the master
+//! decides it and logs `Event::StreamTruncated` with the new first offset, so
+//! the stores drop the same entries and a restore numbers the survivors from
+//! there.
+//!
+//! What this is not (yet): the stream protocol's storage. Entries are held in
+//! RAM as queue messages (the event store keeps them on disk, as it keeps a
+//! durable queue's messages); segments are counted here, not files, and
+//! consumers read from this log rather than from segment files.
+
+use super::message::QueuedMessage;
+use stablemq_protocol::AMQPValue;
+use std::collections::VecDeque;
+
+/// RabbitMQ's default `x-stream-max-segment-size-bytes` (500 MB).
+pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 500_000_000;
+
+/// A run of consecutive entries that retention removes as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Segment {
+    /// Offset of its first entry.
+    first: u64,
+    /// Entries in it.
+    count: u64,
+    /// Body bytes in it.
+    bytes: u64,
+    /// Timestamp of its newest entry (ms since the epoch).
+    newest_ms: u64,
+}
+
+/// The entries of one stream.
+#[derive(Debug, Default)]
+pub struct StreamLog {
+    /// Entries from `first_offset` on.
+    entries: VecDeque<QueuedMessage>,
+    /// Offset of `entries[0]` (of the next entry when empty).
+    first_offset: u64,
+    /// Body bytes of `entries`.
+    bytes: u64,
+    /// The entries' segments, oldest first; the last one is open.
+    segments: VecDeque<Segment>,
+}
+
+impl StreamLog {
+    /// An empty stream.
+    pub fn new() -> StreamLog {
+        StreamLog::default()
+    }
+
+    /// Offset of the oldest entry kept (of the next one when empty).
+    pub fn first_offset(&self) -> u64 {
+        self.first_offset
+    }
+
+    /// Offset the next entry gets.
+    pub fn next_offset(&self) -> u64 {
+        self.first_offset + self.entries.len() as u64
+    }
+
+    /// Offset of the newest entry.
+    pub fn last_offset(&self) -> Option<u64> {
+        self.next_offset()
+            .checked_sub(1)
+            .filter(|_| !self.is_empty())
+    }
+
+    /// Entries kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// No entries kept.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Body bytes kept.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Segments kept (the open one included).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Append `m` at the next offset; a new segment opens once the open one
+    /// holds `max_segment_bytes` or more.
+    pub fn push(&mut self, m: QueuedMessage, max_segment_bytes: u64) -> u64 {
+        let offset = self.next_offset();
+        let len = m.msg.body.len() as u64;
+        let ts = m.msg.timestamp_ms;
+        match self.segments.back_mut() {
+            Some(s) if s.bytes < max_segment_bytes => {
+                s.count += 1;
+                s.bytes += len;
+                s.newest_ms = s.newest_ms.max(ts);
+            }
+            _ => self.segments.push_back(Segment {
+                first: offset,
+                count: 1,
+                bytes: len,
+                newest_ms: ts,
+            }),
+        }
+        self.bytes += len;
+        self.entries.push_back(m);
+        offset
+    }
+
+    /// The entry at `offset`, if kept.
+    pub fn get(&self, offset: u64) -> Option<&QueuedMessage> {
+        let i = offset.checked_sub(self.first_offset)?;
+        self.entries.get(usize::try_from(i).ok()?)
+    }
+
+    /// Message ids of the entries below `offset`, oldest first.
+    pub fn ids_below(&self, offset: u64) -> Vec<u64> {
+        let n = offset
+            .saturating_sub(self.first_offset)
+            .min(self.len() as u64);
+        self.entries
+            .iter()
+            .take(n as usize)
+            .map(|m| m.msg.id)
+            .collect()
+    }
+
+    /// Drop every entry below `offset` (a first offset past the end empties
+    /// the stream and moves its next offset there, as a restore that starts
+    /// from a truncated state needs).
+    pub fn truncate_to(&mut self, offset: u64) {
+        while self.first_offset < offset {
+            match self.entries.pop_front() {
+                Some(m) => self.bytes -= m.msg.body.len() as u64,
+                None => {
+                    self.first_offset = offset;
+                    break;
+                }
+            }
+            self.first_offset += 1;
+        }
+        let entries = &self.entries;
+        while let Some(s) = self.segments.front_mut() {
+            let end = s.first + s.count;
+            if end <= self.first_offset {
+                self.segments.pop_front();
+            } else {
+                if s.first < self.first_offset {
+                    let gone = self.first_offset - s.first;
+                    s.count -= gone;
+                    s.first = self.first_offset;
+                    // The bytes of a cut segment are recounted from what is left.
+                    s.bytes = entries
+                        .iter()
+                        .take(s.count as usize)
+                        .map(|m| m.msg.body.len() as u64)
+                        .sum();
+                }
+                break;
+            }
+        }
+    }
+
+    /// Where retention moves the first offset, if anywhere: whole closed
+    /// segments go, oldest first, while the stream holds more than
+    /// `max_bytes`, or while a segment's newest entry is older than
+    /// `max_age_ms` at `now_ms`. The open segment always stays, as in
+    /// RabbitMQ.
+    pub fn retention(
+        &self,
+        max_bytes: Option<u64>,
+        max_age_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Option<u64> {
+        let mut bytes = self.bytes;
+        let mut first = None;
+        let closed = self.segments.len().saturating_sub(1);
+        for s in self.segments.iter().take(closed) {
+            let too_big = max_bytes.is_some_and(|max| bytes > max);
+            let too_old = max_age_ms.is_some_and(|age| s.newest_ms.saturating_add(age) < now_ms);
+            if !(too_big || too_old) {
+                break;
+            }
+            bytes -= s.bytes;
+            first = Some(s.first + s.count);
+        }
+        first
+    }
+
+    /// Where a consumer starting at `at` begins reading.
+    pub fn start(&self, at: StartAt) -> u64 {
+        match at {
+            StartAt::First => self.first_offset,
+            StartAt::Last => self.last_offset().unwrap_or(self.first_offset),
+            StartAt::Next => self.next_offset(),
+            StartAt::Offset(n) => n.max(self.first_offset),
+            StartAt::TimestampMs(t) => self
+                .entries
+                .iter()
+                .position(|m| m.msg.timestamp_ms >= t)
+                .map_or(self.next_offset(), |i| self.first_offset + i as u64),
+        }
+    }
+}
+
+/// Where a stream consumer starts (`x-stream-offset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// The oldest entry kept.
+    First,
+    /// The newest entry (each entry is its own chunk here, so RabbitMQ's
+    /// "the last chunk" is the last entry).
+    Last,
+    /// The next entry published (the default).
+    Next,
+    /// This offset (or the first kept, if it is gone).
+    Offset(u64),
+    /// The first entry published at or after this time (ms since the epoch).
+    TimestampMs(u64),
+}
+
+/// Parse `x-stream-offset` as RabbitMQ does: `first`, `last`, `next`, an
+/// offset (negative: the first), an AMQP timestamp (seconds), or an interval
+/// back from `now_ms` (`1h`, `7D`, ...). None when absent: `next`.
+pub fn parse_start(v: Option<&AMQPValue>, now_ms: u64) -> Result<StartAt, String> {
+    let Some(v) = v else {
+        return Ok(StartAt::Next);
+    };
+    if let AMQPValue::Timestamp(secs) = v {
+        return Ok(StartAt::TimestampMs(secs.saturating_mul(1000)));
+    }
+    if let Some(n) = super::queue_args::int(v) {
+        return Ok(StartAt::Offset(u64::try_from(n.max(0)).unwrap_or(u64::MAX)));
+    }
+    let text = super::queue_args::text(v).ok_or_else(|| format!("{v:?} is not an offset"))?;
+    match text.as_str() {
+        "first" => Ok(StartAt::First),
+        "last" => Ok(StartAt::Last),
+        "next" => Ok(StartAt::Next),
+        other => match parse_age_ms(other) {
+            Some(age) => Ok(StartAt::TimestampMs(now_ms.saturating_sub(age))),
+            None => Err(format!("'{other}' is not an offset specification")),
+        },
+    }
+}
+
+/// A RabbitMQ age (`x-max-age`, interval offsets): a positive number and a
+/// unit, `Y`, `M`, `D`, `h`, `m` or `s`; in ms.
+pub fn parse_age_ms(s: &str) -> Option<u64> {
+    let unit = s.chars().last()?;
+    let n: u64 = s[..s.len() - unit.len_utf8()].parse().ok()?;
+    let secs: u64 = match unit {
+        'Y' => 365 * 24 * 3600,
+        'M' => 30 * 24 * 3600,
+        'D' => 24 * 3600,
+        'h' => 3600,
+        'm' => 60,
+        's' => 1,
+        _ => return None,
+    };
+    (n > 0).then(|| n.saturating_mul(secs).saturating_mul(1000))
+}
+
+/// The declared arguments RabbitMQ refuses on a stream (406, "of queue type
+/// rabbit_stream_queue").
+pub const REFUSED_ARGS: &[&str] = &[
+    "x-max-length",
+    "x-message-ttl",
+    "x-expires",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-overflow",
+    "x-max-priority",
+    "x-delivery-limit",
+    "x-single-active-consumer",
+    "x-queue-mode",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::message::Message;
+    use bytes::Bytes;
+    use std::sync::Arc;
+
+    fn entry(id: u64, len: usize, ts: u64) -> QueuedMessage {
+        QueuedMessage {
+            msg: Message {
+                id,
+                exchange: "".into(),
+                routing_key: "s".into(),
+                properties: Arc::new(Default::default()),
+                body: Bytes::from(vec![0u8; len]),
+                timestamp_ms: ts,
+            },
+            redelivered: false,
+            wait_index: id,
+            expires_at_ms: None,
+            delivery_count: 0,
+        }
+    }
+
+    #[test]
+    fn offsets_are_consecutive_and_survive_truncation() {
+        let mut s = StreamLog::new();
+        for i in 0..10 {
+            assert_eq!(s.push(entry(100 + i, 10, i), 30), i);
+        }
+        // Segments of 30 bytes close after 3 entries of 10: [0..3) [3..6) [6..9) [9].
+        assert_eq!(s.segment_count(), 4);
+        assert_eq!(s.get(4).map(|m| m.msg.id), Some(104));
+        assert_eq!(s.ids_below(3), [100, 101, 102]);
+        s.truncate_to(3);
+        assert_eq!((s.first_offset(), s.next_offset(), s.len()), (3, 10, 7));
+        assert_eq!(s.get(2).map(|m| m.msg.id), None);
+        assert_eq!(s.get(3).map(|m| m.msg.id), Some(103));
+        assert_eq!(s.bytes(), 70);
+        assert_eq!(s.segment_count(), 3);
+        assert_eq!(s.push(entry(110, 10, 10), 30), 10);
+    }
+
+    #[test]
+    fn retention_drops_whole_closed_segments_oldest_first() {
+        let mut s = StreamLog::new();
+        for i in 0..10 {
+            s.push(entry(i, 10, 1000 + i), 30);
+        }
+        assert_eq!(s.retention(Some(100), None, 0), None, "100 bytes fit");
+        assert_eq!(s.retention(Some(65), None, 0), Some(6), "two segments go");
+        assert_eq!(s.retention(Some(0), None, 0), Some(9), "the open one stays");
+        // Age: the first segment's newest entry is at 1002.
+        assert_eq!(s.retention(None, Some(10), 1012), None);
+        assert_eq!(s.retention(None, Some(10), 1013), Some(3));
+    }
+
+    #[test]
+    fn a_truncated_start_past_the_end_moves_the_next_offset() {
+        let mut s = StreamLog::new();
+        s.truncate_to(42);
+        assert_eq!((s.first_offset(), s.next_offset()), (42, 42));
+        assert_eq!(s.push(entry(1, 1, 0), 30), 42);
+    }
+
+    #[test]
+    fn start_positions_follow_rabbitmq() {
+        let mut s = StreamLog::new();
+        for i in 0..5 {
+            s.push(entry(i, 1, 1000 * i), DEFAULT_MAX_SEGMENT_BYTES);
+        }
+        s.truncate_to(1);
+        assert_eq!(s.start(StartAt::First), 1);
+        assert_eq!(s.start(StartAt::Last), 4);
+        assert_eq!(s.start(StartAt::Next), 5);
+        assert_eq!(s.start(StartAt::Offset(0)), 1);
+        assert_eq!(s.start(StartAt::Offset(3)), 3);
+        assert_eq!(s.start(StartAt::Offset(100)), 100);
+        assert_eq!(s.start(StartAt::TimestampMs(2500)), 3);
+        assert_eq!(s.start(StartAt::TimestampMs(9000)), 5);
+    }
+
+    #[test]
+    fn offset_specifications_parse_as_rabbitmq_reads_them() {
+        use stablemq_protocol::LongString;
+        let text = |s: &str| AMQPValue::LongString(LongString::from(s));
+        assert_eq!(parse_start(None, 0), Ok(StartAt::Next));
+        assert_eq!(parse_start(Some(&text("first")), 0), Ok(StartAt::First));
+        assert_eq!(parse_start(Some(&text("last")), 0), Ok(StartAt::Last));
+        assert_eq!(parse_start(Some(&text("next")), 0), Ok(StartAt::Next));
+        assert_eq!(
+            parse_start(Some(&AMQPValue::LongInt(-1)), 0),
+            Ok(StartAt::Offset(0))
+        );
+        assert_eq!(
+            parse_start(Some(&AMQPValue::LongLongInt(7)), 0),
+            Ok(StartAt::Offset(7))
+        );
+        assert_eq!(
+            parse_start(Some(&AMQPValue::Timestamp(5)), 0),
+            Ok(StartAt::TimestampMs(5000))
+        );
+        assert_eq!(
+            parse_start(Some(&text("1h")), 7_200_000),
+            Ok(StartAt::TimestampMs(3_600_000))
+        );
+        assert!(parse_start(Some(&text("bad")), 0).is_err());
+        assert_eq!(parse_age_ms("7D"), Some(7 * 86_400_000));
+        assert_eq!(parse_age_ms("45s"), Some(45_000));
+        assert_eq!(parse_age_ms("10X"), None);
+        assert_eq!(parse_age_ms("0s"), None);
+        assert_eq!(parse_age_ms("s"), None);
+    }
+}

@@ -1,0 +1,203 @@
+//! Stream queues over AMQP 0-9-1, the master's side: what RabbitMQ refuses
+//! on a stream, where a consumer starts (`x-stream-offset`), delivery from
+//! each consumer's own offset, and retention after a publish.
+//!
+//! A stream consumer reads every entry from its offset on, independently of
+//! the others; its prefetch is a credit window that acks move, and an ack
+//! removes nothing. Only stable entries go out (I1), as for any queue: a
+//! consumer that reaches an unstable entry stalls the stream until the
+//! stable index passes it. The entries themselves are `broker::stream`.
+
+use super::Master;
+use super::inout::{ConnId, ToConn};
+use super::session::Unacked;
+use crate::broker::event::Event;
+use crate::broker::message::Message;
+use crate::broker::stream::{REFUSED_ARGS, parse_start};
+use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
+use std::sync::Arc;
+
+/// The arguments RabbitMQ refuses on a stream, with its wording.
+pub(super) fn refuse_args(vhost: &str, name: &str, arguments: &FieldTable) -> AmqpResult<()> {
+    match REFUSED_ARGS
+        .iter()
+        .find(|a| arguments.inner().contains_key(**a))
+    {
+        Some(arg) => Err(AmqpError::precondition(format!(
+            "invalid arg '{arg}' for queue '{name}' in vhost '{vhost}' of queue type rabbit_stream_queue"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// RabbitMQ's answer to a method streams do not support: connection.close
+/// 540 NOT_IMPLEMENTED.
+pub(super) fn not_supported(what: &str, vhost: &str, queue: &str) -> AmqpError {
+    AmqpError::new(
+        ReplyCode::NotImplemented,
+        format!("{what} not supported by stream queues queue '{queue}' in vhost '{vhost}'"),
+    )
+    .at_connection()
+}
+
+/// The content of a stream delivery: the entry with its `x-stream-offset`
+/// header, as RabbitMQ sends it.
+fn with_offset(msg: &Message, offset: u64) -> Message {
+    let mut headers = msg.properties.headers().clone().unwrap_or_default();
+    headers.insert(
+        ShortString::from("x-stream-offset"),
+        AMQPValue::LongLongInt(i64::try_from(offset).unwrap_or(i64::MAX)),
+    );
+    Message {
+        properties: Arc::new((*msg.properties).clone().with_headers(headers)),
+        ..msg.clone()
+    }
+}
+
+impl Master {
+    /// The checks of basic.consume on stream `queue`, and where the consumer
+    /// starts: a prefetch is required (406), automatic acks are not
+    /// supported (540), `x-stream-offset` must parse (406).
+    pub(super) fn stream_start(
+        &mut self,
+        conn: ConnId,
+        ch: u16,
+        vhost: &str,
+        queue: &str,
+        no_ack: bool,
+        arguments: &FieldTable,
+    ) -> AmqpResult<u64> {
+        if no_ack {
+            return Err(not_supported("automatic acknowledgement", vhost, queue));
+        }
+        let chan = self.chan(conn, ch)?;
+        if chan.consumer_prefetch == 0 {
+            return Err(AmqpError::precondition(format!(
+                "consumer prefetch count is not set for 'queue '{queue}' in vhost '{vhost}''"
+            )));
+        }
+        let at = parse_start(arguments.inner().get("x-stream-offset"), self.now_ms)
+            .map_err(|why| AmqpError::precondition(format!("invalid x-stream-offset: {why}")))?;
+        let start = self
+            .broker
+            .queue(vhost, queue)
+            .and_then(|q| q.stream.as_ref())
+            .map_or(0, |s| s.start(at));
+        Ok(start)
+    }
+
+    /// Hand each consumer of stream `queue` the stable entries from its
+    /// offset on, within its prefetch. True when a consumer waits for an
+    /// entry that is not stable yet (the queue stalls, I1).
+    pub(super) fn deliver_stream(&mut self, vhost: &str, queue: &str) -> bool {
+        let Some(qc) = self.sessions.consumers.get(super::qkey(&(vhost, queue))) else {
+            return false;
+        };
+        let keys = qc.list.clone();
+        let Some(q) = self.broker.queue(vhost, queue) else {
+            return false;
+        };
+        let Some(stream) = q.stream.as_ref() else {
+            return false;
+        };
+        let (stable, now_ms) = (self.gate.stable(), self.now_ms);
+        let mut stalled = false;
+        for ck in keys {
+            let Some(chan) = self
+                .sessions
+                .conns
+                .get_mut(&ck.conn)
+                .and_then(|s| s.channels.get_mut(&ck.ch))
+            else {
+                continue;
+            };
+            if !chan.flow_active {
+                continue;
+            }
+            let channel_prefetch = usize::from(chan.channel_prefetch);
+            loop {
+                let unacked = chan.unacked_count();
+                let Some(c) = chan.consumers.get_mut(&ck.tag) else {
+                    break;
+                };
+                let Some(offset) = c.stream_offset else {
+                    break;
+                };
+                if (c.prefetch > 0 && c.unacked >= u32::from(c.prefetch))
+                    || (channel_prefetch > 0 && unacked >= channel_prefetch)
+                {
+                    break;
+                }
+                let Some(entry) = stream.get(offset) else {
+                    break;
+                };
+                if entry.wait_index > stable {
+                    stalled = true;
+                    break;
+                }
+                c.stream_offset = Some(offset + 1);
+                c.unacked += 1;
+                let tag = chan.next_delivery_tag;
+                chan.next_delivery_tag += 1;
+                chan.unacked.insert(
+                    tag,
+                    Unacked {
+                        queue: q.name.clone(),
+                        msg_id: entry.msg.id,
+                        consumer_tag: Some(ck.tag.clone()),
+                        delivered_at_ms: now_ms,
+                    },
+                );
+                self.counters.count_delivery(false, false, false);
+                self.stats.delivered(vhost, queue, false, false, false);
+                self.out.send(
+                    ck.conn,
+                    ToConn::Deliver {
+                        ch: ck.ch,
+                        consumer_tag: ck.tag.clone(),
+                        delivery_tag: tag,
+                        redelivered: false,
+                        msg: with_offset(&entry.msg, offset),
+                    },
+                );
+            }
+        }
+        stalled
+    }
+
+    /// Retention after `queue` got an entry: whole closed segments go, oldest
+    /// first, while the stream is over `max-length-bytes` or their entries
+    /// are older than `max-age`; the cut is logged, so every replica and
+    /// store drops the same entries.
+    pub(super) fn stream_retention(&mut self, vhost: &str, queue: &str) {
+        let Some(q) = self.broker.queue(vhost, queue) else {
+            return;
+        };
+        let Some(s) = q.stream.as_ref() else {
+            return;
+        };
+        let Some(first_offset) =
+            s.retention(q.args.max_length_bytes, q.args.max_age_ms, self.now_ms)
+        else {
+            return;
+        };
+        let msg_ids = s.ids_below(first_offset);
+        self.emit(
+            Event::StreamTruncated {
+                vhost: vhost.to_string(),
+                queue: queue.to_string(),
+                first_offset,
+                msg_ids,
+            },
+            true,
+        );
+    }
+
+    /// Whether `queue` is a stream.
+    pub(super) fn is_stream(&self, vhost: &str, queue: &str) -> bool {
+        self.broker
+            .queue(vhost, queue)
+            .is_some_and(|q| q.stream.is_some())
+    }
+}
