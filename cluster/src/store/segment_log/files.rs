@@ -99,6 +99,27 @@ pub(super) fn allocate(file: &File, len: u64) -> std::io::Result<()> {
     }
 }
 
+/// Zeroes `file` from `at` to `len` and syncs it, keeping its blocks
+/// allocated: `fallocate(ZERO_RANGE)` where the filesystem has it, else the
+/// tail cut off and allocated again (`allocate`, sparse where it cannot).
+/// Recovery calls it after the newest segment's last good record, so no
+/// byte behind it (a torn write, or a reused file's old records) can ever
+/// be read as a record once the next append overwrites the end.
+pub(super) fn zero_tail(file: &File, at: u64, len: u64) -> std::io::Result<()> {
+    use rustix::fs::{FallocateFlags, fallocate};
+    if at < len {
+        match fallocate(file, FallocateFlags::ZERO_RANGE, at, len - at) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {
+                file.set_len(at)?;
+                allocate(file, len)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    file.sync_data()
+}
+
 /// Reads as much of `buf` as the file holds at `at`.
 pub(super) fn read_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
     let mut n = 0;

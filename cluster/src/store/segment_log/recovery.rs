@@ -2,9 +2,18 @@
 //! continue the log, a `Truncate` marker cuts it, a `Stable` marker records
 //! the stable index. The first record that does not check out in the newest
 //! segment is a torn tail (never synced): it and everything after it are
-//! cut, and the file is zeroed from there. Anywhere else it is corruption,
-//! and the store refuses to open. A newest segment whose creation a crash
-//! cut short (no header on disk) holds nothing and is removed.
+//! cut. Anywhere else it is corruption, and the store refuses to open. A
+//! newest segment whose creation a crash cut short (no header on disk)
+//! holds nothing and is removed.
+//!
+//! Wherever the newest segment's records end (a torn record, or a header
+//! that is not one of this segment's: the end), the file is zeroed from
+//! there on open (`zero_tail`). Stopping at the end is not enough: valid
+//! records of the segment's own nonce can lie behind it (a multi-page write
+//! whose later page reached the disk and whose first did not), and the next
+//! append overwrites the end, so the open after it would walk on into them
+//! and replay them over what was appended (found by afl:
+//! `fuzz/regressions/segment_log/`).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -12,7 +21,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::files::{io, list, read_at, segment_path, sync_dir};
+use super::files::{io, list, read_at, segment_path, sync_dir, zero_tail};
 use super::prepare::{PREPARED, PREPARING};
 use super::{Record, SPARE, Segment, SegmentLog};
 use crate::position::LogPosition;
@@ -134,7 +143,13 @@ impl SegmentLog {
             let n = read_at(&self.current().file, &mut head, at)
                 .map_err(|e| io("reading", &path, e))?;
             let torn = match rec::scan_head(nonce, &head[..n], room) {
-                Scanned::End => break,
+                Scanned::End => {
+                    if newest {
+                        zero_tail(&self.current().file, at, cap)
+                            .map_err(|e| io("zeroing the end of", &path, e))?;
+                    }
+                    break;
+                }
                 Scanned::Torn(why) => why,
                 Scanned::Record(h) => {
                     let body_at = at + RECORD_HEADER as u64;
@@ -162,11 +177,7 @@ impl SegmentLog {
                 reason = %torn,
                 "torn tail in the event log after a crash; cutting it (never synced)"
             );
-            let file = &self.current().file;
-            file.set_len(at)
-                .and_then(|()| file.set_len(cap))
-                .and_then(|()| file.sync_data())
-                .map_err(|e| io("cutting", &path, e))?;
+            zero_tail(&self.current().file, at, cap).map_err(|e| io("cutting", &path, e))?;
             break;
         }
         Ok(())

@@ -74,6 +74,45 @@ fn a_torn_tail_is_cut_on_open() {
     assert_eq!(log.read_range(1, 9).unwrap(), expected);
 }
 
+/// Valid records can lie behind the end of the newest segment (a write whose
+/// first page was lost and whose later one reached the disk). Open zeroes
+/// the file from the end on, so the next append, which overwrites the end,
+/// never brings them back (found by afl: `fuzz/regressions/segment_log/`).
+#[test]
+fn records_behind_the_end_are_zeroed_on_open_so_an_append_never_revives_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (end_of_one, end_of_two);
+    {
+        let mut log = SegmentLog::open(dir.path(), LogPosition::ZERO, SEGMENT_BYTES).unwrap();
+        log.append(&entries(1, 1..=2)).unwrap();
+        end_of_one = log.current().end;
+        log.append(&entries(1, 3..=4)).unwrap();
+        end_of_two = log.current().end;
+        log.append(&entries(1, 5..=6)).unwrap();
+        log.sync().unwrap();
+    }
+    let path = seg_file(dir.path(), 1);
+    let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    // The second record's header never reached the disk; the third did.
+    file.write_all_at(&[0; RECORD_HEADER], end_of_one).unwrap();
+    let mut log = SegmentLog::open(dir.path(), LogPosition::ZERO, SEGMENT_BYTES).unwrap();
+    assert_eq!(log.last(), LogPosition::new(1, 2));
+    let mut behind = vec![1u8; (end_of_two - end_of_one) as usize + 64];
+    file.read_exact_at(&mut behind, end_of_one).unwrap();
+    assert!(behind.iter().all(|&b| b == 0), "zeroed behind the end");
+    assert!(allocated(&path) >= SEGMENT_BYTES, "and still allocated");
+    // An append of the same size ends where the third record began.
+    log.append(&entries(2, 3..=4)).unwrap();
+    assert_eq!(log.current().end, end_of_two);
+    log.sync().unwrap();
+    drop(log);
+    let log = SegmentLog::open(dir.path(), LogPosition::ZERO, SEGMENT_BYTES).unwrap();
+    let mut expected = entries(1, 1..=2);
+    expected.extend(entries(2, 3..=4));
+    assert_eq!(log.read_range(1, 9).unwrap(), expected);
+    assert_eq!(log.last(), LogPosition::new(2, 4));
+}
+
 /// A CRC mismatch in the newest segment is a torn tail (cut), in an older
 /// one (synced before the next began) corruption (refused).
 #[test]
