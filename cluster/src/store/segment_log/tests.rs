@@ -92,7 +92,11 @@ fn records_behind_the_end_are_zeroed_on_open_so_an_append_never_revives_them() {
         log.sync().unwrap();
     }
     let path = seg_file(dir.path(), 1);
-    let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
     // The second record's header never reached the disk; the third did.
     file.write_all_at(&[0; RECORD_HEADER], end_of_one).unwrap();
     let mut log = SegmentLog::open(dir.path(), LogPosition::ZERO, SEGMENT_BYTES).unwrap();
