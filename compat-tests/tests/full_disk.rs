@@ -246,6 +246,7 @@ async fn open(uri: &str) -> (Connection, Channel) {
 #[derive(Default)]
 struct Seen {
     confirmed: BTreeSet<u64>,
+    /// Ids below this were sent (each as its publish went out).
     published: u64,
     nacks: u64,
     error: Option<String>,
@@ -277,14 +278,18 @@ async fn publisher(
                 )
                 .await
             {
-                Ok(c) => pending.push((id, c)),
+                Ok(c) => {
+                    pending.push((id, c));
+                    // Sent: the broker may have written it, even if a
+                    // later publish of this round fails.
+                    seen.lock().expect("seen").published = id + 1;
+                }
                 Err(e) => {
                     seen.lock().expect("seen").error = Some(e.to_string());
                     return;
                 }
             }
         }
-        seen.lock().expect("seen").published = next + round;
         for (id, c) in pending {
             // A blocked connection waits here, as long as the test lets it.
             match timeout(Duration::from_secs(300), c).await {
