@@ -5,8 +5,24 @@ use crate::config::Config;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// The alarms are checked every this many master ticks (1 s).
+/// The alarms are checked every this many master ticks (1 s)...
 const GAUGE_TICKS: u32 = 20;
+/// ...and every this many (100 ms, RabbitMQ's fastest disk check) while an
+/// alarm is on or the disk's free space is within `NEAR` times its limit,
+/// so a fast writer cannot fill the last of the disk between two checks.
+const NEAR_TICKS: u32 = 2;
+/// How close to the disk limit counts as near (free < NEAR x limit).
+const NEAR: u64 = 4;
+
+/// Ticks until the next check, after one that found `free` bytes free on
+/// the data dir's filesystem (None: unknown) with the disk limit `limit`.
+fn next_check(free: Option<u64>, limit: u64, alarm: bool) -> u32 {
+    let near = free.is_some_and(|f| f < limit.saturating_mul(NEAR));
+    match alarm || near {
+        true => NEAR_TICKS - 1,
+        false => GAUGE_TICKS - 1,
+    }
+}
 
 /// The alarm state and when to look again.
 pub(super) struct Alarms {
@@ -48,9 +64,9 @@ impl Alarms {
             self.ticks_left -= 1;
             return None;
         }
-        self.ticks_left = GAUGE_TICKS - 1;
         let limit = crate::management::alarms::effective_limit(self.memory_limit);
-        let now = check(&self.config, &self.data_dir, limit);
+        let (now, free) = check(&self.config, &self.data_dir, limit);
+        self.ticks_left = next_check(free, self.config.disk_free_limit_bytes, now.is_some());
         if now == self.current {
             return None;
         }
@@ -63,19 +79,44 @@ impl Alarms {
     }
 }
 
-/// The active resource alarm, if any, with RabbitMQ's reason text.
-fn check(config: &Config, data_dir: &std::path::Path, memory_limit: u64) -> Option<String> {
+/// The active resource alarm, if any, with RabbitMQ's reason text, and the
+/// free bytes of the data dir's filesystem.
+fn check(
+    config: &Config,
+    data_dir: &std::path::Path,
+    memory_limit: u64,
+) -> (Option<String>, Option<u64>) {
     let rss = crate::metrics::resident_memory_bytes();
     let free = crate::metrics::disk_free_bytes(data_dir);
     let memory = rss > memory_limit;
     let disk = free.is_some_and(|f| f < config.disk_free_limit_bytes);
     // The Prometheus endpoint reports the decision made here.
     crate::metrics::set_alarm_state(memory_limit, memory, disk);
-    if memory {
+    let alarm = if memory {
         Some("low on memory".into())
     } else if disk {
         Some("low on disk".into())
     } else {
         None
+    };
+    (alarm, free)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_disk_is_checked_ten_times_a_second_near_its_limit_or_in_alarm() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(
+            next_check(Some(1000 * MIB), 50 * MIB, false),
+            GAUGE_TICKS - 1
+        );
+        assert_eq!(next_check(Some(199 * MIB), 50 * MIB, false), NEAR_TICKS - 1);
+        assert_eq!(next_check(Some(1000 * MIB), 50 * MIB, true), NEAR_TICKS - 1);
+        assert_eq!(next_check(None, 50 * MIB, false), GAUGE_TICKS - 1);
+        // A limit of 0 (the alarm off) is never near.
+        assert_eq!(next_check(Some(0), 0, false), GAUGE_TICKS - 1);
     }
 }
