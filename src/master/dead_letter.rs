@@ -300,11 +300,16 @@ impl Master {
     }
 
     /// Drop (dead-letter with `maxlen`) the oldest messages of a queue over its
-    /// length limit, for the default `drop-head` overflow.
+    /// length limit, for the default `drop-head` overflow (a stream: its
+    /// retention, `Master::stream_retention`).
     pub(super) fn enforce_length_limit(&mut self, vhost: &str, queue: &str) {
         let Some(q) = self.broker.queue(vhost, queue) else {
             return;
         };
+        if q.stream.is_some() {
+            // A stream's limit is its retention: whole segments go.
+            return self.stream_retention(vhost, queue);
+        }
         if q.args.overflow != Overflow::DropHead || !q.is_over_limit() {
             return;
         }

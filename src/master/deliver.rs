@@ -101,9 +101,6 @@ impl Master {
     /// [`Master::try_deliver`] without the bookkeeping: true when the queue
     /// still has messages for its consumers that wait for the stable index.
     pub(super) fn deliver_all(&mut self, vhost: &str, queue: &str) -> bool {
-        if self.is_stream(vhost, queue) {
-            return self.deliver_stream(vhost, queue);
-        }
         loop {
             self.expire_heads(vhost, queue);
             match self.deliver_round(vhost, queue) {
@@ -126,6 +123,13 @@ impl Master {
         let Some(q) = self.broker.queue_mut(vhost, queue) else {
             return Round::Done;
         };
+        if q.stream.is_some() {
+            // Each stream consumer reads from its own offset.
+            return match self.deliver_stream(vhost, queue) {
+                true => Round::Stalled,
+                false => Round::Done,
+            };
+        }
         let (stable, now_ms) = (self.gate.stable(), self.now_ms);
         // Auto-acked ids matter only to a logged queue's log: others collect
         // none (an id list per delivery round was an allocation per message).

@@ -270,7 +270,6 @@ impl Master {
         };
         let applied = self.emit(ev, logged);
         for q in applied.filled {
-            self.stream_retention(vhost, &q);
             self.enforce_length_limit(vhost, &q);
             self.try_deliver(vhost, &q);
             // A TTL of 0 means: deliver now or never. Only such a message
