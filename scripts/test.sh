@@ -131,6 +131,21 @@ if ! command -v javac >/dev/null 2>&1 || [[ ! -f $JARS/amqp-client.jar || ! -f $
         echo "warning: the Java client could not be installed; the client-recovery test will fail" >&2
 fi
 
+# The stream protocol's npm client (compat-tests/tests/stream_protocol.rs),
+# installed from its lock file when the lock changed since the last install.
+JS_STREAM="$ROOT/compat-tests/js/stream"
+JS_STAMP="$JS_STREAM/node_modules/.lock.sha256"
+JS_WANT="$(sha256sum "$JS_STREAM/package-lock.json" | cut -d' ' -f1)"
+if [[ ! -f "$JS_STAMP" || "$(cat "$JS_STAMP")" != "$JS_WANT" ]]; then
+    if command -v npm >/dev/null 2>&1; then
+        log "installing rabbitmq-stream-js-client into $JS_STREAM/node_modules"
+        (cd "$JS_STREAM" && npm ci --silent --no-audit --no-fund) && echo "$JS_WANT" >"$JS_STAMP" ||
+            echo "warning: npm ci failed; the stream js client test will fail" >&2
+    else
+        echo "warning: no npm; the stream js client test will fail" >&2
+    fi
+fi
+
 # --- 3. Test -----------------------------------------------------------------
 export STABLEMQ_BIN="$BIN"
 export STABLEMQ_PYTHON="$VENV/bin/python"

@@ -35,12 +35,19 @@ pub enum Command {
     Shovel(crate::shovel::ShovelArgs),
 }
 
+/// RabbitMQ's stream protocol port.
+const DEFAULT_STREAM_PORT: u16 = 5552;
+
 /// Flags of `stablemq serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// AMQP port; 0 turns plain AMQP off (AMQPS only).
     #[arg(long, default_value_t = 5672)]
     pub amqp_port: u16,
+    /// Port of the RabbitMQ stream protocol (docs/streams.md), 0 turns it
+    /// off [default: 5552, skipped with a warning when it is taken].
+    #[arg(long)]
+    pub stream_port: Option<u16>,
     /// TLS for clients: these flags set (or override) the config's `[tls]`
     /// section; see docs/tls.md.
     #[command(flatten)]
@@ -224,6 +231,8 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
         },
         amqp_ips: ips,
         amqp_port: args.amqp_port,
+        stream_port: args.stream_port.unwrap_or(DEFAULT_STREAM_PORT),
+        stream_port_optional: args.stream_port.is_none(),
         ipv6_optional,
         data_dir,
         config,

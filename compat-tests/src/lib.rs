@@ -91,6 +91,8 @@ pub struct Broker {
     pub prometheus_port: u16,
     /// Port of the management HTTP API.
     pub management_port: u16,
+    /// Port of the stream protocol listener.
+    pub stream_port: u16,
     data_dir: tempfile::TempDir,
     opts: BrokerOptions,
 }
@@ -111,6 +113,7 @@ impl Broker {
             amqp_port: free_port(),
             prometheus_port: free_port(),
             management_port: free_port(),
+            stream_port: free_port(),
             data_dir,
             opts,
         };
@@ -184,6 +187,8 @@ impl Broker {
             .arg(self.prometheus_port.to_string())
             .arg("--management-port")
             .arg(self.management_port.to_string())
+            .arg("--stream-port")
+            .arg(self.stream_port.to_string())
             .arg("--data-dir")
             .arg(self.data_dir.path().join("data"));
         if let Some(toml) = &self.opts.config_toml {

@@ -19,7 +19,8 @@
 //! - I/O: no sockets, no async runtime, no clock.
 //!
 //! The [`stream`] module is the RabbitMQ stream protocol's codec (port 5552),
-//! separate from AMQP 0-9-1.
+//! separate from AMQP 0-9-1; [`amqp10`] maps the AMQP 1.0 messages its records
+//! hold to and from 0-9-1 messages.
 //!
 //! Method arguments and properties are amq-protocol's spec-generated types,
 //! re-exported here so the broker depends on one crate.
@@ -46,6 +47,7 @@
 pub use amq_protocol::protocol::{self as methods, AMQPClass, BasicProperties};
 pub use amq_protocol::types::{self, AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 
+pub mod amqp10;
 mod content;
 mod error;
 mod frame;

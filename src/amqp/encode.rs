@@ -101,7 +101,9 @@ impl Encoder {
                 encode_content(ch, &m, &properties, &body, frame_max, out);
             }
             // Handled by the connection state machine before encoding.
+            // Only stream connections ask for tracking.
             ToConn::Opened
+            | ToConn::Tracked { .. }
             | ToConn::CloseChannel(..)
             | ToConn::CloseConnection(_)
             | ToConn::Alarm(_) => {}

@@ -17,6 +17,7 @@ pub mod queue_args;
 pub mod routing;
 pub mod state;
 pub mod stream;
+pub mod stream_record;
 
 use crate::fastmap::{FastMap, FastSet};
 use event::{Binding, Destination, Event, ExchangeSpec};
@@ -323,6 +324,17 @@ impl Broker {
             } => {
                 if let Some(s) = self.queue_mut(vhost, queue).and_then(|q| q.stream.as_mut()) {
                     s.truncate_to(*first_offset);
+                }
+            }
+            Event::StreamTracked {
+                vhost,
+                queue,
+                kind,
+                reference,
+                value,
+            } => {
+                if let Some(s) = self.queue_mut(vhost, queue).and_then(|q| q.stream.as_mut()) {
+                    s.track(*kind, reference, *value);
                 }
             }
         }

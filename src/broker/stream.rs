@@ -15,9 +15,10 @@
 //! durable queue's messages); segments are counted here, not files, and
 //! consumers read from this log rather than from segment files.
 
+use super::event::Tracking;
 use super::message::QueuedMessage;
 use stablemq_protocol::AMQPValue;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// RabbitMQ's default `x-stream-max-segment-size-bytes` (500 MB).
 pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 500_000_000;
@@ -46,12 +47,32 @@ pub struct StreamLog {
     bytes: u64,
     /// The entries' segments, oldest first; the last one is open.
     segments: VecDeque<Segment>,
+    /// Stored consumer offsets and publisher sequences, by reference.
+    tracking: HashMap<(Tracking, String), u64>,
 }
 
 impl StreamLog {
     /// An empty stream.
     pub fn new() -> StreamLog {
         StreamLog::default()
+    }
+
+    /// Store a consumer offset or a publisher's last publishing id (a
+    /// sequence only grows: a late, lower one changes nothing).
+    pub fn track(&mut self, kind: Tracking, reference: &str, value: u64) {
+        let slot = self
+            .tracking
+            .entry((kind, reference.to_owned()))
+            .or_insert(value);
+        *slot = match kind {
+            Tracking::Offset => value,
+            Tracking::Sequence => (*slot).max(value),
+        };
+    }
+
+    /// A stored consumer offset or publisher sequence.
+    pub fn tracked(&self, kind: Tracking, reference: &str) -> Option<u64> {
+        self.tracking.get(&(kind, reference.to_owned())).copied()
     }
 
     /// Offset of the oldest entry kept (of the next one when empty).

@@ -68,6 +68,17 @@ pub enum Input {
         /// Assembled body.
         body: Bytes,
     },
+    /// The stream protocol's server-side tracking, on a channel of a stream
+    /// connection: store an offset or a publisher sequence (no answer), or
+    /// query one (answered with `ToConn::Tracked` once stable, I1).
+    StreamTrack {
+        /// Connection.
+        conn: ConnId,
+        /// Channel number.
+        ch: u16,
+        /// What to do.
+        op: TrackOp,
+    },
     /// The connection layer refused something on a channel (e.g. an oversized
     /// message); the master closes that channel.
     ChannelError {
@@ -105,6 +116,31 @@ pub enum Input {
         op: super::admin::AdminOp,
         /// Where the answer goes.
         reply: super::admin::AdminReply,
+    },
+}
+
+/// A stream tracking request ([`Input::StreamTrack`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrackOp {
+    /// Store `value` for `reference` on `stream`.
+    Store {
+        /// The stream.
+        stream: String,
+        /// Offset or sequence.
+        kind: crate::broker::event::Tracking,
+        /// The consumer's or publisher's reference.
+        reference: String,
+        /// The value.
+        value: u64,
+    },
+    /// What is stored for `reference` on `stream`.
+    Query {
+        /// The stream.
+        stream: String,
+        /// Offset or sequence.
+        kind: crate::broker::event::Tracking,
+        /// The reference.
+        reference: String,
     },
 }
 
@@ -258,6 +294,14 @@ pub enum ToConn {
         /// Body.
         body: Bytes,
     },
+    /// The answer to a `TrackOp::Query`: the stream's stored value
+    /// (`Err(())`: no such stream).
+    Tracked {
+        /// Channel.
+        ch: u16,
+        /// The value, if one is stored.
+        value: Result<Option<u64>, ()>,
+    },
     /// The master closed this channel (its state is already gone): send channel.close.
     CloseChannel(u16, AmqpError),
     /// The master closed the connection: send connection.close.
@@ -276,6 +320,7 @@ impl ToConn {
             | ToConn::Deliver { ch, .. }
             | ToConn::GetOk { ch, .. }
             | ToConn::Return { ch, .. }
+            | ToConn::Tracked { ch, .. }
             | ToConn::CloseChannel(ch, _) => Some(*ch),
             ToConn::Opened | ToConn::CloseConnection(_) | ToConn::Alarm(_) => None,
         }

@@ -184,6 +184,7 @@ impl Master {
                 let (conn, ch) = match &other {
                     Input::ChannelClose { conn, ch }
                     | Input::Method { conn, ch, .. }
+                    | Input::StreamTrack { conn, ch, .. }
                     | Input::Publish { conn, ch, .. } => (*conn, *ch),
                     _ => return,
                 };
@@ -222,6 +223,10 @@ impl Master {
                 body,
                 ..
             } => self.publish(conn, ch, publish, properties, body),
+            Input::StreamTrack { op, .. } => {
+                self.stream_track(conn, ch, op);
+                Ok(())
+            }
             _ => Ok(()),
         };
         if let Err(e) = result {

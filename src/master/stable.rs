@@ -30,6 +30,8 @@ pub(super) enum Completion {
     /// A method that arrived while earlier replies of its channel were waiting;
     /// it runs once they are sent, so replies keep their order.
     Rerun(Input),
+    /// The answer to a stream tracking query.
+    Tracked(Result<Option<u64>, ()>),
 }
 
 #[derive(Debug)]
@@ -223,6 +225,18 @@ impl Master {
         }
     }
 
+    /// Answer a stream tracking query once everything appended so far is
+    /// stable (the value may come from an event not stable yet, I1).
+    pub(super) fn reply_tracked(&mut self, conn: ConnId, ch: u16, value: Result<Option<u64>, ()>) {
+        if self.gate.settled() {
+            self.send(conn, ToConn::Tracked { ch, value });
+        } else if let Some(chan) = self.sessions.channel_mut(conn, ch) {
+            chan.pending_replies += 1;
+            let index = self.gate.last_appended();
+            self.push_waiting(index, conn, ch, Completion::Tracked(value));
+        }
+    }
+
     /// Send a publisher confirm once everything appended so far is stable (I5: confirms
     /// of one channel are queued, and so sent, in tag order).
     pub(super) fn confirm(&mut self, conn: ConnId, ch: u16, tag: u64, ack: bool) {
@@ -302,6 +316,12 @@ impl Master {
                     self.send(w.conn, ToConn::Method(w.ch, m));
                 }
                 Completion::Rerun(input) => self.rerun(w.conn, w.ch, input),
+                Completion::Tracked(value) => {
+                    if let Some(chan) = self.sessions.channel_mut(w.conn, w.ch) {
+                        chan.pending_replies -= 1;
+                    }
+                    self.send(w.conn, ToConn::Tracked { ch: w.ch, value });
+                }
             }
         }
         self.release_admin();

@@ -9,11 +9,12 @@
 //! stable index passes it. The entries themselves are `broker::stream`.
 
 use super::Master;
-use super::inout::{ConnId, ToConn};
+use super::inout::{ConnId, ToConn, TrackOp};
 use super::session::Unacked;
 use crate::broker::event::Event;
 use crate::broker::message::Message;
-use crate::broker::stream::{REFUSED_ARGS, parse_start};
+use crate::broker::stream::{REFUSED_ARGS, StartAt, parse_start};
+use crate::broker::stream_record::{OFFSET_MS_ARG, RECORDS_ARG, for_amqp091};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
 use std::sync::Arc;
@@ -77,8 +78,14 @@ impl Master {
                 "consumer prefetch count is not set for 'queue '{queue}' in vhost '{vhost}''"
             )));
         }
-        let at = parse_start(arguments.inner().get("x-stream-offset"), self.now_ms)
-            .map_err(|why| AmqpError::precondition(format!("invalid x-stream-offset: {why}")))?;
+        let at = match arguments.inner().get(OFFSET_MS_ARG) {
+            Some(AMQPValue::LongLongInt(ms)) => {
+                StartAt::TimestampMs(u64::try_from(*ms).unwrap_or(0))
+            }
+            _ => parse_start(arguments.inner().get("x-stream-offset"), self.now_ms).map_err(
+                |why| AmqpError::precondition(format!("invalid x-stream-offset: {why}")),
+            )?,
+        };
         let start = self
             .broker
             .queue(vhost, queue)
@@ -138,6 +145,8 @@ impl Master {
                 }
                 c.stream_offset = Some(offset + 1);
                 c.unacked += 1;
+                // The stream protocol's consumers get records as stored.
+                let raw = c.arguments.inner().contains_key(RECORDS_ARG);
                 let tag = chan.next_delivery_tag;
                 chan.next_delivery_tag += 1;
                 chan.unacked.insert(
@@ -158,7 +167,11 @@ impl Master {
                         consumer_tag: ck.tag.clone(),
                         delivery_tag: tag,
                         redelivered: false,
-                        msg: with_offset(&entry.msg, offset),
+                        msg: if raw {
+                            with_offset(&entry.msg, offset)
+                        } else {
+                            with_offset(&for_amqp091(&entry.msg), offset)
+                        },
                     },
                 );
             }
@@ -192,6 +205,50 @@ impl Master {
             },
             true,
         );
+    }
+
+    /// The stream protocol's tracking: a store is logged (a definition in
+    /// the state, so it survives a restart and a failover); a query is
+    /// answered from the state once stable. A stream that does not exist
+    /// stores nothing and answers `Err`.
+    pub(super) fn stream_track(&mut self, conn: ConnId, ch: u16, op: TrackOp) {
+        let Some(vhost) = self.sessions.conns.get(&conn).map(|s| s.vhost.to_string()) else {
+            return;
+        };
+        match op {
+            TrackOp::Store {
+                stream,
+                kind,
+                reference,
+                value,
+            } => {
+                if self.is_stream(&vhost, &stream) {
+                    self.emit(
+                        Event::StreamTracked {
+                            vhost,
+                            queue: stream,
+                            kind,
+                            reference,
+                            value,
+                        },
+                        true,
+                    );
+                }
+            }
+            TrackOp::Query {
+                stream,
+                kind,
+                reference,
+            } => {
+                let value = self
+                    .broker
+                    .queue(&vhost, &stream)
+                    .and_then(|q| q.stream.as_ref())
+                    .map(|s| s.tracked(kind, &reference))
+                    .ok_or(());
+                self.reply_tracked(conn, ch, value);
+            }
+        }
     }
 
     /// Whether `queue` is a stream.

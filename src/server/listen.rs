@@ -1,4 +1,4 @@
-//! Binding the AMQP and AMQPS listeners, and their accept loops.
+//! Binding the AMQP, AMQPS and stream protocol listeners, and their accept loops.
 //!
 //! By default StableMQ listens on every IPv4 and IPv6 address, as RabbitMQ does, so
 //! clients that dial `localhost` as `::1` reach it too. IPv6 sockets are v6-only so
@@ -59,8 +59,19 @@ pub(super) struct Accepted {
     pub(super) sock: TcpStream,
     /// The client's address.
     pub(super) peer: SocketAddr,
-    /// The TLS to handshake with first: it came to the AMQPS port.
-    pub(super) tls: Option<Arc<ServerTls>>,
+    /// Which listener it came to.
+    pub(super) front: Front,
+}
+
+/// What a listener speaks.
+#[derive(Clone)]
+pub(super) enum Front {
+    /// AMQP 0-9-1.
+    Amqp,
+    /// AMQP 0-9-1 after a TLS handshake with this configuration.
+    Amqps(Arc<ServerTls>),
+    /// The RabbitMQ stream protocol.
+    Stream,
 }
 
 /// Bind the AMQP port (unless it is 0) and the AMQPS port (when `[tls]` is
@@ -75,38 +86,50 @@ pub(super) fn start_acceptors(
     };
     let mut listeners = Vec::new();
     if opts.amqp_port != 0 {
-        listeners.extend(bind(opts.amqp_port)?.into_iter().map(|l| (l, None)));
+        listeners.extend(bind(opts.amqp_port)?.into_iter().map(|l| (l, Front::Amqp)));
     }
     let tls = crate::tls::installed();
     if let (Some(section), Some(tls)) = (&opts.config.tls, &tls) {
         let bound = bind(section.amqps_port)?;
-        listeners.extend(bound.into_iter().map(|l| (l, Some(tls.clone()))));
+        listeners.extend(bound.into_iter().map(|l| (l, Front::Amqps(tls.clone()))));
     }
     if listeners.is_empty() {
         return Err(ServeError::Other(
             "no AMQP listener could be bound (--amqp-port 0 needs [tls])".into(),
         ));
     }
+    if opts.stream_port != 0 {
+        match bind(opts.stream_port) {
+            Ok(bound) => listeners.extend(bound.into_iter().map(|l| (l, Front::Stream))),
+            // The default port is a convenience: a second node on the same
+            // host (or a test) runs without it rather than not at all.
+            Err(e) if opts.stream_port_optional => {
+                tracing::warn!("stream protocol off: {e}; give --stream-port to choose a port")
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let (tx, rx) = mpsc::channel::<Accepted>(64);
     let mut acceptors = Vec::new();
-    for (l, tls) in listeners {
+    for (l, front) in listeners {
         if let Ok(a) = l.local_addr() {
-            match tls {
-                None => tracing::info!("AMQP listening on {a}"),
-                Some(_) => tracing::info!("AMQPS listening on {a}"),
+            match front {
+                Front::Amqp => tracing::info!("AMQP listening on {a}"),
+                Front::Amqps(_) => tracing::info!("AMQPS listening on {a}"),
+                Front::Stream => tracing::info!("stream protocol listening on {a}"),
             }
         }
-        acceptors.push(tokio::spawn(accept_loop(l, tls, tx.clone())));
+        acceptors.push(tokio::spawn(accept_loop(l, front, tx.clone())));
     }
     Ok((acceptors, rx))
 }
 
-async fn accept_loop(l: TcpListener, tls: Option<Arc<ServerTls>>, tx: mpsc::Sender<Accepted>) {
+async fn accept_loop(l: TcpListener, front: Front, tx: mpsc::Sender<Accepted>) {
     loop {
         match l.accept().await {
             Ok((sock, peer)) => {
-                let tls = tls.clone();
-                if tx.send(Accepted { sock, peer, tls }).await.is_err() {
+                let front = front.clone();
+                if tx.send(Accepted { sock, peer, front }).await.is_err() {
                     return;
                 }
             }

@@ -13,6 +13,7 @@ mod replica;
 mod route;
 mod slots;
 mod socket;
+mod stream;
 
 use crate::config::Config;
 use crate::management::{Listener, NodeStatusSource, Peer};
@@ -37,6 +38,11 @@ pub struct ServeOptions {
     pub amqp_ips: Vec<std::net::IpAddr>,
     /// AMQP port; 0 = no plain AMQP listener (AMQPS only).
     pub amqp_port: u16,
+    /// Stream protocol port; 0 = no stream listener.
+    pub stream_port: u16,
+    /// The stream port was not asked for: if it is taken, the node runs
+    /// without it (a warning), rather than failing.
+    pub stream_port_optional: bool,
     /// IPv6 addresses may be skipped when the host has no IPv6 (the default binds).
     pub ipv6_optional: bool,
     /// Address for Prometheus `/metrics` (None = off).
@@ -513,12 +519,13 @@ async fn run_broker(
         .map_err(|e| ServeError::Other(format!("signal handler: {e}")))?;
     loop {
         tokio::select! {
-            Some(listen::Accepted { sock, peer, tls }) = accepted_rx.recv() => {
+            Some(listen::Accepted { sock, peer, front }) = accepted_rx.recv() => {
                 let _ = sock.set_nodelay(true);
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
-                match tls {
-                    None => conns.spawn(route_client(ctx.clone(), id, ClientSocket::plain(sock, peer))),
-                    Some(tls) => conns.spawn(amqps::serve_client(tls, ctx.clone(), id, sock, peer)),
+                match front {
+                    listen::Front::Amqp => conns.spawn(route_client(ctx.clone(), id, ClientSocket::plain(sock, peer))),
+                    listen::Front::Amqps(tls) => conns.spawn(amqps::serve_client(tls, ctx.clone(), id, sock, peer)),
+                    listen::Front::Stream => conns.spawn(stream::serve_client(ctx.clone(), id, sock, peer)),
                 };
             }
             _ = sighup.recv() => reload_tls(),

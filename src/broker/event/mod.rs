@@ -353,6 +353,31 @@ pub enum Event {
         /// Message ids of the entries removed, for the stores' state.
         msg_ids: Vec<u64>,
     },
+    /// The stream protocol's server-side tracking: a consumer's stored
+    /// offset, or a publisher's last publishing id (deduplication), by
+    /// reference. Kept in the state as a definition.
+    StreamTracked {
+        /// Vhost.
+        vhost: String,
+        /// Stream (queue) name.
+        queue: String,
+        /// Which kind of tracking.
+        kind: Tracking,
+        /// The consumer's or publisher's reference.
+        reference: String,
+        /// The offset or publishing id.
+        value: u64,
+    },
+}
+
+/// What a stream tracks by reference (the stream protocol's store offset
+/// and publisher sequence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Tracking {
+    /// A consumer's stored offset.
+    Offset,
+    /// A publisher's last publishing id.
+    Sequence,
 }
 
 /// An event could not be read back from the log.

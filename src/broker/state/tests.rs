@@ -3,7 +3,7 @@
 //! log suffix gives the same broker as applying the whole log (I4).
 
 use super::*;
-use crate::broker::event::{Binding, Destination, ExchangeKind, ExchangeSpec, QueueSpec};
+use crate::broker::event::{Binding, Destination, ExchangeKind, ExchangeSpec, QueueSpec, Tracking};
 use proptest::prelude::*;
 use stablemq_cluster::store::Materializer;
 use stablemq_cluster::{EventStore, MemoryStore};
@@ -43,6 +43,9 @@ enum Gen {
     DeclareStream(usize, u8),
     /// Retention: cut the stream this many entries past its first offset.
     Truncate(usize, u8),
+    /// The stream protocol's tracking: offset (true) or sequence, of one of
+    /// two references, with this value.
+    Track(usize, bool, bool, u8),
 }
 
 fn gen_event() -> impl Strategy<Value = Gen> {
@@ -60,6 +63,8 @@ fn gen_event() -> impl Strategy<Value = Gen> {
         1 => (v.clone(), x.clone(), x.clone(), any::<bool>()).prop_map(|(a, b, c, d)| Gen::BindExchange(a, b, c, d)),
         1 => (v.clone(), 1..40u8).prop_map(|(a, b)| Gen::DeclareStream(a, b)),
         1 => (v.clone(), 0..6u8).prop_map(|(a, b)| Gen::Truncate(a, b)),
+        1 => (v.clone(), any::<bool>(), any::<bool>(), any::<u8>())
+            .prop_map(|(a, b, c, d)| Gen::Track(a, b, c, d)),
         8 => (v.clone(), proptest::collection::vec(0..QUEUES.len() + 1, 0..3), proptest::option::of(1..500u16),
               proptest::option::of(0..9u8), any::<u8>())
             .prop_map(|(a, b, c, d, e)| Gen::Publish(a, b, c, d, e)),
@@ -210,6 +215,17 @@ fn to_events(gens: &[Gen]) -> Vec<Event> {
                     msg_ids: s.ids_below(first_offset),
                 }
             }
+            Gen::Track(v, offset, first, value) => Event::StreamTracked {
+                vhost: vh(*v),
+                queue: STREAM.into(),
+                kind: if *offset {
+                    Tracking::Offset
+                } else {
+                    Tracking::Sequence
+                },
+                reference: if *first { "r1" } else { "r2" }.into(),
+                value: u64::from(*value),
+            },
         };
         seen.apply(&ev, 0);
         out.push(ev);
@@ -235,6 +251,11 @@ fn summary(b: &Broker) -> String {
                     s.first_offset(),
                     s.next_offset()
                 );
+                for kind in [Tracking::Offset, Tracking::Sequence] {
+                    for r in ["r1", "r2"] {
+                        out += &format!("    {kind:?} {r} {:?}\n", s.tracked(kind, r));
+                    }
+                }
                 for off in s.first_offset()..s.next_offset() {
                     let m = s.get(off).expect("an entry at every kept offset");
                     out += &format!(

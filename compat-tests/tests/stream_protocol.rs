@@ -1,0 +1,180 @@
+//! The RabbitMQ stream protocol on the stream port (`--stream-port`), driven
+//! by the third-party client rstream: the cases of
+//! `compat-tests/python/stream/stream_protocol.py`, each recorded against
+//! RabbitMQ 3.10.8 with its stream plugin, and what a SIGKILL restart must
+//! keep (entries at their offsets, stored consumer offsets, publisher
+//! sequences).
+
+use compat_tests::Broker;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn python() -> PathBuf {
+    match std::env::var_os("STABLEMQ_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => panic!(
+            "STABLEMQ_PYTHON is not set: run with scripts/test.sh, which creates .venv \
+             with rstream and sets it"
+        ),
+    }
+}
+
+/// Run `python args...` to its end (at most `limit`); its stdout, and
+/// whether it exited 0.
+fn run(args: &[&str], limit: Duration) -> (bool, String) {
+    let mut child = Command::new(python())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python");
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for python") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("python {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().expect("python's output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (status.success(), stdout)
+}
+
+/// Every case of the rstream script gets RabbitMQ 3.10's answer: create and
+/// delete, confirms, first / offset / next / last, stored offsets,
+/// deduplication, raw and AMQP 1.0 bodies, both protocols on one stream,
+/// metadata, bad input (with a bystander consumer that must keep working)
+/// and a wrong password.
+#[test]
+fn rstream_gets_the_answers_rabbitmq_3_10_gives() {
+    let broker = Broker::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/stream_protocol.py");
+    let (ok, out) = run(
+        &[
+            script.to_str().expect("utf-8 path"),
+            &broker.stream_port.to_string(),
+            &broker.amqp_port.to_string(),
+        ],
+        Duration::from_secs(240),
+    );
+    assert!(ok, "a case differs from RabbitMQ 3.10:\n{out}");
+    assert!(
+        out.lines().filter(|l| l.starts_with("ok ")).count() >= 40,
+        "{out}"
+    );
+}
+
+/// What one phase of the restart test does, with rstream.
+const PHASES: &str = r#"
+import asyncio, sys
+from rstream import Producer, Consumer, ConsumerOffsetSpecification, OffsetType
+from rstream.client import Client
+PORT, PHASE = int(sys.argv[1]), sys.argv[2]
+S = "restarted"
+async def write():
+    async with Producer("127.0.0.1", port=PORT, username="guest", password="guest") as p:
+        await p.create_stream(S)
+    async with Producer("127.0.0.1", port=PORT, username="guest", password="guest") as p:
+        for i in range(1, 51):
+            await p.send_wait(S, f"e{i}".encode(), publisher_name="p1")
+    async with Consumer("127.0.0.1", port=PORT, username="guest", password="guest") as c:
+        await c.start()
+        await c.store_offset(S, "c1", 20)
+        for _ in range(100):
+            try:
+                if await c.query_offset(S, "c1") == 20:
+                    break
+            except Exception:
+                pass
+            await asyncio.sleep(0.05)
+    print("written")
+async def check():
+    got = []
+    done = asyncio.Event()
+    async with Consumer("127.0.0.1", port=PORT, username="guest", password="guest") as c:
+        await c.start()
+        print("offset", await c.query_offset(S, "c1"))
+        async def cb(msg, ctx):
+            got.append((ctx.offset, msg))
+            if len(got) == 50:
+                done.set()
+        await c.subscribe(S, cb, offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None))
+        await asyncio.wait_for(done.wait(), 10)
+    print("entries", all(got[i] == (i, f"e{i+1}".encode()) for i in range(50)), len(got))
+    client = Client("127.0.0.1", PORT, frame_max=1048576, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", username="guest", password="guest")
+    print("sequence", await client.query_publisher_sequence(S, "p1"))
+    await client.close()
+asyncio.run(asyncio.wait_for(write() if PHASE == "write" else check(), 60))
+"#;
+
+/// After a SIGKILL, a restarted node has every confirmed entry at its
+/// offset, the consumer offset stored before the kill, and the publisher's
+/// sequence (so a producer that resends is deduplicated).
+#[test]
+fn entries_stored_offsets_and_sequences_survive_a_kill_9_restart() {
+    let mut broker = Broker::start();
+    let port = broker.stream_port.to_string();
+    let (ok, out) = run(&["-c", PHASES, &port, "write"], Duration::from_secs(90));
+    assert!(ok && out.contains("written"), "{out}");
+    broker.kill9();
+    broker.start_again();
+    let (ok, out) = run(&["-c", PHASES, &port, "check"], Duration::from_secs(90));
+    assert!(ok, "{out}");
+    assert!(out.contains("offset 20"), "stored offset lost:\n{out}");
+    assert!(out.contains("entries True 50"), "entries changed:\n{out}");
+    assert!(
+        out.contains("sequence 50"),
+        "publisher sequence lost:\n{out}"
+    );
+}
+
+/// The npm client rabbitmq-stream-js-client (installed by scripts/test.sh
+/// into compat-tests/js/stream) publishes 100 with confirms and reads them
+/// back from `first`, unpatched: it asks for the server's command versions,
+/// which StableMQ answers (RabbitMQ 3.10 does not, and this client then dies;
+/// the script patches that out only for 3.10).
+#[test]
+fn the_js_stream_client_publishes_and_consumes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/stream");
+    assert!(
+        dir.join("node_modules/rabbitmq-stream-js-client").is_dir(),
+        "rabbitmq-stream-js-client is not installed in {}: run scripts/test.sh, which runs npm ci there",
+        dir.display()
+    );
+    let broker = Broker::start();
+    let mut child = Command::new("node")
+        .current_dir(&dir)
+        .arg("smoke.js")
+        .arg(broker.stream_port.to_string())
+        .arg("--exchange-command-versions")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start node");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("wait for node").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("node smoke.js did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().expect("node's output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        4,
+        "{stdout}"
+    );
+}

@@ -1,0 +1,94 @@
+//! Stream records across the two protocols.
+//!
+//! A message published over the stream protocol is stored as the client
+//! sent it (an AMQP 1.0 message for RabbitMQ's clients, or any bytes): its
+//! body is the record, and its properties carry [`RECORD_HEADER`]. A
+//! stream-protocol reader gets the record back byte for byte; an AMQP 0-9-1
+//! reader gets it as a 0-9-1 message ([`for_amqp091`]). A message published
+//! over AMQP 0-9-1 goes to a stream-protocol reader as a record
+//! ([`record_of`]).
+//!
+//! What it is not: the AMQP 1.0 codec (`stablemq_protocol`), or the
+//! stream's storage (`broker::stream`).
+
+use super::message::Message;
+use bytes::{Bytes, BytesMut};
+use stablemq_protocol::{BasicProperties, amqp10};
+use std::sync::Arc;
+
+/// The header that marks a message as a stream-protocol record.
+pub const RECORD_HEADER: &str = "x-stream-record";
+
+/// The header a stream delivery carries its offset in.
+pub const OFFSET_HEADER: &str = "x-stream-offset";
+
+/// basic.consume argument of the stream-protocol driver's consumers: they
+/// get records as stored, not converted for AMQP 0-9-1.
+pub const RECORDS_ARG: &str = "x-stream-records";
+
+/// basic.consume argument: start at the first entry at or after this time,
+/// in ms since the epoch (the stream protocol's timestamp offset; AMQP's
+/// timestamp type counts seconds).
+pub const OFFSET_MS_ARG: &str = "x-stream-offset-ms";
+
+/// Whether `msg` is a record published over the stream protocol.
+pub fn is_record(msg: &Message) -> bool {
+    msg.properties
+        .headers()
+        .as_ref()
+        .is_some_and(|h| h.inner().contains_key(RECORD_HEADER))
+}
+
+/// The record a stream-protocol reader gets for `msg`: a stream record as
+/// stored; a 0-9-1 message as the AMQP 1.0 record RabbitMQ 3.10 makes of it
+/// (without the `x-stream-offset` header a delivery carries).
+pub fn record_of(msg: &Message) -> Bytes {
+    if is_record(msg) {
+        return msg.body.clone();
+    }
+    let mut properties = (*msg.properties).clone();
+    if let Some(h) = properties.headers().as_ref()
+        && h.inner().contains_key(OFFSET_HEADER)
+    {
+        let mut rest = stablemq_protocol::FieldTable::default();
+        for (k, v) in h
+            .inner()
+            .iter()
+            .filter(|(k, _)| k.as_str() != OFFSET_HEADER)
+        {
+            rest.insert(k.clone(), v.clone());
+        }
+        properties = properties.with_headers(rest);
+    }
+    let mut out = BytesMut::with_capacity(msg.body.len() + 128);
+    amqp10::from_amqp091(
+        &properties,
+        &msg.body,
+        &msg.exchange,
+        &msg.routing_key,
+        &mut out,
+    );
+    out.freeze()
+}
+
+/// `msg` as an AMQP 0-9-1 reader gets it: a stream record that is an AMQP
+/// 1.0 message mapped as RabbitMQ 3.10 maps it; any other record as its
+/// bytes, with no properties.
+pub fn for_amqp091(msg: &Message) -> Message {
+    if !is_record(msg) {
+        return msg.clone();
+    }
+    match amqp10::to_amqp091(&msg.body) {
+        Ok(m) => Message {
+            properties: Arc::new(m.properties),
+            body: m.body,
+            exchange: m.exchange.unwrap_or_default(),
+            routing_key: m.routing_key.unwrap_or_else(|| msg.routing_key.clone()),
+            ..msg.clone()
+        },
+        Err(_) => Message {
+            properties: Arc::new(BasicProperties::default()),
+            ..msg.clone()
+        },
+    }
+}

@@ -1,0 +1,415 @@
+//! Requests the master answers on the control channel, one at a time:
+//! create and delete stream (a passive declare first, for the stream
+//! protocol's codes), declare publisher, metadata, and the tracking queries.
+
+use super::*;
+
+/// A request being answered on the control channel.
+#[derive(Debug)]
+pub(super) struct ControlOp {
+    pub(super) correlation_id: u32,
+    pub(super) kind: OpKind,
+}
+
+#[derive(Debug)]
+pub(super) enum OpKind {
+    /// Passive declare first (exists: 0x05), then the declare.
+    Create {
+        stream: String,
+        arguments: FieldTable,
+        probed: bool,
+    },
+    /// Passive declare first (queue.delete of a missing queue is ok in
+    /// AMQP; the stream protocol answers 0x02), then the delete.
+    Delete { stream: String, probed: bool },
+    /// The stream must exist; with a reference, its last publishing id is
+    /// fetched next (deduplication).
+    DeclarePublisher {
+        stream: String,
+        publisher_id: u8,
+        reference: Option<String>,
+        probed: bool,
+    },
+    /// A stored offset or sequence.
+    Query {
+        stream: String,
+        kind: Tracking,
+        reference: String,
+    },
+    /// Each stream in turn, by passive declare.
+    Metadata {
+        todo: VecDeque<String>,
+        done: Vec<StreamMetadata>,
+    },
+}
+
+/// How the master answered the current control request.
+pub(super) enum Outcome<'a> {
+    /// declare-ok, delete-ok.
+    Done,
+    /// The channel was closed with this error.
+    Refused(&'a AmqpError),
+    /// A tracking query's answer (`Err`: no such stream).
+    Tracked(Result<Option<u64>, ()>),
+}
+
+impl Bridge {
+    pub(super) fn on_request(
+        &mut self,
+        correlation_id: u32,
+        request: Request,
+        master: &mut Vec<Input>,
+        conn: &mut Vec<sc::Input>,
+    ) {
+        let reply = |reply| sc::Input::Reply {
+            correlation_id,
+            reply,
+        };
+        let kind = match request {
+            Request::CreateStream { stream, arguments } => match stream_arguments(&arguments) {
+                Ok(arguments) => OpKind::Create {
+                    stream,
+                    arguments,
+                    probed: false,
+                },
+                Err(()) => {
+                    conn.push(reply(Reply::Code(ResponseCode::PreconditionFailed)));
+                    return;
+                }
+            },
+            Request::DeleteStream { stream } => OpKind::Delete {
+                stream,
+                probed: false,
+            },
+            Request::DeclarePublisher {
+                stream,
+                publisher_id,
+                reference,
+            } => OpKind::DeclarePublisher {
+                stream,
+                publisher_id,
+                reference,
+                probed: false,
+            },
+            Request::Metadata { streams } => OpKind::Metadata {
+                todo: streams.into(),
+                done: Vec::new(),
+            },
+            Request::Subscribe {
+                subscription_id,
+                stream,
+                offset,
+                ..
+            } => {
+                self.subscribe(correlation_id, subscription_id, stream, offset, master);
+                return;
+            }
+            Request::QueryOffset { reference, stream } => OpKind::Query {
+                stream,
+                kind: Tracking::Offset,
+                reference,
+            },
+            Request::QueryPublisherSequence { reference, stream } => OpKind::Query {
+                stream,
+                kind: Tracking::Sequence,
+                reference,
+            },
+            Request::Route { .. } | Request::Partitions { .. } => {
+                conn.push(reply(Reply::Streams {
+                    code: ResponseCode::StreamDoesNotExist,
+                    streams: Vec::new(),
+                }));
+                return;
+            }
+            Request::StreamStats { .. } => {
+                conn.push(reply(Reply::Stats {
+                    code: ResponseCode::InternalError,
+                    stats: Vec::new(),
+                }));
+                return;
+            }
+            Request::ResolveOffsetSpec { .. } => {
+                conn.push(reply(Reply::Offset {
+                    code: ResponseCode::InternalError,
+                    offset: 0,
+                }));
+                return;
+            }
+            Request::CreateSuperStream { .. } | Request::DeleteSuperStream { .. } => {
+                conn.push(reply(Reply::Code(ResponseCode::InternalError)));
+                return;
+            }
+        };
+        self.ops.push_back(ControlOp {
+            correlation_id,
+            kind,
+        });
+        self.next_op(master);
+    }
+
+    /// Start the next control request if none is waiting for its answer.
+    pub(super) fn next_op(&mut self, master: &mut Vec<Input>) {
+        if self.current.is_some() {
+            return;
+        }
+        let Some(op) = self.ops.pop_front() else {
+            return;
+        };
+        self.send_op(op, master);
+    }
+
+    pub(super) fn ensure_control(&mut self, master: &mut Vec<Input>) {
+        if !self.control_open {
+            self.control_open = true;
+            master.push(Input::ChannelOpen {
+                conn: self.conn,
+                ch: CONTROL,
+            });
+        }
+    }
+
+    pub(super) fn send_op(&mut self, op: ControlOp, master: &mut Vec<Input>) {
+        self.ensure_control(master);
+        let m = match &op.kind {
+            OpKind::Create {
+                stream,
+                arguments,
+                probed,
+            } => declare(stream, !probed, arguments.clone()),
+            OpKind::Delete {
+                stream,
+                probed: false,
+            } => declare(stream, true, FieldTable::default()),
+            OpKind::Delete { stream, .. } => {
+                AMQPClass::Queue(queue::AMQPMethod::Delete(queue::Delete {
+                    queue: ShortString::from(stream.as_str()),
+                    if_unused: false,
+                    if_empty: false,
+                    nowait: false,
+                }))
+            }
+            OpKind::DeclarePublisher {
+                stream,
+                reference: Some(reference),
+                probed: true,
+                ..
+            } => {
+                master.push(track_query(
+                    self.conn,
+                    stream,
+                    Tracking::Sequence,
+                    reference,
+                ));
+                self.current = Some(op);
+                return;
+            }
+            OpKind::DeclarePublisher { stream, .. } => declare(stream, true, FieldTable::default()),
+            OpKind::Query {
+                stream,
+                kind,
+                reference,
+            } => {
+                master.push(track_query(self.conn, stream, *kind, reference));
+                self.current = Some(op);
+                return;
+            }
+            OpKind::Metadata { todo, .. } => match todo.front() {
+                Some(s) => declare(s, true, FieldTable::default()),
+                None => {
+                    // Nothing to ask: answered at once.
+                    self.current = Some(op);
+                    return;
+                }
+            },
+        };
+        master.push(method(self.conn, CONTROL, m));
+        self.current = Some(op);
+    }
+
+    /// The control channel's answer to the current op.
+    pub(super) fn on_control(
+        &mut self,
+        outcome: Outcome<'_>,
+        master: &mut Vec<Input>,
+        conn: &mut Vec<sc::Input>,
+    ) {
+        let Some(mut op) = self.current.take() else {
+            return;
+        };
+        let code = |o: &Outcome<'_>| match o {
+            Outcome::Refused(e) => stream_code(e.code),
+            Outcome::Tracked(Err(())) => ResponseCode::StreamDoesNotExist,
+            Outcome::Done | Outcome::Tracked(Ok(_)) => ResponseCode::Ok,
+        };
+        let answer = match &mut op.kind {
+            OpKind::Create { probed, .. } if !*probed => match outcome {
+                Outcome::Refused(e) if e.code == ReplyCode::NotFound => {
+                    *probed = true;
+                    None
+                }
+                Outcome::Done => Some(Reply::Code(ResponseCode::StreamAlreadyExists)),
+                o => Some(Reply::Code(code(&o))),
+            },
+            OpKind::Delete { probed, .. } if !*probed => match outcome {
+                Outcome::Done => {
+                    *probed = true;
+                    None
+                }
+                o => Some(Reply::Code(code(&o))),
+            },
+            OpKind::DeclarePublisher {
+                publisher_id,
+                reference,
+                probed,
+                ..
+            } => match (&outcome, reference.as_ref(), *probed) {
+                (Outcome::Done, Some(_), false) => {
+                    *probed = true;
+                    None
+                }
+                (Outcome::Tracked(Ok(last)), Some(r), true) => {
+                    self.dedup.insert(
+                        *publisher_id,
+                        Deduplicated {
+                            reference: r.clone(),
+                            last: last.unwrap_or(0),
+                        },
+                    );
+                    Some(Reply::Code(ResponseCode::Ok))
+                }
+                (o, _, _) => Some(Reply::Code(code(o))),
+            },
+            OpKind::Create { .. } | OpKind::Delete { .. } => Some(Reply::Code(code(&outcome))),
+            OpKind::Query { kind, .. } => Some(match (kind, outcome) {
+                (Tracking::Offset, Outcome::Tracked(Ok(Some(offset)))) => Reply::Offset {
+                    code: ResponseCode::Ok,
+                    offset,
+                },
+                (Tracking::Offset, Outcome::Tracked(Ok(None))) => Reply::Offset {
+                    code: ResponseCode::NoOffset,
+                    offset: 0,
+                },
+                (Tracking::Offset, o) => Reply::Offset {
+                    code: code(&o),
+                    offset: 0,
+                },
+                (Tracking::Sequence, Outcome::Tracked(Ok(v))) => Reply::Sequence {
+                    code: ResponseCode::Ok,
+                    sequence: v.unwrap_or(0),
+                },
+                (Tracking::Sequence, o) => Reply::Sequence {
+                    code: code(&o),
+                    sequence: 0,
+                },
+            }),
+            OpKind::Metadata { todo, done } => {
+                if let Some(name) = todo.pop_front() {
+                    let code = code(&outcome);
+                    done.push(StreamMetadata {
+                        name,
+                        code,
+                        leader: if code == ResponseCode::Ok { 0 } else { 0xffff },
+                        replicas: Vec::new(),
+                    });
+                }
+                if todo.is_empty() {
+                    Some(Reply::Metadata {
+                        brokers: vec![self.broker()],
+                        streams: std::mem::take(done),
+                    })
+                } else {
+                    None
+                }
+            }
+        };
+        match answer {
+            Some(reply) => {
+                if matches!(op.kind, OpKind::DeclarePublisher { .. })
+                    && reply.code() == ResponseCode::Ok
+                {
+                    self.open_publish(master);
+                }
+                conn.push(sc::Input::Reply {
+                    correlation_id: op.correlation_id,
+                    reply,
+                });
+                self.next_op(master);
+            }
+            None => self.send_op(op, master),
+        }
+        // An empty metadata request is answered without the master.
+        if let Some(ControlOp {
+            kind: OpKind::Metadata { todo, .. },
+            ..
+        }) = &self.current
+            && todo.is_empty()
+        {
+            self.on_control(Outcome::Done, master, conn);
+        }
+    }
+
+    pub(super) fn broker(&self) -> Broker {
+        Broker {
+            reference: 0,
+            host: self.advertised.host.clone(),
+            port: u32::from(self.advertised.port),
+        }
+    }
+}
+
+pub(super) fn track_query(conn: ConnId, stream: &str, kind: Tracking, reference: &str) -> Input {
+    Input::StreamTrack {
+        conn,
+        ch: CONTROL,
+        op: TrackOp::Query {
+            stream: stream.to_owned(),
+            kind,
+            reference: reference.to_owned(),
+        },
+    }
+}
+
+pub(super) fn declare(stream: &str, passive: bool, mut arguments: FieldTable) -> AMQPClass {
+    if !passive {
+        arguments.insert(
+            ShortString::from("x-queue-type"),
+            AMQPValue::LongString("stream".into()),
+        );
+    }
+    AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+        queue: ShortString::from(stream),
+        passive,
+        durable: true,
+        exclusive: false,
+        auto_delete: false,
+        nowait: false,
+        arguments,
+    }))
+}
+
+/// A create stream's arguments as queue arguments (RabbitMQ's names, with
+/// `x-` in front); an unknown one is refused (0x11, as RabbitMQ).
+pub(super) fn stream_arguments(args: &[(String, String)]) -> Result<FieldTable, ()> {
+    let mut t = FieldTable::default();
+    for (k, v) in args {
+        let value = match k.as_str() {
+            "max-length-bytes" | "stream-max-segment-size-bytes" | "initial-cluster-size" => {
+                AMQPValue::LongLongInt(v.parse().map_err(|_| ())?)
+            }
+            "max-age" | "queue-leader-locator" => AMQPValue::LongString(v.as_str().into()),
+            _ => return Err(()),
+        };
+        t.insert(ShortString::from(format!("x-{k}")), value);
+    }
+    Ok(t)
+}
+
+/// The stream protocol's code for a refusal by the master.
+pub(super) fn stream_code(code: ReplyCode) -> ResponseCode {
+    match code {
+        ReplyCode::NotFound => ResponseCode::StreamDoesNotExist,
+        ReplyCode::AccessRefused => ResponseCode::AccessRefused,
+        ReplyCode::PreconditionFailed => ResponseCode::PreconditionFailed,
+        _ => ResponseCode::InternalError,
+    }
+}

@@ -1,0 +1,391 @@
+//! The stream protocol spoken to the master in AMQP 0-9-1 terms.
+//!
+//! A stream connection is, to the master, one more AMQP connection: it opens
+//! the virtual host with `Input::Open`, runs its requests on channels and gets
+//! `ToConn` answers back. That is what lets a stream-protocol publish or read
+//! get, unchanged, everything an AMQP one has: permissions, the event log and
+//! its quorum (a confirm is sent only for stable entries, I1), replication,
+//! failover, retention, and the same stream from both protocols.
+//!
+//! The channels of one stream connection:
+//! - [`CONTROL`]: requests answered by the master one at a time, in order
+//!   (create and delete stream, declare publisher and metadata as passive
+//!   declares). A refusal closes the channel; it is opened again for the next
+//!   request.
+//! - [`PUBLISH`]: every publisher's messages, with publisher confirms; each
+//!   delivery tag remembers its publisher and publishing id.
+//! - one per subscription (from [`FIRST_SUBSCRIPTION`]): basic.qos, then
+//!   basic.consume with `x-stream-offset`. Deliveries are packed into chunks
+//!   of consecutive offsets; a chunk's messages are acked (which moves the
+//!   consumer's window, it removes nothing) once the connection has written
+//!   it, so at most a prefetch of messages waits for the client's credit.
+//!
+//! Sans-IO: every call takes what happened and appends what to send to the
+//! master and to the stream connection. What it is not: the stream
+//! protocol's state (`StreamConnection` owns it), or storage (the master's).
+
+mod control;
+mod publish;
+mod subscribe;
+
+use control::{ControlOp, Outcome, stream_code};
+use publish::{Deduplicated, Unconfirmed};
+use subscribe::{Subscription, pack};
+
+use super::record;
+use crate::broker::event::Tracking;
+use crate::error::{AmqpError, ReplyCode};
+use crate::master::inout::{ConnId, Input, ToConn, TrackOp};
+use bytes::Bytes;
+use stablemq_protocol::methods::{basic, channel, confirm, queue};
+use stablemq_protocol::stream::conn::{self as sc, Reply, Request};
+use stablemq_protocol::stream::{
+    Broker, ChunkBuilder, Entry, OffsetSpec, PublishingError, ResponseCode, StreamMetadata,
+};
+use stablemq_protocol::{AMQPClass, AMQPValue, BasicProperties, FieldTable, Publish, ShortString};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+/// The channel of requests (create, delete, declare publisher, metadata).
+pub(super) const CONTROL: u16 = 1;
+/// The channel every publisher of the connection publishes on.
+pub(super) const PUBLISH: u16 = 2;
+/// The first channel a subscription may get.
+pub(super) const FIRST_SUBSCRIPTION: u16 = 3;
+/// Messages a subscription may have delivered and not yet written.
+const PREFETCH: u16 = 2000;
+/// Records per chunk at most.
+const CHUNK_RECORDS: usize = 1000;
+/// A chunk's data at most when the client set no frame_max.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Where the stream protocol's clients should connect: this node, as the
+/// metadata and open answers advertise it.
+#[derive(Debug, Clone)]
+pub(super) struct Advertised {
+    /// Host.
+    pub(super) host: String,
+    /// Stream port.
+    pub(super) port: u16,
+}
+
+/// The stream connection's side of the master.
+#[derive(Debug)]
+pub(super) struct Bridge {
+    conn: ConnId,
+    advertised: Advertised,
+    /// The master accepted the virtual host.
+    opened: bool,
+    control_open: bool,
+    ops: VecDeque<ControlOp>,
+    /// The op whose answer is awaited on the control channel.
+    current: Option<ControlOp>,
+    publish_open: bool,
+    next_tag: u64,
+    unconfirmed: BTreeMap<u64, Unconfirmed>,
+    /// One shared properties value for every record published here.
+    record_properties: Arc<BasicProperties>,
+    subs: HashMap<u8, Subscription>,
+    /// Publishers declared with a reference.
+    dedup: HashMap<u8, Deduplicated>,
+    /// Subscription by channel.
+    channels: HashMap<u16, u8>,
+    /// Channels closed by us whose close-ok has not come yet.
+    closing: HashSet<u16>,
+    /// Confirms and errors of this pass, by publisher, sent at `flush`.
+    confirms: BTreeMap<u8, Vec<u64>>,
+    errors: BTreeMap<u8, Vec<PublishingError>>,
+}
+
+impl Bridge {
+    pub(super) fn new(conn: ConnId, advertised: Advertised) -> Bridge {
+        Bridge {
+            conn,
+            advertised,
+            opened: false,
+            control_open: false,
+            ops: VecDeque::new(),
+            current: None,
+            publish_open: false,
+            next_tag: 1,
+            unconfirmed: BTreeMap::new(),
+            record_properties: Arc::new(record::properties()),
+            subs: HashMap::new(),
+            dedup: HashMap::new(),
+            channels: HashMap::new(),
+            closing: HashSet::new(),
+            confirms: BTreeMap::new(),
+            errors: BTreeMap::new(),
+        }
+    }
+
+    /// Carry out one of the connection's actions that concerns the master
+    /// (the caller handles writes, authentication and close).
+    pub(super) fn on_action(
+        &mut self,
+        action: sc::Action,
+        master: &mut Vec<Input>,
+        conn: &mut Vec<sc::Input>,
+    ) {
+        match action {
+            sc::Action::Request {
+                correlation_id,
+                request,
+            } => self.on_request(correlation_id, request, master, conn),
+            sc::Action::Publish {
+                publisher_id,
+                stream,
+                messages,
+                ..
+            } => {
+                let mut last = None;
+                for m in messages {
+                    if let Some(d) = self.dedup.get(&publisher_id) {
+                        if m.publishing_id <= d.last {
+                            // A duplicate: confirmed, not stored (RabbitMQ).
+                            self.confirms
+                                .entry(publisher_id)
+                                .or_default()
+                                .push(m.publishing_id);
+                            continue;
+                        }
+                        last = Some(m.publishing_id);
+                    }
+                    self.publish(publisher_id, &stream, m.publishing_id, m.entry, master);
+                }
+                if let (Some(value), Some(d)) = (last, self.dedup.get_mut(&publisher_id)) {
+                    d.last = value;
+                    // Logged after the messages, on their channel.
+                    master.push(Input::StreamTrack {
+                        conn: self.conn,
+                        ch: PUBLISH,
+                        op: TrackOp::Store {
+                            stream: stream.to_string(),
+                            kind: Tracking::Sequence,
+                            reference: d.reference.clone(),
+                            value,
+                        },
+                    });
+                }
+            }
+            sc::Action::DeletePublisher { publisher_id, .. } => {
+                self.dedup.remove(&publisher_id);
+            }
+            sc::Action::StoreOffset {
+                reference,
+                stream,
+                offset,
+            } => {
+                self.ensure_control(master);
+                master.push(Input::StreamTrack {
+                    conn: self.conn,
+                    ch: CONTROL,
+                    op: TrackOp::Store {
+                        stream,
+                        kind: Tracking::Offset,
+                        reference,
+                        value: offset,
+                    },
+                });
+            }
+            sc::Action::Unsubscribe {
+                subscription_id, ..
+            } => {
+                if let Some(s) = self.subs.remove(&subscription_id) {
+                    self.channels.remove(&s.channel);
+                    self.closing.insert(s.channel);
+                    master.push(Input::ChannelClose {
+                        conn: self.conn,
+                        ch: s.channel,
+                    });
+                }
+            }
+            sc::Action::WriteChunk { head, .. } => {
+                // The deliver frame's subscription id follows its size, key
+                // and version.
+                if let Some(&id) = head.get(8)
+                    && let Some(s) = self.subs.get_mut(&id)
+                    && let Some(tag) = s.in_flight.pop_front()
+                {
+                    master.push(method(
+                        self.conn,
+                        s.channel,
+                        AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
+                            delivery_tag: tag,
+                            multiple: true,
+                        })),
+                    ));
+                }
+            }
+            // The connection keeps chunks until it has credit for them.
+            _ => {}
+        }
+    }
+
+    /// What the master sent this connection.
+    pub(super) fn on_master(
+        &mut self,
+        m: ToConn,
+        master: &mut Vec<Input>,
+        conn: &mut Vec<sc::Input>,
+    ) {
+        match m {
+            ToConn::Opened => {
+                self.opened = true;
+                conn.push(sc::Input::VhostOpened(true))
+            }
+            ToConn::Method(CONTROL, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_)))
+            | ToConn::Method(CONTROL, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(_))) => {
+                self.on_control(Outcome::Done, master, conn)
+            }
+            ToConn::Tracked { ch: CONTROL, value } => {
+                self.on_control(Outcome::Tracked(value), master, conn)
+            }
+            ToConn::CloseChannel(CONTROL, e) => {
+                self.control_open = false;
+                self.on_control(Outcome::Refused(&e), master, conn)
+            }
+            ToConn::Confirm {
+                ch: PUBLISH,
+                tag,
+                ack,
+            } => self.on_confirm(tag, ack),
+            ToConn::Return {
+                ch: PUBLISH,
+                routing_key,
+                ..
+            } => {
+                if let Some(u) = self
+                    .unconfirmed
+                    .values_mut()
+                    .find(|u| !u.returned && *u.stream == *routing_key)
+                {
+                    u.returned = true;
+                }
+            }
+            ToConn::CloseChannel(PUBLISH, _) => {
+                self.publish_open = false;
+                for u in std::mem::take(&mut self.unconfirmed).into_values() {
+                    self.fail(&u, ResponseCode::InternalError);
+                }
+            }
+            ToConn::Deliver {
+                ch,
+                delivery_tag,
+                msg,
+                ..
+            } => {
+                if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id)) {
+                    let offset = record::offset(&msg.properties).unwrap_or(0);
+                    let body = record::for_stream(&msg);
+                    s.pending
+                        .push((offset, delivery_tag, msg.timestamp_ms, body));
+                }
+            }
+            ToConn::Method(ch, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))) => {
+                if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id))
+                    && let Some(correlation_id) = s.subscribing.take()
+                {
+                    conn.push(sc::Input::Reply {
+                        correlation_id,
+                        reply: Reply::Code(ResponseCode::Ok),
+                    });
+                }
+            }
+            // The master cancelled the consumer: its stream was deleted.
+            ToConn::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Cancel(_))) => {
+                if let Some(id) = self.channels.remove(&ch)
+                    && let Some(s) = self.subs.remove(&id)
+                {
+                    self.closing.insert(ch);
+                    master.push(Input::ChannelClose {
+                        conn: self.conn,
+                        ch,
+                    });
+                    conn.push(sc::Input::StreamGone {
+                        stream: s.stream,
+                        code: ResponseCode::StreamNotAvailable,
+                    });
+                }
+            }
+            ToConn::Method(ch, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => {
+                self.closing.remove(&ch);
+            }
+            ToConn::CloseChannel(ch, e) => {
+                if let Some(id) = self.channels.remove(&ch)
+                    && let Some(s) = self.subs.remove(&id)
+                {
+                    match s.subscribing {
+                        Some(correlation_id) => conn.push(sc::Input::Reply {
+                            correlation_id,
+                            reply: Reply::Code(stream_code(e.code)),
+                        }),
+                        None => conn.push(sc::Input::StreamGone {
+                            stream: s.stream,
+                            code: ResponseCode::StreamNotAvailable,
+                        }),
+                    }
+                }
+            }
+            ToConn::CloseConnection(e) if !self.opened => {
+                tracing::info!(conn = self.conn, "stream open refused: {}", e.reply_text());
+                conn.push(sc::Input::VhostOpened(false))
+            }
+            ToConn::CloseConnection(e) => conn.push(close_input(&e)),
+            // Open-ok, qos-ok, select-ok; alarms (stream publishers are not
+            // blocked yet: docs/streams.md).
+            _ => {}
+        }
+    }
+
+    /// End of a pass: confirms and errors go out per publisher, and each
+    /// subscription's deliveries as chunks (at most `frame_max` bytes each,
+    /// 0 meaning no limit).
+    pub(super) fn flush(&mut self, frame_max: u32, conn: &mut Vec<sc::Input>) {
+        for (publisher_id, publishing_ids) in std::mem::take(&mut self.confirms) {
+            conn.push(sc::Input::PublishConfirm {
+                publisher_id,
+                publishing_ids,
+            });
+        }
+        for (publisher_id, errors) in std::mem::take(&mut self.errors) {
+            conn.push(sc::Input::PublishError {
+                publisher_id,
+                errors,
+            });
+        }
+        let max_bytes = match frame_max {
+            0 => CHUNK_BYTES,
+            n => (n as usize).saturating_sub(128).max(1),
+        };
+        for (&id, s) in &mut self.subs {
+            if s.pending.is_empty() {
+                continue;
+            }
+            for chunk in pack(std::mem::take(&mut s.pending), max_bytes) {
+                s.in_flight.push_back(chunk.last_tag);
+                conn.push(sc::Input::Deliver {
+                    subscription_id: id,
+                    committed_chunk_id: chunk.id,
+                    chunk: sc::ChunkSource::Bytes(chunk.bytes),
+                });
+            }
+        }
+    }
+}
+
+fn method(conn: ConnId, ch: u16, method: AMQPClass) -> Input {
+    Input::Method { conn, ch, method }
+}
+
+/// The master closed the connection (an operator, the vhost deleted, the
+/// node stopping).
+fn close_input(e: &AmqpError) -> sc::Input {
+    sc::Input::Close {
+        code: ResponseCode::InternalError,
+        reason: e.reply_text(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,128 @@
+//! Publishers: every publisher of the connection publishes on one channel
+//! with confirms; a publisher with a reference is deduplicated.
+
+use super::*;
+
+/// A publisher with a reference: its last publishing id, below which a
+/// publish is a duplicate (confirmed, not stored).
+#[derive(Debug)]
+pub(super) struct Deduplicated {
+    pub(super) reference: String,
+    pub(super) last: u64,
+}
+
+/// A publish waiting for its confirm.
+#[derive(Debug, Clone)]
+pub(super) struct Unconfirmed {
+    pub(super) publisher_id: u8,
+    /// Set on the last publish of a message (a sub-batch is several).
+    pub(super) publishing_id: Option<u64>,
+    pub(super) stream: Arc<str>,
+    /// The master returned it: no queue of that name any more.
+    pub(super) returned: bool,
+}
+
+impl Bridge {
+    pub(super) fn open_publish(&mut self, master: &mut Vec<Input>) {
+        if self.publish_open {
+            return;
+        }
+        self.publish_open = true;
+        master.push(Input::ChannelOpen {
+            conn: self.conn,
+            ch: PUBLISH,
+        });
+        master.push(method(
+            self.conn,
+            PUBLISH,
+            AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select {
+                nowait: false,
+            })),
+        ));
+    }
+
+    pub(super) fn publish(
+        &mut self,
+        publisher_id: u8,
+        stream: &Arc<str>,
+        publishing_id: u64,
+        entry: Entry,
+        master: &mut Vec<Input>,
+    ) {
+        self.open_publish(master);
+        let records = match entry {
+            Entry::Simple(r) => vec![r],
+            Entry::SubBatch {
+                compression: 0,
+                body,
+                ..
+            } => stablemq_protocol::stream::sub_batch_records(&body).unwrap_or_default(),
+            // Compressed sub-entries are not stored (docs/streams.md).
+            Entry::SubBatch { .. } => Vec::new(),
+        };
+        if records.is_empty() {
+            self.errors
+                .entry(publisher_id)
+                .or_default()
+                .push(PublishingError {
+                    publishing_id,
+                    code: ResponseCode::InternalError,
+                });
+            return;
+        }
+        let last = records.len() - 1;
+        for (i, body) in records.into_iter().enumerate() {
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            self.unconfirmed.insert(
+                tag,
+                Unconfirmed {
+                    publisher_id,
+                    publishing_id: (i == last).then_some(publishing_id),
+                    stream: stream.clone(),
+                    returned: false,
+                },
+            );
+            master.push(Input::Publish {
+                conn: self.conn,
+                ch: PUBLISH,
+                publish: Publish {
+                    exchange: Default::default(),
+                    routing_key: (&**stream).into(),
+                    mandatory: true,
+                    immediate: false,
+                },
+                properties: self.record_properties.clone(),
+                body,
+            });
+        }
+    }
+
+    pub(super) fn on_confirm(&mut self, tag: u64, ack: bool) {
+        let Some(u) = self.unconfirmed.remove(&tag) else {
+            return;
+        };
+        if !ack || u.returned {
+            let code = if u.returned {
+                ResponseCode::StreamDoesNotExist
+            } else {
+                ResponseCode::InternalError
+            };
+            self.fail(&u, code);
+        } else if let Some(id) = u.publishing_id {
+            self.confirms.entry(u.publisher_id).or_default().push(id);
+        }
+    }
+
+    pub(super) fn fail(&mut self, u: &Unconfirmed, code: ResponseCode) {
+        if let Some(publishing_id) = u.publishing_id {
+            self.errors
+                .entry(u.publisher_id)
+                .or_default()
+                .push(PublishingError {
+                    publishing_id,
+                    code,
+                });
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Subscriptions: one channel each, deliveries packed into chunks of
+//! consecutive offsets, acked once written.
+
+use super::*;
+
+/// One subscription's channel.
+#[derive(Debug)]
+pub(super) struct Subscription {
+    pub(super) channel: u16,
+    pub(super) stream: String,
+    /// The subscribe's correlation id until consume-ok.
+    pub(super) subscribing: Option<u32>,
+    /// Deliveries not packed yet: offset, delivery tag, timestamp, record.
+    pub(super) pending: Vec<(u64, u64, u64, Bytes)>,
+    /// The last delivery tag of each chunk handed to the connection and not
+    /// written yet, oldest first.
+    pub(super) in_flight: VecDeque<u64>,
+}
+
+impl Bridge {
+    pub(super) fn subscribe(
+        &mut self,
+        correlation_id: u32,
+        id: u8,
+        stream: String,
+        offset: OffsetSpec,
+        master: &mut Vec<Input>,
+    ) {
+        let ch = self.free_channel();
+        let start = match offset {
+            OffsetSpec::First => AMQPValue::LongString("first".into()),
+            OffsetSpec::Last => AMQPValue::LongString("last".into()),
+            OffsetSpec::Next | OffsetSpec::None => AMQPValue::LongString("next".into()),
+            OffsetSpec::Offset(o) => AMQPValue::LongLongInt(i64::try_from(o).unwrap_or(i64::MAX)),
+            OffsetSpec::Timestamp(ms) => AMQPValue::LongLongInt(ms.max(0)),
+        };
+        let mut arguments = FieldTable::default();
+        let key = if matches!(offset, OffsetSpec::Timestamp(_)) {
+            crate::broker::stream_record::OFFSET_MS_ARG
+        } else {
+            "x-stream-offset"
+        };
+        arguments.insert(ShortString::from(key), start);
+        arguments.insert(
+            ShortString::from(crate::broker::stream_record::RECORDS_ARG),
+            AMQPValue::Boolean(true),
+        );
+        master.push(Input::ChannelOpen {
+            conn: self.conn,
+            ch,
+        });
+        master.push(method(
+            self.conn,
+            ch,
+            AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+                prefetch_count: PREFETCH,
+                global: false,
+            })),
+        ));
+        master.push(method(
+            self.conn,
+            ch,
+            AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
+                queue: ShortString::from(stream.as_str()),
+                consumer_tag: ShortString::from(format!("stream-subscription-{id}")),
+                no_local: false,
+                no_ack: false,
+                exclusive: false,
+                nowait: false,
+                arguments,
+            })),
+        ));
+        self.channels.insert(ch, id);
+        self.subs.insert(
+            id,
+            Subscription {
+                channel: ch,
+                stream,
+                subscribing: Some(correlation_id),
+                pending: Vec::new(),
+                in_flight: VecDeque::new(),
+            },
+        );
+    }
+
+    /// The lowest subscription channel neither in use nor closing.
+    pub(super) fn free_channel(&self) -> u16 {
+        (FIRST_SUBSCRIPTION..)
+            .find(|c| !self.channels.contains_key(c) && !self.closing.contains(c))
+            .unwrap_or(u16::MAX)
+    }
+}
+
+/// One chunk made of deliveries.
+pub(super) struct Packed {
+    pub(super) id: u64,
+    pub(super) last_tag: u64,
+    pub(super) bytes: Bytes,
+}
+
+/// Pack deliveries (in delivery order) into chunks of consecutive offsets,
+/// at most [`CHUNK_RECORDS`] records and about `max_bytes` each.
+pub(super) fn pack(pending: Vec<(u64, u64, u64, Bytes)>, max_bytes: usize) -> Vec<Packed> {
+    let mut out = Vec::new();
+    let mut b = ChunkBuilder::new();
+    let mut first: Option<(u64, u64)> = None;
+    let (mut next, mut records, mut bytes, mut last_tag) = (0u64, 0usize, 0usize, 0u64);
+    for (offset, tag, ts, body) in pending {
+        if let Some((id, ts0)) = first
+            && (offset != next || records >= CHUNK_RECORDS || bytes + body.len() + 4 > max_bytes)
+        {
+            out.push(Packed {
+                id,
+                last_tag,
+                bytes: b.build(i64::try_from(ts0).unwrap_or(i64::MAX), 0, id),
+            });
+            b = ChunkBuilder::new();
+            first = None;
+        }
+        if first.is_none() {
+            first = Some((offset, ts));
+            records = 0;
+            bytes = 0;
+        }
+        b.simple(&body);
+        records += 1;
+        bytes += body.len() + 4;
+        next = offset + 1;
+        last_tag = tag;
+    }
+    if let Some((id, ts0)) = first {
+        out.push(Packed {
+            id,
+            last_tag,
+            bytes: b.build(i64::try_from(ts0).unwrap_or(i64::MAX), 0, id),
+        });
+    }
+    out
+}

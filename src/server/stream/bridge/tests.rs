@@ -1,0 +1,395 @@
+//! The bridge's mapping, without a master or a socket: requests become the
+//! AMQP inputs the master answers, and its answers become the stream
+//! connection's inputs.
+
+use super::*;
+use crate::broker::message::Message;
+use bytes::BytesMut;
+use stablemq_protocol::stream::PublishedMessage;
+
+fn bridge() -> Bridge {
+    Bridge::new(
+        7,
+        Advertised {
+            host: "127.0.0.1".into(),
+            port: 5552,
+        },
+    )
+}
+
+fn request(b: &mut Bridge, correlation_id: u32, request: Request) -> (Vec<Input>, Vec<sc::Input>) {
+    let (mut m, mut c) = (Vec::new(), Vec::new());
+    b.on_action(
+        sc::Action::Request {
+            correlation_id,
+            request,
+        },
+        &mut m,
+        &mut c,
+    );
+    (m, c)
+}
+
+fn from_master(b: &mut Bridge, msg: ToConn) -> (Vec<Input>, Vec<sc::Input>) {
+    let (mut m, mut c) = (Vec::new(), Vec::new());
+    b.on_master(msg, &mut m, &mut c);
+    b.flush(0, &mut c);
+    (m, c)
+}
+
+fn declare_ok(ch: u16) -> ToConn {
+    ToConn::Method(
+        ch,
+        AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+            queue: "s".into(),
+            message_count: 0,
+            consumer_count: 0,
+        })),
+    )
+}
+
+fn not_found(ch: u16) -> ToConn {
+    ToConn::CloseChannel(ch, AmqpError::no_queue("/", "s"))
+}
+
+fn passive(i: &Input) -> Option<bool> {
+    match i {
+        Input::Method {
+            method: AMQPClass::Queue(queue::AMQPMethod::Declare(d)),
+            ..
+        } => Some(d.passive),
+        _ => None,
+    }
+}
+
+fn code(c: &[sc::Input]) -> Vec<(u32, ResponseCode)> {
+    c.iter()
+        .filter_map(|i| match i {
+            sc::Input::Reply {
+                correlation_id,
+                reply,
+            } => Some((*correlation_id, reply.code())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn create_probes_first_then_declares_and_an_existing_stream_is_0x05() {
+    let mut b = bridge();
+    let create = |stream: &str| Request::CreateStream {
+        stream: stream.into(),
+        arguments: vec![("max-age".into(), "1h".into())],
+    };
+    let (m, c) = request(&mut b, 1, create("s"));
+    assert!(matches!(m[0], Input::ChannelOpen { ch: CONTROL, .. }));
+    assert_eq!(passive(&m[1]), Some(true));
+    assert!(c.is_empty());
+    // Not there: the channel is opened again and the stream declared.
+    let (m, c) = from_master(&mut b, not_found(CONTROL));
+    assert!(c.is_empty());
+    assert!(matches!(m[0], Input::ChannelOpen { ch: CONTROL, .. }));
+    assert_eq!(passive(&m[1]), Some(false));
+    let (_, c) = from_master(&mut b, declare_ok(CONTROL));
+    assert_eq!(code(&c), [(1, ResponseCode::Ok)]);
+    // Again: the probe finds it.
+    let (m, _) = request(&mut b, 2, create("s"));
+    assert_eq!(passive(&m[0]), Some(true));
+    let (m, c) = from_master(&mut b, declare_ok(CONTROL));
+    assert!(m.is_empty());
+    assert_eq!(code(&c), [(2, ResponseCode::StreamAlreadyExists)]);
+}
+
+#[test]
+fn requests_wait_their_turn_on_the_control_channel() {
+    let mut b = bridge();
+    let (m, _) = request(&mut b, 1, Request::DeleteStream { stream: "a".into() });
+    assert_eq!(m.len(), 2);
+    let (m, _) = request(&mut b, 2, Request::DeleteStream { stream: "b".into() });
+    assert!(m.is_empty(), "sent before the first was answered: {m:?}");
+    // The first is missing: 0x02, and the second starts.
+    let (m, c) = from_master(&mut b, not_found(CONTROL));
+    assert_eq!(code(&c), [(1, ResponseCode::StreamDoesNotExist)]);
+    assert_eq!(passive(&m[1]), Some(true));
+}
+
+#[test]
+fn unknown_create_arguments_are_a_precondition_failure() {
+    let mut b = bridge();
+    let (m, c) = request(
+        &mut b,
+        3,
+        Request::CreateStream {
+            stream: "s".into(),
+            arguments: vec![("no-such-thing".into(), "1".into())],
+        },
+    );
+    assert!(m.is_empty());
+    assert_eq!(code(&c), [(3, ResponseCode::PreconditionFailed)]);
+}
+
+fn publish(b: &mut Bridge, ids: &[u64]) -> Vec<Input> {
+    let (mut m, mut c) = (Vec::new(), Vec::new());
+    b.on_action(
+        sc::Action::Publish {
+            publisher_id: 4,
+            stream: "s".into(),
+            reference: None,
+            version: 1,
+            messages: ids
+                .iter()
+                .map(|&publishing_id| PublishedMessage {
+                    publishing_id,
+                    filter_value: None,
+                    entry: Entry::Simple(Bytes::from(format!("m{publishing_id}"))),
+                })
+                .collect(),
+        },
+        &mut m,
+        &mut c,
+    );
+    m
+}
+
+#[test]
+fn confirms_come_back_as_publishing_ids_and_a_returned_one_as_0x02() {
+    let mut b = bridge();
+    let m = publish(&mut b, &[10, 11, 12]);
+    let publishes: Vec<_> = m
+        .iter()
+        .filter_map(|i| match i {
+            Input::Publish { body, publish, .. } => Some((body.clone(), publish.mandatory)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(publishes.len(), 3);
+    assert!(publishes.iter().all(|(_, mandatory)| *mandatory));
+    assert!(matches!(m[0], Input::ChannelOpen { ch: PUBLISH, .. }));
+    let (mut mm, mut c) = (Vec::new(), Vec::new());
+    b.on_master(
+        ToConn::Return {
+            ch: PUBLISH,
+            reply_code: 312,
+            reply_text: "NO_ROUTE".into(),
+            exchange: "".into(),
+            routing_key: "s".into(),
+            properties: Arc::new(BasicProperties::default()),
+            body: Bytes::new(),
+        },
+        &mut mm,
+        &mut c,
+    );
+    for tag in 1..=3 {
+        b.on_master(
+            ToConn::Confirm {
+                ch: PUBLISH,
+                tag,
+                ack: true,
+            },
+            &mut mm,
+            &mut c,
+        );
+    }
+    b.flush(0, &mut c);
+    assert_eq!(
+        c,
+        [
+            sc::Input::PublishConfirm {
+                publisher_id: 4,
+                publishing_ids: vec![11, 12],
+            },
+            sc::Input::PublishError {
+                publisher_id: 4,
+                errors: vec![PublishingError {
+                    publishing_id: 10,
+                    code: ResponseCode::StreamDoesNotExist,
+                }],
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_publisher_with_a_reference_skips_what_it_published_before_and_logs_its_sequence() {
+    let mut b = bridge();
+    let (m, _) = request(
+        &mut b,
+        1,
+        Request::DeclarePublisher {
+            publisher_id: 4,
+            reference: Some("p".into()),
+            stream: "s".into(),
+        },
+    );
+    assert_eq!(passive(&m[1]), Some(true));
+    let (m, c) = from_master(&mut b, declare_ok(CONTROL));
+    assert!(c.is_empty());
+    assert!(matches!(
+        &m[0],
+        Input::StreamTrack { op: TrackOp::Query { kind: Tracking::Sequence, reference, .. }, .. } if reference == "p"
+    ));
+    let (_, c) = from_master(
+        &mut b,
+        ToConn::Tracked {
+            ch: CONTROL,
+            value: Ok(Some(5)),
+        },
+    );
+    assert_eq!(code(&c), [(1, ResponseCode::Ok)]);
+    let m = publish(&mut b, &[4, 5, 6, 7]);
+    let bodies: Vec<_> = m
+        .iter()
+        .filter_map(|i| match i {
+            Input::Publish { body, .. } => Some(body.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(bodies, [Bytes::from("m6"), Bytes::from("m7")]);
+    assert!(matches!(
+        m.last(),
+        Some(Input::StreamTrack {
+            ch: PUBLISH,
+            op: TrackOp::Store {
+                kind: Tracking::Sequence,
+                value: 7,
+                ..
+            },
+            ..
+        })
+    ));
+    // The duplicates are confirmed without being stored.
+    let mut c = Vec::new();
+    b.flush(0, &mut c);
+    assert_eq!(
+        c,
+        [sc::Input::PublishConfirm {
+            publisher_id: 4,
+            publishing_ids: vec![4, 5],
+        }]
+    );
+}
+
+fn delivery(tag: u64, offset: i64) -> ToConn {
+    let mut headers = FieldTable::default();
+    headers.insert("x-stream-offset".into(), AMQPValue::LongLongInt(offset));
+    ToConn::Deliver {
+        ch: FIRST_SUBSCRIPTION,
+        consumer_tag: "stream-subscription-0".into(),
+        delivery_tag: tag,
+        redelivered: false,
+        msg: Message {
+            id: tag,
+            exchange: "".into(),
+            routing_key: "s".into(),
+            properties: Arc::new(BasicProperties::default().with_headers(headers)),
+            body: Bytes::from(format!("e{offset}")),
+            timestamp_ms: 1000,
+        },
+    }
+}
+
+#[test]
+fn deliveries_become_chunks_of_consecutive_offsets_acked_once_written() {
+    let mut b = bridge();
+    let (m, c) = request(
+        &mut b,
+        9,
+        Request::Subscribe {
+            subscription_id: 0,
+            stream: "s".into(),
+            offset: OffsetSpec::Offset(40),
+            credit: 1,
+            properties: Vec::new(),
+        },
+    );
+    assert!(c.is_empty());
+    match &m[2] {
+        Input::Method {
+            ch: FIRST_SUBSCRIPTION,
+            method: AMQPClass::Basic(basic::AMQPMethod::Consume(consume)),
+            ..
+        } => {
+            let args = consume.arguments.inner();
+            assert_eq!(
+                args.get("x-stream-offset"),
+                Some(&AMQPValue::LongLongInt(40))
+            );
+            assert!(args.contains_key(crate::broker::stream_record::RECORDS_ARG));
+        }
+        other => panic!("not a consume: {other:?}"),
+    }
+    let (mut mm, mut c) = (Vec::new(), Vec::new());
+    b.on_master(
+        ToConn::Method(
+            FIRST_SUBSCRIPTION,
+            AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk {
+                consumer_tag: "stream-subscription-0".into(),
+            })),
+        ),
+        &mut mm,
+        &mut c,
+    );
+    assert_eq!(code(&c), [(9, ResponseCode::Ok)]);
+    c.clear();
+    // 40, 41, 42 then a gap: two chunks.
+    for (tag, offset) in [(1, 40), (2, 41), (3, 42), (4, 50)] {
+        b.on_master(delivery(tag, offset), &mut mm, &mut c);
+    }
+    b.flush(0, &mut c);
+    let chunks: Vec<_> = c
+        .iter()
+        .map(|i| match i {
+            sc::Input::Deliver {
+                subscription_id: 0,
+                chunk: sc::ChunkSource::Bytes(bytes),
+                ..
+            } => {
+                let chunk = stablemq_protocol::stream::Chunk::parse(bytes).unwrap();
+                (chunk.header.chunk_id, chunk.header.num_records)
+            }
+            other => panic!("not a delivery: {other:?}"),
+        })
+        .collect();
+    assert_eq!(chunks, [(40, 3), (50, 1)]);
+    // Written: the first chunk's deliveries are acked, up to its last tag.
+    let mut head = BytesMut::new();
+    stablemq_protocol::stream::encode_deliver_header(&mut head, 0, None, 10);
+    let (mut m, mut c) = (Vec::new(), Vec::new());
+    b.on_action(
+        sc::Action::WriteChunk {
+            head: head.freeze(),
+            chunk: sc::ChunkSource::Bytes(Bytes::new()),
+        },
+        &mut m,
+        &mut c,
+    );
+    assert!(matches!(
+        m[..],
+        [Input::Method {
+            ch: FIRST_SUBSCRIPTION,
+            method: AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
+                delivery_tag: 3,
+                multiple: true
+            })),
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn a_refused_subscribe_is_answered_with_the_streams_code() {
+    let mut b = bridge();
+    request(
+        &mut b,
+        5,
+        Request::Subscribe {
+            subscription_id: 1,
+            stream: "gone".into(),
+            offset: OffsetSpec::First,
+            credit: 1,
+            properties: Vec::new(),
+        },
+    );
+    let (_, c) = from_master(&mut b, not_found(FIRST_SUBSCRIPTION));
+    assert_eq!(code(&c), [(5, ResponseCode::StreamDoesNotExist)]);
+}
