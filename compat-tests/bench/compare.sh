@@ -279,12 +279,13 @@ start_stablemq() { # scenario
 start_stablemq_cluster() { # scenario
     local dir="$WORK/stablemq-$1" i j cfg ports=() amqp=() sed_args=() urls=() id
     mkdir -p "$dir"
-    read -r -a ports < <("$PY" "$BENCH" free-ports 9)
+    read -r -a ports < <("$PY" "$BENCH" free-ports 12)
     for j in 0 1 2; do
         amqp+=("${ports[3 + j]}")
         sed_args+=(-e "s#\"127\\.0\\.0\\.1:$((25701 + j))\"#\"127.0.0.1:${ports[j]}\"#"
                    -e "s#\"127\\.0\\.0\\.1:$((5672 + j))\"#\"127.0.0.1:${ports[3 + j]}\"#"
-                   -e "s#\"127\\.0\\.0\\.1:$((15672 + j))\"#\"127.0.0.1:${ports[6 + j]}\"#")
+                   -e "s#\"127\\.0\\.0\\.1:$((15672 + j))\"#\"127.0.0.1:${ports[6 + j]}\"#"
+                   -e "s#\"127\\.0\\.0\\.1:$((5552 + j))\"#\"127.0.0.1:${ports[9 + j]}\"#")
         urls+=("http://127.0.0.1:${ports[6 + j]}")
     done
     for i in 1 2 3; do
@@ -295,7 +296,7 @@ start_stablemq_cluster() { # scenario
             "$ROOT/examples/cluster/node$i.toml" >"$cfg"
         if ! grep -q "^data_dir = \"$dir/node$i\"\$" "$cfg" || ! grep -q '^prometheus_port = 0$' "$cfg" ||
             [[ $(grep -c "\"127\\.0\\.0\\.1:\\(${ports[0]}\\|${ports[3]}\\|${ports[6]}\\)\"" "$cfg") -ne 3 ]] ||
-            grep -Eq '"127\.0\.0\.1:(2570[1-3]|567[2-4]|1567[2-4])"' "$cfg"; then
+            grep -Eq '"127\.0\.0\.1:(2570[1-3]|567[2-4]|1567[2-4]|555[2-4])"' "$cfg"; then
             echo "examples/cluster/node$i.toml no longer has the documented ports and data_dir" >&2
             return 1
         fi

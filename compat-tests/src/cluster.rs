@@ -25,6 +25,8 @@ pub struct ClusterNode {
     pub management_port: u16,
     /// Prometheus port.
     pub prometheus_port: u16,
+    /// Stream protocol port.
+    pub stream_port: u16,
     config: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -87,8 +89,16 @@ impl Cluster {
         sections: &dyn Fn(usize) -> String,
     ) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let ports: Vec<[u16; 4]> = (0..3)
-            .map(|_| [free_port(), free_port(), free_port(), free_port()])
+        let ports: Vec<[u16; 5]> = (0..3)
+            .map(|_| {
+                [
+                    free_port(),
+                    free_port(),
+                    free_port(),
+                    free_port(),
+                    free_port(),
+                ]
+            })
             .collect();
         let mut nodes = Vec::new();
         for id in 1..=3u64 {
@@ -109,6 +119,10 @@ impl Cluster {
                     .replace(
                         &format!("127.0.0.1:{}\"", 15672 + n),
                         &format!("127.0.0.1:{}\"", p[2]),
+                    )
+                    .replace(
+                        &format!("127.0.0.1:{}\"", 5552 + n),
+                        &format!("127.0.0.1:{}\"", p[4]),
                     );
             }
             let me = &ports[id as usize - 1];
@@ -146,6 +160,7 @@ impl Cluster {
                 amqp_port: me[1],
                 management_port: me[2],
                 prometheus_port: me[3],
+                stream_port: me[4],
                 config,
                 log: dir.path().join(format!("node{id}.log")),
                 child: None,

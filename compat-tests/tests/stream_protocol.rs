@@ -6,6 +6,7 @@
 //! sequences).
 
 use compat_tests::Broker;
+use compat_tests::cluster::Cluster;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -77,7 +78,7 @@ import asyncio, sys
 from rstream import Producer, Consumer, ConsumerOffsetSpecification, OffsetType
 from rstream.client import Client
 PORT, PHASE = int(sys.argv[1]), sys.argv[2]
-S = "restarted"
+S = sys.argv[3] if len(sys.argv) > 3 else "restarted"
 async def write():
     async with Producer("127.0.0.1", port=PORT, username="guest", password="guest") as p:
         await p.create_stream(S)
@@ -112,6 +113,8 @@ async def check():
     await client.start()
     await client.authenticate(vhost="/", username="guest", password="guest")
     print("sequence", await client.query_publisher_sequence(S, "p1"))
+    leader, replicas = await client.query_leader_and_replicas(S)
+    print("leader", leader.port, "replicas", sorted(r.port for r in replicas))
     await client.close()
 asyncio.run(asyncio.wait_for(write() if PHASE == "write" else check(), 60))
 "#;
@@ -177,4 +180,46 @@ fn the_js_stream_client_publishes_and_consumes() {
         4,
         "{stdout}"
     );
+}
+
+/// A 3-node cluster: a client connected to a slave is served (its bytes go
+/// to the master), metadata names the master as leader and the live others
+/// as replicas, and after a SIGKILL of the master the new one has every
+/// confirmed entry at its offset, the stored offset and the publisher's
+/// sequence.
+#[test]
+fn a_master_kill_loses_no_confirmed_entry_nor_stored_offset() {
+    let mut cluster = Cluster::start_example();
+    let master = cluster.wait_master(Duration::from_secs(30));
+    let slave = (master + 1) % 3;
+    let ports: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.stream_port.to_string())
+        .collect();
+    let port = |i: usize| ports[i].clone();
+    let (ok, out) = run(
+        &["-c", PHASES, &port(slave), "write", "replicated"],
+        Duration::from_secs(90),
+    );
+    assert!(ok && out.contains("written"), "{out}");
+    cluster.kill9(master);
+    let new_master = cluster.wait_master_other_than(Some(master), Duration::from_secs(30));
+    let other = (0..3)
+        .find(|i| *i != master && *i != new_master)
+        .expect("a third node");
+    // Through the node that is neither: it forwards to the new master.
+    let (ok, out) = run(
+        &["-c", PHASES, &port(other), "check", "replicated"],
+        Duration::from_secs(90),
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("offset 20"), "stored offset lost:\n{out}");
+    assert!(out.contains("entries True 50"), "entries changed:\n{out}");
+    assert!(
+        out.contains("sequence 50"),
+        "publisher sequence lost:\n{out}"
+    );
+    let leader = format!("leader {} replicas [{}]", port(new_master), port(other));
+    assert!(out.contains(&leader), "want {leader:?}:\n{out}");
 }

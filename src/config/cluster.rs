@@ -43,6 +43,11 @@ pub struct NodeConfig {
     /// The management HTTP API listens here (status: `GET /api/nodes`).
     #[serde(default)]
     pub management_addr: Option<SocketAddr>,
+    /// The stream protocol listens here (its port, on `amqp_addr`'s host);
+    /// stream clients learn the master (leader) and the other nodes
+    /// (replicas) from it, and slaves forward them to the master's.
+    #[serde(default)]
+    pub stream_addr: Option<SocketAddr>,
 }
 
 fn both_roles() -> Vec<NodeRole> {

@@ -29,6 +29,8 @@ pub struct ClusterNode {
     pub status: Option<watch::Receiver<BrokerStatus>>,
     /// Every broker's AMQP address, for proxying to the master.
     pub amqp_addrs: HashMap<NodeId, SocketAddr>,
+    /// Every broker node's stream protocol address.
+    pub stream_addrs: HashMap<NodeId, SocketAddr>,
     /// The event store (store nodes); abort it to stop.
     pub store: Option<JoinHandle<()>>,
     /// The event store's status (store nodes).
@@ -124,7 +126,13 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
         .iter()
         .filter_map(|n| Some((n.id, n.amqp_addr?)))
         .collect();
+    let stream_addrs = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.id, n.stream_addr?)))
+        .collect();
     Ok(ClusterNode {
+        stream_addrs,
         driver,
         backend,
         serving,

@@ -201,6 +201,10 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
     opts.amqp_ips = vec![amqp.ip()];
     opts.amqp_port = amqp.port();
     opts.ipv6_optional = false;
+    if let Some(stream) = me.stream_addr {
+        opts.stream_port = stream.port();
+        opts.stream_port_optional = false;
+    }
     // Until this node wins an election it is a slave: a replica built from the
     // stable entries it is sent, and every client proxied to the master.
     let core = Core::Following(crate::broker::Broker::new());
@@ -209,6 +213,7 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
         serving: node.serving,
         status,
         amqp_addrs: Arc::new(node.amqp_addrs),
+        stream_addrs: Arc::new(node.stream_addrs),
     };
     let driver = node.driver;
     let result = run_broker(opts, core, backend, router, node.store, master, users.0).await;

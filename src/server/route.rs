@@ -25,6 +25,7 @@ pub(super) enum Router {
         serving: watch::Receiver<bool>,
         status: watch::Receiver<BrokerStatus>,
         amqp_addrs: Arc<HashMap<NodeId, SocketAddr>>,
+        stream_addrs: Arc<HashMap<NodeId, SocketAddr>>,
     },
 }
 
@@ -64,26 +65,11 @@ pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock:
         serving,
         status,
         amqp_addrs,
+        ..
     } = &ctx.router
     {
-        let (me, mut serving, mut status) = (*me, serving.clone(), status.clone());
-        // Decide once: here while master, else the master's node. A client
-        // that arrives mid-election waits for the outcome.
-        let decided = tokio::time::timeout(ELECTION_WAIT, async {
-            loop {
-                if *serving.borrow_and_update() {
-                    return None;
-                }
-                if let Some(m) = status.borrow_and_update().master.filter(|m| *m != me) {
-                    return Some(m);
-                }
-                tokio::select! {
-                    r = serving.changed() => if r.is_err() { return Some(0) },
-                    r = status.changed() => if r.is_err() { return Some(0) },
-                }
-            }
-        })
-        .await;
+        let status = status.clone();
+        let decided = decide(*me, serving, &status).await;
         match decided {
             Ok(None) => {}
             Ok(Some(master)) => {
@@ -109,4 +95,31 @@ pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock:
         }
     }
     conn_task::run(id, sock, ctx).await;
+}
+
+/// Where a cluster node's new client goes: `Ok(None)` served here (this
+/// node is master), `Ok(Some(m))` forwarded to master `m` (0: the node is
+/// stopping), `Err` no master was elected within [`ELECTION_WAIT`]. A client
+/// that arrives mid-election waits for the outcome.
+pub(super) async fn decide(
+    me: NodeId,
+    serving: &watch::Receiver<bool>,
+    status: &watch::Receiver<BrokerStatus>,
+) -> Result<Option<NodeId>, tokio::time::error::Elapsed> {
+    let (mut serving, mut status) = (serving.clone(), status.clone());
+    tokio::time::timeout(ELECTION_WAIT, async {
+        loop {
+            if *serving.borrow_and_update() {
+                return None;
+            }
+            if let Some(m) = status.borrow_and_update().master.filter(|m| *m != me) {
+                return Some(m);
+            }
+            tokio::select! {
+                r = serving.changed() => if r.is_err() { return Some(0) },
+                r = status.changed() => if r.is_err() { return Some(0) },
+            }
+        }
+    })
+    .await
 }

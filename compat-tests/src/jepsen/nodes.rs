@@ -20,6 +20,8 @@ const GUEST_AUTH: &str = "Basic Z3Vlc3Q6Z3Vlc3Q=";
 const CLUSTER_PORT: u16 = 25701;
 const AMQP_PORT: u16 = 5672;
 const MANAGEMENT_PORT: u16 = 15672;
+/// The stream port of node 1 in the example configs (node i has this + i).
+const STREAM_PORT: u16 = 5552;
 
 /// One node process.
 struct Node {
@@ -68,7 +70,7 @@ impl Nodes {
                 .unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
             for j in 0..3u16 {
                 let ip = net.ip(usize::from(j));
-                for base in [CLUSTER_PORT, AMQP_PORT, MANAGEMENT_PORT] {
+                for base in [CLUSTER_PORT, AMQP_PORT, MANAGEMENT_PORT, STREAM_PORT] {
                     let port = base + j;
                     text = text.replace(
                         &format!("\"127.0.0.1:{port}\""),

@@ -9,16 +9,19 @@ mod bridge;
 mod record;
 
 use super::master_task::MasterMsg;
-use super::route::{ConnContext, Router};
+use super::route::{self, ConnContext, Router};
 use crate::auth;
 use crate::master::inout::{ConnInfo, Input, ToConn};
 use bridge::{Advertised, Bridge};
 use bytes::BytesMut;
+use stablemq_cluster::replication::NodeId;
+use stablemq_protocol::stream::Broker;
 use stablemq_protocol::stream::StreamConnection;
 use stablemq_protocol::stream::conn::{
     self as sc, AuthOutcome, StreamConnectionConfig, server_properties,
 };
 use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,21 +37,140 @@ pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, pee
         },
         _ = stop.changed() => return,
     };
-    if let Router::Cluster { serving, .. } = &ctx.router
-        && !*serving.borrow()
-    {
-        // A slave does not serve the stream protocol yet (docs/streams.md):
-        // the client's metadata query would name the master.
-        tracing::info!(%peer, "stream client on a node that is not the master; closed");
-        return;
-    }
     let Ok(local) = sock.local_addr() else {
         return;
     };
-    run(ctx, id, sock, peer, local).await;
+    let advertised = match &ctx.router {
+        Router::Local => Advertised {
+            brokers: vec![Broker {
+                reference: 0,
+                host: local.ip().to_string(),
+                port: u32::from(local.port()),
+            }],
+            leader: 0,
+        },
+        Router::Cluster {
+            me,
+            serving,
+            status,
+            stream_addrs,
+            ..
+        } => match route::decide(*me, serving, status).await {
+            Ok(None) => cluster_topology(*me, &reachable(*me, stream_addrs).await, local),
+            Ok(Some(master)) => {
+                match stream_addrs.get(&master) {
+                    Some(&addr) => forward(sock, addr, ctx.shutdown.clone()).await,
+                    None => {
+                        tracing::info!(master, %peer, "no stream_addr for the master; stream client closed")
+                    }
+                }
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(%peer, "no master elected in time; dropping stream client");
+                return;
+            }
+        },
+    };
+    run(ctx, id, sock, peer, local, advertised).await;
 }
 
-async fn run(ctx: ConnContext, id: u64, sock: TcpStream, peer: SocketAddr, local: SocketAddr) {
+/// The other nodes whose stream listener accepts a connection now (within
+/// 300 ms): a client told of a replica connects to it, so a node that is
+/// down is not named. Probed at each connection, all at once.
+async fn reachable(
+    me: NodeId,
+    stream_addrs: &HashMap<NodeId, SocketAddr>,
+) -> HashMap<NodeId, SocketAddr> {
+    let mut probes = tokio::task::JoinSet::new();
+    for (&id, &addr) in stream_addrs {
+        probes.spawn(async move {
+            let up = id == me
+                || matches!(
+                    tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr))
+                        .await,
+                    Ok(Ok(_))
+                );
+            up.then_some((id, addr))
+        });
+    }
+    let mut out = HashMap::new();
+    while let Some(r) = probes.join_next().await {
+        if let Ok(Some((id, addr))) = r {
+            out.insert(id, addr);
+        }
+    }
+    out
+}
+
+/// The brokers of a cluster as stream clients see them: every node with a
+/// `stream_addr` that is up, by node id; this node (the master) leads every
+/// stream.
+fn cluster_topology(
+    me: NodeId,
+    stream_addrs: &HashMap<NodeId, SocketAddr>,
+    local: SocketAddr,
+) -> Advertised {
+    let mut ids: Vec<NodeId> = stream_addrs.keys().copied().collect();
+    if !ids.contains(&me) {
+        ids.push(me);
+    }
+    ids.sort_unstable();
+    let brokers = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let addr = stream_addrs.get(id).copied().unwrap_or(local);
+            Broker {
+                reference: u16::try_from(i).unwrap_or(u16::MAX),
+                host: addr.ip().to_string(),
+                port: u32::from(addr.port()),
+            }
+        })
+        .collect();
+    let leader = ids.iter().position(|id| *id == me).unwrap_or(0);
+    Advertised {
+        brokers,
+        leader: u16::try_from(leader).unwrap_or(0),
+    }
+}
+
+/// A slave's stream client: its bytes go to the master's stream listener
+/// and back, unchanged, until either side closes (the master's going ends
+/// it; the client reconnects and finds the new one).
+async fn forward(
+    mut sock: TcpStream,
+    to: SocketAddr,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    // Nothing goes upstream before the client speaks: a master probing
+    // this node (`reachable`) sends nothing, so it never reaches itself.
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(Duration::from_secs(10), sock.peek(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        _ => return,
+    }
+    let Ok(Ok(mut upstream)) =
+        tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to)).await
+    else {
+        tracing::info!(%to, "the master's stream listener did not answer; stream client closed");
+        return;
+    };
+    let _ = upstream.set_nodelay(true);
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut sock, &mut upstream) => {}
+        _ = shutdown.changed() => {}
+    }
+}
+
+async fn run(
+    ctx: ConnContext,
+    id: u64,
+    sock: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    advertised: Advertised,
+) {
     let (out_tx, mut out_rx) = super::outbox::channel();
     if ctx
         .master_tx
@@ -60,14 +182,11 @@ async fn run(ctx: ConnContext, id: u64, sock: TcpStream, peer: SocketAddr, local
     }
     let props = &ctx.config.server_properties;
     let cluster_name = ctx.cluster_name.borrow().clone();
-    let advertised = Advertised {
-        host: local.ip().to_string(),
-        port: local.port(),
-    };
+    let me = advertised.brokers.get(usize::from(advertised.leader));
     let config = StreamConnectionConfig {
         server_properties: server_properties(&props.product, &props.version, &cluster_name),
-        advertised_host: Some(advertised.host.clone()),
-        advertised_port: Some(advertised.port),
+        advertised_host: me.map(|b| b.host.clone()),
+        advertised_port: me.and_then(|b| u16::try_from(b.port).ok()),
         ..StreamConnectionConfig::default()
     };
     let mut conn = StreamConnection::new(config, Instant::now());

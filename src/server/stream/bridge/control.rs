@@ -308,13 +308,21 @@ impl Bridge {
                     done.push(StreamMetadata {
                         name,
                         code,
-                        leader: if code == ResponseCode::Ok { 0 } else { 0xffff },
-                        replicas: Vec::new(),
+                        leader: if code == ResponseCode::Ok {
+                            self.advertised.leader
+                        } else {
+                            0xffff
+                        },
+                        replicas: if code == ResponseCode::Ok {
+                            self.replicas()
+                        } else {
+                            Vec::new()
+                        },
                     });
                 }
                 if todo.is_empty() {
                     Some(Reply::Metadata {
-                        brokers: vec![self.broker()],
+                        brokers: self.advertised.brokers.clone(),
                         streams: std::mem::take(done),
                     })
                 } else {
@@ -348,12 +356,13 @@ impl Bridge {
         }
     }
 
-    pub(super) fn broker(&self) -> Broker {
-        Broker {
-            reference: 0,
-            host: self.advertised.host.clone(),
-            port: u32::from(self.advertised.port),
-        }
+    pub(super) fn replicas(&self) -> Vec<u16> {
+        self.advertised
+            .brokers
+            .iter()
+            .map(|b| b.reference)
+            .filter(|r| *r != self.advertised.leader)
+            .collect()
     }
 }
 

@@ -59,14 +59,15 @@ const CHUNK_RECORDS: usize = 1000;
 /// A chunk's data at most when the client set no frame_max.
 const CHUNK_BYTES: usize = 1 << 20;
 
-/// Where the stream protocol's clients should connect: this node, as the
-/// metadata and open answers advertise it.
+/// Where the stream protocol's clients should connect, as the metadata
+/// answer tells them: the brokers, the leader of every stream (this node: it
+/// is the master) and the replicas (the other broker nodes of a cluster).
 #[derive(Debug, Clone)]
 pub(super) struct Advertised {
-    /// Host.
-    pub(super) host: String,
-    /// Stream port.
-    pub(super) port: u16,
+    /// Every broker, by reference.
+    pub(super) brokers: Vec<Broker>,
+    /// This node's reference.
+    pub(super) leader: u16,
 }
 
 /// The stream connection's side of the master.

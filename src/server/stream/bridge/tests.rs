@@ -11,8 +11,12 @@ fn bridge() -> Bridge {
     Bridge::new(
         7,
         Advertised {
-            host: "127.0.0.1".into(),
-            port: 5552,
+            brokers: vec![Broker {
+                reference: 0,
+                host: "127.0.0.1".into(),
+                port: 5552,
+            }],
+            leader: 0,
         },
     )
 }
