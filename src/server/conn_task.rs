@@ -151,12 +151,12 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
 }
 
 /// The master task is gone (the node is stopping).
-struct MasterGone;
+pub(super) struct MasterGone;
 
 /// Send `inputs` (left empty) to the master, in order: a lone input as it
 /// is, more as one batch for which credit is taken first (so a busy master
 /// pushes back on this connection by the number of inputs waiting).
-async fn send_inputs(
+pub(super) async fn send_inputs(
     master: &mpsc::Sender<MasterMsg>,
     credit: &InputCredit,
     inputs: &mut Vec<Input>,

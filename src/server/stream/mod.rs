@@ -163,6 +163,19 @@ async fn forward(
     }
 }
 
+/// One stream client's connection and what it owes the master and the socket.
+struct Task {
+    ctx: ConnContext,
+    id: u64,
+    peer: SocketAddr,
+    local: SocketAddr,
+    conn: StreamConnection,
+    bridge: Bridge,
+    wbuf: BytesMut,
+    to_master: Vec<Input>,
+    to_conn: Vec<sc::Input>,
+}
+
 async fn run(
     ctx: ConnContext,
     id: u64,
@@ -189,127 +202,127 @@ async fn run(
         advertised_port: me.and_then(|b| u16::try_from(b.port).ok()),
         ..StreamConnectionConfig::default()
     };
-    let mut conn = StreamConnection::new(config, Instant::now());
-    let mut bridge = Bridge::new(id, advertised);
+    let mut shutdown = ctx.shutdown.clone();
+    let mut t = Task {
+        conn: StreamConnection::new(config, Instant::now()),
+        bridge: Bridge::new(id, advertised),
+        ctx,
+        id,
+        peer,
+        local,
+        wbuf: BytesMut::with_capacity(64 * 1024),
+        to_master: Vec::new(),
+        to_conn: Vec::new(),
+    };
     let (mut rd, mut wr) = sock.into_split();
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
-    let mut wbuf = BytesMut::with_capacity(64 * 1024);
-    let mut to_master: Vec<Input> = Vec::new();
-    let mut to_conn: Vec<sc::Input> = Vec::new();
     let mut inbox: Vec<Vec<ToConn>> = Vec::with_capacity(64);
-    let mut reading = true;
-    let mut outbox_open = true;
-    let mut shutting_down = false;
-    let mut shutdown = ctx.shutdown.clone();
+    let (mut outbox_open, mut shutting_down) = (true, false);
     let mut shutdown_changed = std::pin::pin!(shutdown.changed());
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         let now = Instant::now();
         tokio::select! {
-            r = rd.read_buf(&mut rbuf), if reading => match r {
-                Ok(0) | Err(_) => reading = false,
-                Ok(_) => conn.handle_bytes(&mut rbuf, Instant::now()),
+            r = rd.read_buf(&mut rbuf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(_) => t.conn.handle_bytes(&mut rbuf, Instant::now()),
             },
             n = out_rx.recv_many(&mut inbox, 64), if outbox_open => {
-                if n == 0 {
-                    outbox_open = false;
+                outbox_open = n > 0;
+                for m in inbox.drain(..).flatten() {
+                    t.bridge.on_master(m, &mut t.to_master, &mut t.to_conn);
                 }
-                for batch in inbox.drain(..) {
-                    for m in batch {
-                        bridge.on_master(m, &mut to_master, &mut to_conn);
-                    }
-                }
-                bridge.flush(conn.frame_max(), &mut to_conn);
+                t.bridge.flush(t.conn.frame_max(), &mut t.to_conn);
             }
-            _ = tick.tick() => conn.tick(now),
+            _ = tick.tick() => t.conn.tick(now),
             r = &mut shutdown_changed, if !shutting_down => {
                 shutting_down = true;
                 if r.is_ok() {
-                    conn.handle(sc::Input::Close {
+                    t.conn.handle(sc::Input::Close {
                         code: stablemq_protocol::stream::ResponseCode::Ok,
                         reason: "node shutting down".into(),
                     }, now);
                 }
             }
         }
-        if !reading {
-            break;
-        }
-        let mut closed = false;
-        // Actions lead to inputs for the connection (answers known at once,
-        // authentication) which lead to more actions: until it settles.
-        for _ in 0..64 {
-            for input in to_conn.drain(..) {
-                conn.handle(input, Instant::now());
-            }
-            let actions = conn.take_actions();
-            if actions.is_empty() {
-                break;
-            }
-            for a in actions {
-                match a {
-                    sc::Action::Write(b) => wbuf.extend_from_slice(&b),
-                    sc::Action::WriteChunk { head, chunk } => {
-                        wbuf.extend_from_slice(&head);
-                        if let sc::ChunkSource::Bytes(b) = &chunk {
-                            wbuf.extend_from_slice(b);
-                        }
-                        bridge.on_action(
-                            sc::Action::WriteChunk { head, chunk },
-                            &mut to_master,
-                            &mut to_conn,
-                        );
-                    }
-                    sc::Action::Authenticate { mechanism, data } => {
-                        to_conn.push(sc::Input::Authenticated(authenticate(
-                            &ctx,
-                            &mechanism,
-                            data.as_deref(),
-                            peer,
-                        )))
-                    }
-                    sc::Action::OpenVhost { user, vhost } => to_master.push(Input::Open {
-                        conn: id,
-                        user,
-                        vhost,
-                        info: Box::new(conn_info(&conn, peer, local)),
-                    }),
-                    sc::Action::Closed(_) => closed = true,
-                    other => bridge.on_action(other, &mut to_master, &mut to_conn),
-                }
-            }
-            bridge.flush(conn.frame_max(), &mut to_conn);
-        }
-        if !to_master.is_empty() {
-            let batch = std::mem::take(&mut to_master);
-            let permit = match ctx.credit.take(batch.len() as u32).await {
-                Some(p) => p,
-                None => break,
-            };
-            if ctx
-                .master_tx
-                .send(MasterMsg::Inputs(batch, permit))
+        let closed = t.settle();
+        if !t.to_master.is_empty()
+            && super::conn_task::send_inputs(&t.ctx.master_tx, &t.ctx.credit, &mut t.to_master)
                 .await
                 .is_err()
-            {
+        {
+            break;
+        }
+        if !t.wbuf.is_empty() {
+            if wr.write_all(&t.wbuf).await.is_err() {
                 break;
             }
+            t.wbuf.clear();
         }
-        if !wbuf.is_empty() {
-            if wr.write_all(&wbuf).await.is_err() {
-                break;
-            }
-            wbuf.clear();
-        }
-        if closed || conn.is_closed() {
+        if closed || t.conn.is_closed() {
             break;
         }
     }
     let _ = wr.shutdown().await;
-    let _ = ctx
+    let _ = t
+        .ctx
         .master_tx
         .send(MasterMsg::Input(Input::Disconnected { conn: id }))
         .await;
+}
+
+impl Task {
+    /// Carry out the connection's actions: they lead to inputs for it
+    /// (answers known at once, authentication), which lead to more actions,
+    /// until it settles. True once the connection is over.
+    fn settle(&mut self) -> bool {
+        let mut closed = false;
+        for _ in 0..64 {
+            for input in self.to_conn.drain(..) {
+                self.conn.handle(input, Instant::now());
+            }
+            let actions = self.conn.take_actions();
+            if actions.is_empty() {
+                break;
+            }
+            for a in actions {
+                closed |= self.act(a);
+            }
+            self.bridge.flush(self.conn.frame_max(), &mut self.to_conn);
+        }
+        closed
+    }
+
+    /// One action; true if it ends the connection.
+    fn act(&mut self, a: sc::Action) -> bool {
+        match a {
+            sc::Action::Write(b) => self.wbuf.extend_from_slice(&b),
+            sc::Action::WriteChunk { head, chunk } => {
+                self.wbuf.extend_from_slice(&head);
+                if let sc::ChunkSource::Bytes(b) = &chunk {
+                    self.wbuf.extend_from_slice(b);
+                }
+                let written = sc::Action::WriteChunk { head, chunk };
+                self.bridge
+                    .on_action(written, &mut self.to_master, &mut self.to_conn);
+            }
+            sc::Action::Authenticate { mechanism, data } => {
+                let outcome = authenticate(&self.ctx, &mechanism, data.as_deref(), self.peer);
+                self.to_conn.push(sc::Input::Authenticated(outcome))
+            }
+            sc::Action::OpenVhost { user, vhost } => self.to_master.push(Input::Open {
+                conn: self.id,
+                user,
+                vhost,
+                info: Box::new(conn_info(&self.conn, self.peer, self.local)),
+            }),
+            sc::Action::Closed(_) => return true,
+            other => self
+                .bridge
+                .on_action(other, &mut self.to_master, &mut self.to_conn),
+        }
+        false
+    }
 }
 
 /// Check a SASL response against the users the master replicates.

@@ -236,11 +236,7 @@ impl Bridge {
         let Some(mut op) = self.current.take() else {
             return;
         };
-        let code = |o: &Outcome<'_>| match o {
-            Outcome::Refused(e) => stream_code(e.code),
-            Outcome::Tracked(Err(())) => ResponseCode::StreamDoesNotExist,
-            Outcome::Done | Outcome::Tracked(Ok(_)) => ResponseCode::Ok,
-        };
+        let code = outcome_code;
         let answer = match &mut op.kind {
             OpKind::Create { probed, .. } if !*probed => match outcome {
                 Outcome::Refused(e) if e.code == ReplyCode::NotFound => {
@@ -280,54 +276,15 @@ impl Bridge {
                 (o, _, _) => Some(Reply::Code(code(o))),
             },
             OpKind::Create { .. } | OpKind::Delete { .. } => Some(Reply::Code(code(&outcome))),
-            OpKind::Query { kind, .. } => Some(match (kind, outcome) {
-                (Tracking::Offset, Outcome::Tracked(Ok(Some(offset)))) => Reply::Offset {
-                    code: ResponseCode::Ok,
-                    offset,
-                },
-                (Tracking::Offset, Outcome::Tracked(Ok(None))) => Reply::Offset {
-                    code: ResponseCode::NoOffset,
-                    offset: 0,
-                },
-                (Tracking::Offset, o) => Reply::Offset {
-                    code: code(&o),
-                    offset: 0,
-                },
-                (Tracking::Sequence, Outcome::Tracked(Ok(v))) => Reply::Sequence {
-                    code: ResponseCode::Ok,
-                    sequence: v.unwrap_or(0),
-                },
-                (Tracking::Sequence, o) => Reply::Sequence {
-                    code: code(&o),
-                    sequence: 0,
-                },
-            }),
+            OpKind::Query { kind, .. } => Some(query_reply(*kind, outcome)),
             OpKind::Metadata { todo, done } => {
                 if let Some(name) = todo.pop_front() {
-                    let code = code(&outcome);
-                    done.push(StreamMetadata {
-                        name,
-                        code,
-                        leader: if code == ResponseCode::Ok {
-                            self.advertised.leader
-                        } else {
-                            0xffff
-                        },
-                        replicas: if code == ResponseCode::Ok {
-                            self.replicas()
-                        } else {
-                            Vec::new()
-                        },
-                    });
+                    done.push(self.stream_metadata(name, code(&outcome)));
                 }
-                if todo.is_empty() {
-                    Some(Reply::Metadata {
-                        brokers: self.advertised.brokers.clone(),
-                        streams: std::mem::take(done),
-                    })
-                } else {
-                    None
-                }
+                todo.is_empty().then(|| Reply::Metadata {
+                    brokers: self.advertised.brokers.clone(),
+                    streams: std::mem::take(done),
+                })
             }
         };
         match answer {
@@ -356,6 +313,18 @@ impl Bridge {
         }
     }
 
+    /// A stream's entry in a metadata answer: this node leads it, the
+    /// others replicate it (nobody, if it does not exist).
+    fn stream_metadata(&self, name: String, code: ResponseCode) -> StreamMetadata {
+        let ok = code == ResponseCode::Ok;
+        StreamMetadata {
+            name,
+            code,
+            leader: if ok { self.advertised.leader } else { 0xffff },
+            replicas: if ok { self.replicas() } else { Vec::new() },
+        }
+    }
+
     pub(super) fn replicas(&self) -> Vec<u16> {
         self.advertised
             .brokers
@@ -363,6 +332,41 @@ impl Bridge {
             .map(|b| b.reference)
             .filter(|r| *r != self.advertised.leader)
             .collect()
+    }
+}
+
+/// The stream protocol's code for what the master answered.
+fn outcome_code(o: &Outcome<'_>) -> ResponseCode {
+    match o {
+        Outcome::Refused(e) => stream_code(e.code),
+        Outcome::Tracked(Err(())) => ResponseCode::StreamDoesNotExist,
+        Outcome::Done | Outcome::Tracked(Ok(_)) => ResponseCode::Ok,
+    }
+}
+
+/// The answer to query offset or query publisher sequence.
+fn query_reply(kind: Tracking, outcome: Outcome<'_>) -> Reply {
+    match (kind, outcome) {
+        (Tracking::Offset, Outcome::Tracked(Ok(Some(offset)))) => Reply::Offset {
+            code: ResponseCode::Ok,
+            offset,
+        },
+        (Tracking::Offset, Outcome::Tracked(Ok(None))) => Reply::Offset {
+            code: ResponseCode::NoOffset,
+            offset: 0,
+        },
+        (Tracking::Offset, o) => Reply::Offset {
+            code: outcome_code(&o),
+            offset: 0,
+        },
+        (Tracking::Sequence, Outcome::Tracked(Ok(v))) => Reply::Sequence {
+            code: ResponseCode::Ok,
+            sequence: v.unwrap_or(0),
+        },
+        (Tracking::Sequence, o) => Reply::Sequence {
+            code: outcome_code(&o),
+            sequence: 0,
+        },
     }
 }
 

@@ -255,87 +255,17 @@ impl Bridge {
                 ch: PUBLISH,
                 routing_key,
                 ..
-            } => {
-                if let Some(u) = self
-                    .unconfirmed
-                    .values_mut()
-                    .find(|u| !u.returned && *u.stream == *routing_key)
-                {
-                    u.returned = true;
-                }
-            }
-            ToConn::CloseChannel(PUBLISH, _) => {
-                self.publish_open = false;
-                for u in std::mem::take(&mut self.unconfirmed).into_values() {
-                    self.fail(&u, ResponseCode::InternalError);
-                }
-            }
-            ToConn::Deliver {
-                ch,
-                delivery_tag,
-                msg,
-                ..
-            } => {
-                if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id)) {
-                    let offset = record::offset(&msg.properties).unwrap_or(0);
-                    let body = record::for_stream(&msg);
-                    s.pending
-                        .push((offset, delivery_tag, msg.timestamp_ms, body));
-                }
-            }
-            ToConn::Method(ch, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))) => {
-                if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id))
-                    && let Some(correlation_id) = s.subscribing.take()
-                {
-                    conn.push(sc::Input::Reply {
-                        correlation_id,
-                        reply: Reply::Code(ResponseCode::Ok),
-                    });
-                }
-            }
-            // The master cancelled the consumer: its stream was deleted.
-            ToConn::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Cancel(_))) => {
-                if let Some(id) = self.channels.remove(&ch)
-                    && let Some(s) = self.subs.remove(&id)
-                {
-                    self.closing.insert(ch);
-                    master.push(Input::ChannelClose {
-                        conn: self.conn,
-                        ch,
-                    });
-                    conn.push(sc::Input::StreamGone {
-                        stream: s.stream,
-                        code: ResponseCode::StreamNotAvailable,
-                    });
-                }
-            }
-            ToConn::Method(ch, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => {
-                self.closing.remove(&ch);
-            }
-            ToConn::CloseChannel(ch, e) => {
-                if let Some(id) = self.channels.remove(&ch)
-                    && let Some(s) = self.subs.remove(&id)
-                {
-                    match s.subscribing {
-                        Some(correlation_id) => conn.push(sc::Input::Reply {
-                            correlation_id,
-                            reply: Reply::Code(stream_code(e.code)),
-                        }),
-                        None => conn.push(sc::Input::StreamGone {
-                            stream: s.stream,
-                            code: ResponseCode::StreamNotAvailable,
-                        }),
-                    }
-                }
-            }
+            } => self.on_return(&routing_key),
+            ToConn::CloseChannel(PUBLISH, _) => self.on_publish_closed(),
             ToConn::CloseConnection(e) if !self.opened => {
                 tracing::info!(conn = self.conn, "stream open refused: {}", e.reply_text());
                 conn.push(sc::Input::VhostOpened(false))
             }
             ToConn::CloseConnection(e) => conn.push(close_input(&e)),
-            // Open-ok, qos-ok, select-ok; alarms (stream publishers are not
-            // blocked yet: docs/streams.md).
-            _ => {}
+            // Deliveries, and the subscriptions' channels; open-ok, qos-ok,
+            // select-ok and alarms (stream publishers are not blocked yet:
+            // docs/streams.md) need nothing.
+            other => self.on_subscription(other, master, conn),
         }
     }
 

@@ -125,4 +125,25 @@ impl Bridge {
                 });
         }
     }
+
+    /// The master returned a publish: no queue of that name any more. Its
+    /// confirm (which follows) becomes an error.
+    pub(super) fn on_return(&mut self, routing_key: &str) {
+        if let Some(u) = self
+            .unconfirmed
+            .values_mut()
+            .find(|u| !u.returned && *u.stream == *routing_key)
+        {
+            u.returned = true;
+        }
+    }
+
+    /// The master closed the publish channel: what it had not confirmed
+    /// fails.
+    pub(super) fn on_publish_closed(&mut self) {
+        self.publish_open = false;
+        for u in std::mem::take(&mut self.unconfirmed).into_values() {
+            self.fail(&u, ResponseCode::InternalError);
+        }
+    }
 }

@@ -18,6 +18,76 @@ pub(super) struct Subscription {
 }
 
 impl Bridge {
+    /// What the master sent on a subscription's channel.
+    pub(super) fn on_subscription(
+        &mut self,
+        m: ToConn,
+        master: &mut Vec<Input>,
+        conn: &mut Vec<sc::Input>,
+    ) {
+        match m {
+            ToConn::Deliver {
+                ch,
+                delivery_tag,
+                msg,
+                ..
+            } => {
+                if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id)) {
+                    let offset = record::offset(&msg.properties).unwrap_or(0);
+                    let body = record::for_stream(&msg);
+                    s.pending
+                        .push((offset, delivery_tag, msg.timestamp_ms, body));
+                }
+            }
+            ToConn::Method(ch, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))) => {
+                if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id))
+                    && let Some(correlation_id) = s.subscribing.take()
+                {
+                    conn.push(sc::Input::Reply {
+                        correlation_id,
+                        reply: Reply::Code(ResponseCode::Ok),
+                    });
+                }
+            }
+            // The master cancelled the consumer: its stream was deleted.
+            ToConn::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Cancel(_))) => {
+                if let Some(id) = self.channels.remove(&ch)
+                    && let Some(s) = self.subs.remove(&id)
+                {
+                    self.closing.insert(ch);
+                    master.push(Input::ChannelClose {
+                        conn: self.conn,
+                        ch,
+                    });
+                    conn.push(sc::Input::StreamGone {
+                        stream: s.stream,
+                        code: ResponseCode::StreamNotAvailable,
+                    });
+                }
+            }
+            ToConn::Method(ch, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => {
+                self.closing.remove(&ch);
+            }
+            ToConn::CloseChannel(ch, e) => {
+                if let Some(id) = self.channels.remove(&ch)
+                    && let Some(s) = self.subs.remove(&id)
+                {
+                    match s.subscribing {
+                        Some(correlation_id) => conn.push(sc::Input::Reply {
+                            correlation_id,
+                            reply: Reply::Code(stream_code(e.code)),
+                        }),
+                        None => conn.push(sc::Input::StreamGone {
+                            stream: s.stream,
+                            code: ResponseCode::StreamNotAvailable,
+                        }),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
     pub(super) fn subscribe(
         &mut self,
         correlation_id: u32,
