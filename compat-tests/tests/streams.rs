@@ -379,6 +379,43 @@ async fn the_management_api_reports_a_stream() {
     assert_eq!(body["messages"], 4, "{body}");
     assert_eq!(body["messages_ready"], 4, "{body}");
     assert_eq!(body["durable"], true, "{body}");
+    assert_eq!(body["stream"]["first_offset"], 0, "{body}");
+    assert_eq!(body["stream"]["last_offset"], 3, "{body}");
+    assert_eq!(body["stream"]["next_offset"], 4, "{body}");
+    assert_eq!(body["stream"]["segments"], 1, "{body}");
+    // A consumer that took 2 of the 4 (prefetch 2, no ack) from `first`:
+    // it reads offset 2 next and is 2 behind.
+    let reader = channel(&conn).await;
+    reader
+        .basic_qos(2, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut consumer = reader
+        .basic_consume(
+            "m".into(),
+            "reader".into(),
+            BasicConsumeOptions::default(),
+            ftable(&[("x-stream-offset", lstr("first"))]),
+        )
+        .await
+        .expect("consume");
+    use futures_lite::StreamExt;
+    for _ in 0..2 {
+        tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .expect("a delivery in time")
+            .expect("a delivery")
+            .expect("not an error");
+    }
+    let body = blocking(|| http::Api::new(&broker).get_ok("/api/queues/%2F/m"));
+    let reader = &body["consumer_details"][0];
+    assert_eq!(reader["offset"], 2, "{body}");
+    assert_eq!(reader["offset_lag"], 2, "{body}");
+    assert_eq!(
+        body["readers"].as_object().map(|m| m.len()),
+        Some(1),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

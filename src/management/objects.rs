@@ -85,6 +85,13 @@ pub struct QueueJson {
     /// Quorum queues: the node that leads them (the master).
     #[serde(skip_serializing_if = "Option::is_none")]
     leader: Option<String>,
+    /// Streams: their offsets and segments (RabbitMQ 3.10 reports none of
+    /// these; issue 22 asks for them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<StreamJson>,
+    /// Streams: readers (consumers) per node, as RabbitMQ reports them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    readers: Option<Map<String, Value>>,
     /// Quorum queues: every node holding them.
     #[serde(skip_serializing_if = "Option::is_none")]
     members: Option<Vec<String>>,
@@ -97,6 +104,19 @@ pub struct QueueJson {
     /// Only in `GET /api/queues/{vhost}/{name}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     consumer_details: Option<Vec<ConsumerJson>>,
+}
+
+/// A stream's offsets and segments in `/api/queues`.
+#[derive(Debug, Serialize)]
+struct StreamJson {
+    /// The oldest entry kept.
+    first_offset: u64,
+    /// The newest entry (none while the stream is empty).
+    last_offset: Option<u64>,
+    /// The offset the next entry gets.
+    next_offset: u64,
+    /// Segments the entries are in (retention removes whole ones).
+    segments: usize,
 }
 
 impl QueueJson {
@@ -180,6 +200,17 @@ impl QueueJson {
                 .map(|p| p.definition.clone())
                 .unwrap_or_default(),
             leader: replicated.then(|| node.to_string()),
+            stream: stream.map(|s| StreamJson {
+                first_offset: s.first_offset(),
+                last_offset: s.next_offset().checked_sub(1),
+                next_offset: s.next_offset(),
+                segments: s.segment_count(),
+            }),
+            readers: stream.map(|_| {
+                let mut m = Map::new();
+                m.insert(node.to_string(), Value::from(consumers));
+                m
+            }),
             members: replicated.then(|| vec![node.to_string()]),
             online: replicated.then(|| vec![node.to_string()]),
             consumer_details: None,

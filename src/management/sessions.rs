@@ -396,6 +396,12 @@ pub struct ConsumerJson {
     active: bool,
     activity_status: &'static str,
     arguments: Table,
+    /// A stream consumer: the next offset it reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
+    /// A stream consumer: how many entries it is behind the stream's end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset_lag: Option<u64>,
 }
 
 impl ConsumerJson {
@@ -425,10 +431,11 @@ pub fn consumers(
     queues.sort_by_key(|(key, _)| *key);
     let mut out = Vec::new();
     for ((v, q), qc) in queues {
-        let single_active = view
-            .broker
-            .queue(v, q)
-            .is_some_and(|q| q.args.single_active_consumer);
+        let queue = view.broker.queue(v, q);
+        let single_active = queue.is_some_and(|q| q.args.single_active_consumer);
+        let stream_end = queue
+            .and_then(|q| q.stream.as_ref())
+            .map(|s| s.next_offset());
         for (i, key) in qc.list.iter().enumerate() {
             let Some(s) = sessions.get(&key.conn).filter(|s| who.sees_user(&s.user)) else {
                 continue;
@@ -467,6 +474,11 @@ pub fn consumers(
                 active,
                 activity_status,
                 arguments: Table(c.arguments.clone()),
+                offset: c.stream_offset,
+                offset_lag: c
+                    .stream_offset
+                    .zip(stream_end)
+                    .map(|(at, end)| end.saturating_sub(at)),
             });
         }
     }
