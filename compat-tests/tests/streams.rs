@@ -367,6 +367,51 @@ async fn retention_drops_whole_segments_oldest_first_and_survives_a_restart() {
     );
 }
 
+/// A consumer whose next entries are cut by retention while it holds its
+/// prefetch goes on from the oldest entry kept once it acks, instead of
+/// waiting for an offset that no longer exists.
+#[tokio::test]
+async fn a_consumer_behind_a_retention_cut_goes_on_from_the_oldest_kept() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    declare_stream(
+        &ch,
+        "cut",
+        &[
+            ("x-stream-max-segment-size-bytes", AMQPValue::LongInt(100)),
+            ("x-max-length-bytes", AMQPValue::LongInt(250)),
+        ],
+    )
+    .await;
+    publish_confirmed(&conn, "cut", &["entry-0000".to_string()]).await;
+    let reader = channel(&conn).await;
+    reader
+        .basic_qos(1, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut c = consume_args(
+        &reader,
+        "cut",
+        "slow",
+        BasicConsumeOptions::default(),
+        ftable(&[("x-stream-offset", lstr("first"))]),
+    )
+    .await;
+    let d = next_delivery(&mut c).await;
+    assert_eq!(offset(&d), 0);
+    // 45 more: the segments [0,10) and [10,20) go (as in the test above).
+    let more: Vec<String> = (1..45).map(|i| format!("entry-{i:04}")).collect();
+    publish_confirmed(&conn, "cut", &more).await;
+    d.ack(BasicAckOptions::default()).await.expect("ack");
+    let d = next_delivery(&mut c).await;
+    assert_eq!(
+        (offset(&d), String::from_utf8_lossy(&d.data).into_owned()),
+        (20, "entry-0020".to_string()),
+        "the next delivery is the oldest entry kept"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_management_api_reports_a_stream() {
     let broker = Broker::start();

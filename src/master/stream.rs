@@ -128,7 +128,10 @@ impl Master {
                 let Some(c) = chan.consumers.get_mut(&ck.tag) else {
                     break;
                 };
-                let Some(offset) = c.stream_offset else {
+                // Retention may have cut entries this consumer had not
+                // read yet: it goes on from the oldest entry kept (without
+                // this it waited for ever on an offset that is gone).
+                let Some(offset) = c.stream_offset.map(|o| o.max(stream.first_offset())) else {
                     break;
                 };
                 if (c.prefetch > 0 && c.unacked >= u32::from(c.prefetch))
