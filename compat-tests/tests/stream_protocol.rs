@@ -24,25 +24,32 @@ fn python() -> PathBuf {
 /// Run `python args...` to its end (at most `limit`); its stdout, and
 /// whether it exited 0.
 fn run(args: &[&str], limit: Duration) -> (bool, String) {
-    let mut child = Command::new(python())
-        .args(args)
+    let mut cmd = Command::new(python());
+    cmd.args(args);
+    run_to_end(cmd, limit)
+}
+
+/// Run `cmd` to its end (at most `limit`, else it is killed and the test
+/// fails); its stdout, and whether it exited 0.
+fn run_to_end(mut cmd: Command, limit: Duration) -> (bool, String) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start python");
+        .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
     let deadline = Instant::now() + limit;
     let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for python") {
+        if let Some(s) = child.try_wait().expect("wait for the child") {
             break s;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("python {args:?} did not finish within {limit:?}");
+            panic!("{cmd:?} did not finish within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let out = child.wait_with_output().expect("python's output");
+    let out = child.wait_with_output().expect("the child's output");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     (status.success(), stdout)
@@ -154,27 +161,13 @@ fn the_js_stream_client_publishes_and_consumes() {
         dir.display()
     );
     let broker = Broker::start();
-    let mut child = Command::new("node")
-        .current_dir(&dir)
+    let mut node = Command::new("node");
+    node.current_dir(&dir)
         .arg("smoke.js")
         .arg(broker.stream_port.to_string())
-        .arg("--exchange-command-versions")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start node");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("wait for node").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("node smoke.js did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let out = child.wait_with_output().expect("node's output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}");
+        .arg("--exchange-command-versions");
+    let (ok, stdout) = run_to_end(node, Duration::from_secs(120));
+    assert!(ok, "{stdout}");
     assert_eq!(
         stdout.lines().filter(|l| l.starts_with("ok ")).count(),
         4,

@@ -71,14 +71,15 @@ pub fn record_of(msg: &Message) -> Bytes {
     out.freeze()
 }
 
-/// `msg` as an AMQP 0-9-1 reader gets it: a stream record that is an AMQP
-/// 1.0 message mapped as RabbitMQ 3.10 maps it; any other record as its
-/// bytes, with no properties.
-pub fn for_amqp091(msg: &Message) -> Message {
+/// `msg` as an AMQP 0-9-1 reader gets it, if that differs from `msg`: a
+/// stream record that is an AMQP 1.0 message mapped as RabbitMQ 3.10 maps
+/// it; any other record as its bytes, with no properties. `None`: a message
+/// published over 0-9-1, read as it is.
+pub fn for_amqp091(msg: &Message) -> Option<Message> {
     if !is_record(msg) {
-        return msg.clone();
+        return None;
     }
-    match amqp10::to_amqp091(&msg.body) {
+    Some(match amqp10::to_amqp091(&msg.body) {
         Ok(m) => Message {
             properties: Arc::new(m.properties),
             body: m.body,
@@ -90,5 +91,5 @@ pub fn for_amqp091(msg: &Message) -> Message {
             properties: Arc::new(BasicProperties::default()),
             ..msg.clone()
         },
-    }
+    })
 }

@@ -123,6 +123,11 @@ impl Master {
                 continue;
             }
             let channel_prefetch = usize::from(chan.channel_prefetch);
+            // The stream protocol's consumers get records as stored.
+            let raw = chan
+                .consumers
+                .get(&ck.tag)
+                .is_some_and(|c| c.arguments.inner().contains_key(RECORDS_ARG));
             loop {
                 let unacked = chan.unacked_count();
                 let Some(c) = chan.consumers.get_mut(&ck.tag) else {
@@ -148,8 +153,6 @@ impl Master {
                 }
                 c.stream_offset = Some(offset + 1);
                 c.unacked += 1;
-                // The stream protocol's consumers get records as stored.
-                let raw = c.arguments.inner().contains_key(RECORDS_ARG);
                 let tag = chan.next_delivery_tag;
                 chan.next_delivery_tag += 1;
                 chan.unacked.insert(
@@ -170,10 +173,9 @@ impl Master {
                         consumer_tag: ck.tag.clone(),
                         delivery_tag: tag,
                         redelivered: false,
-                        msg: if raw {
-                            with_offset(&entry.msg, offset)
-                        } else {
-                            with_offset(&for_amqp091(&entry.msg), offset)
+                        msg: match (raw, for_amqp091(&entry.msg)) {
+                            (false, Some(converted)) => with_offset(&converted, offset),
+                            _ => with_offset(&entry.msg, offset),
                         },
                     },
                 );

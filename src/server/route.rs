@@ -49,16 +49,20 @@ pub(super) struct ConnContext {
     pub(super) slots: super::slots::Slots,
 }
 
-pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock: ClientSocket<S>) {
-    // Over `connection_max`, wait unserved for a slot, as RabbitMQ's
-    // listener does; the slot is held until this client is gone.
+/// Over `connection_max`, wait unserved for a slot, as RabbitMQ's listener
+/// does; the slot is held until the client is gone. `None`: the node is
+/// stopping.
+pub(super) async fn admit(ctx: &ConnContext) -> Option<super::slots::Slot> {
     let mut stop = ctx.shutdown.clone();
-    let _slot = tokio::select! {
-        s = ctx.slots.admit() => match s {
-            Some(s) => s,
-            None => return,
-        },
-        _ = stop.changed() => return,
+    tokio::select! {
+        s = ctx.slots.admit() => s,
+        _ = stop.changed() => None,
+    }
+}
+
+pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock: ClientSocket<S>) {
+    let Some(_slot) = admit(&ctx).await else {
+        return;
     };
     if let Router::Cluster {
         me,

@@ -29,13 +29,8 @@ use tokio::net::TcpStream;
 
 /// Serve one stream protocol client until it closes.
 pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, peer: SocketAddr) {
-    let mut stop = ctx.shutdown.clone();
-    let _slot = tokio::select! {
-        s = ctx.slots.admit() => match s {
-            Some(s) => s,
-            None => return,
-        },
-        _ = stop.changed() => return,
+    let Some(_slot) = route::admit(&ctx).await else {
+        return;
     };
     let Ok(local) = sock.local_addr() else {
         return;

@@ -91,6 +91,14 @@ impl Bridge {
                 reference,
                 probed: false,
             },
+            // Nothing to ask the master: answered at once.
+            Request::Metadata { streams } if streams.is_empty() => {
+                conn.push(reply(Reply::Metadata {
+                    brokers: self.advertised.brokers.clone(),
+                    streams: Vec::new(),
+                }));
+                return;
+            }
             Request::Metadata { streams } => OpKind::Metadata {
                 todo: streams.into(),
                 done: Vec::new(),
@@ -99,9 +107,17 @@ impl Bridge {
                 subscription_id,
                 stream,
                 offset,
+                credit,
                 ..
             } => {
-                self.subscribe(correlation_id, subscription_id, stream, offset, master);
+                self.subscribe(
+                    correlation_id,
+                    subscription_id,
+                    stream,
+                    offset,
+                    credit,
+                    master,
+                );
                 return;
             }
             Request::QueryOffset { reference, stream } => OpKind::Query {
@@ -215,11 +231,9 @@ impl Bridge {
             }
             OpKind::Metadata { todo, .. } => match todo.front() {
                 Some(s) => declare(s, true, FieldTable::default()),
-                None => {
-                    // Nothing to ask: answered at once.
-                    self.current = Some(op);
-                    return;
-                }
+                // Never: an empty request is answered in `on_request`, and
+                // a metadata op is sent again only with streams left.
+                None => return,
             },
         };
         master.push(method(self.conn, CONTROL, m));
@@ -301,15 +315,6 @@ impl Bridge {
                 self.next_op(master);
             }
             None => self.send_op(op, master),
-        }
-        // An empty metadata request is answered without the master.
-        if let Some(ControlOp {
-            kind: OpKind::Metadata { todo, .. },
-            ..
-        }) = &self.current
-            && todo.is_empty()
-        {
-            self.on_control(Outcome::Done, master, conn);
         }
     }
 

@@ -218,7 +218,14 @@ impl Bridge {
                     ));
                 }
             }
-            // The connection keeps chunks until it has credit for them.
+            sc::Action::Credit {
+                subscription_id,
+                credit,
+            } => {
+                if let Some(s) = self.subs.get_mut(&subscription_id) {
+                    s.credit = s.credit.saturating_add(u32::from(credit));
+                }
+            }
             _ => {}
         }
     }
@@ -290,10 +297,11 @@ impl Bridge {
             n => (n as usize).saturating_sub(128).max(1),
         };
         for (&id, s) in &mut self.subs {
-            if s.pending.is_empty() {
+            if s.pending.is_empty() || s.credit == 0 {
                 continue;
             }
             for chunk in pack(std::mem::take(&mut s.pending), max_bytes) {
+                s.credit = s.credit.saturating_sub(1);
                 s.in_flight.push_back(chunk.last_tag);
                 conn.push(sc::Input::Deliver {
                     subscription_id: id,

@@ -15,6 +15,11 @@ pub(super) struct Subscription {
     /// The last delivery tag of each chunk handed to the connection and not
     /// written yet, oldest first.
     pub(super) in_flight: VecDeque<u64>,
+    /// Chunks the client will take now (the connection's count of its
+    /// credit). Without any, deliveries wait here unpacked, so the chunk
+    /// sent once credit comes holds all of them (as RabbitMQ's holds a
+    /// whole publish batch) rather than the first of many small ones.
+    pub(super) credit: u32,
 }
 
 impl Bridge {
@@ -94,6 +99,7 @@ impl Bridge {
         id: u8,
         stream: String,
         offset: OffsetSpec,
+        credit: u16,
         master: &mut Vec<Input>,
     ) {
         let ch = self.free_channel();
@@ -149,6 +155,7 @@ impl Bridge {
                 subscribing: Some(correlation_id),
                 pending: Vec::new(),
                 in_flight: VecDeque::new(),
+                credit: u32::from(credit),
             },
         );
     }

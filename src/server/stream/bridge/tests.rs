@@ -397,3 +397,52 @@ fn a_refused_subscribe_is_answered_with_the_streams_code() {
     let (_, c) = from_master(&mut b, not_found(FIRST_SUBSCRIPTION));
     assert_eq!(code(&c), [(5, ResponseCode::StreamDoesNotExist)]);
 }
+
+#[test]
+fn without_credit_deliveries_wait_and_go_out_as_one_chunk_once_granted() {
+    let mut b = bridge();
+    request(
+        &mut b,
+        2,
+        Request::Subscribe {
+            subscription_id: 0,
+            stream: "s".into(),
+            offset: OffsetSpec::First,
+            credit: 0,
+            properties: Vec::new(),
+        },
+    );
+    let (mut m, mut c) = (Vec::new(), Vec::new());
+    for (tag, offset) in [(1, 0), (2, 1)] {
+        b.on_master(delivery(tag, offset), &mut m, &mut c);
+        b.flush(0, &mut c);
+    }
+    b.on_master(delivery(3, 2), &mut m, &mut c);
+    b.flush(0, &mut c);
+    assert!(c.is_empty(), "delivered without credit: {c:?}");
+    b.on_action(
+        sc::Action::Credit {
+            subscription_id: 0,
+            credit: 1,
+        },
+        &mut m,
+        &mut c,
+    );
+    b.flush(0, &mut c);
+    let records: Vec<_> = c
+        .iter()
+        .map(|i| match i {
+            sc::Input::Deliver {
+                chunk: sc::ChunkSource::Bytes(bytes),
+                ..
+            } => {
+                stablemq_protocol::stream::Chunk::parse(bytes)
+                    .unwrap()
+                    .header
+                    .num_records
+            }
+            other => panic!("not a delivery: {other:?}"),
+        })
+        .collect();
+    assert_eq!(records, [3]);
+}
