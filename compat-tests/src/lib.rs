@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod jepsen;
 pub mod netns;
 pub mod pki;
+pub mod procfs;
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

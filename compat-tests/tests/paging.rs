@@ -14,6 +14,7 @@
 
 use compat_tests::Broker;
 use compat_tests::BrokerOptions;
+use compat_tests::procfs::{dir_bytes, number_of, numbered_body, peak_rss_bytes, rss_bytes};
 use futures_lite::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
@@ -23,7 +24,6 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use std::collections::VecDeque;
 use std::future::Future;
-use std::path::Path;
 use std::time::Duration;
 use tokio::time::timeout;
 
@@ -56,58 +56,8 @@ async fn channel(uri: &str) -> (Connection, Channel) {
     (conn, ch)
 }
 
-/// Message `seq`: its number, then incompressible bytes derived from it.
 fn body(seq: u64) -> Vec<u8> {
-    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = seq.to_be_bytes().to_vec();
-    while out.len() < BODY {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(BODY);
-    out
-}
-
-fn seq_of(data: &[u8]) -> u64 {
-    let head: [u8; 8] = data[..8].try_into().expect("8 bytes");
-    u64::from_be_bytes(head)
-}
-
-/// The broker's resident memory now.
-fn rss_bytes(pid: u32) -> u64 {
-    proc_status_kb(pid, "VmRSS:") * 1024
-}
-
-/// The broker's peak resident memory so far (VmHWM: the kernel's high-water
-/// mark, so no sampling can miss a peak, including the one at boot).
-fn peak_rss_bytes(pid: u32) -> u64 {
-    proc_status_kb(pid, "VmHWM:") * 1024
-}
-
-fn proc_status_kb(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .unwrap_or_else(|| panic!("no {field} line"));
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("bad {field} line: {line}"))
-}
-
-fn dir_bytes(path: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(path) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum()
+    numbered_body(seq, BODY)
 }
 
 async fn fill(ch: &Channel, seqs: std::ops::Range<u64>) {
@@ -158,7 +108,7 @@ async fn consume(ch: &Channel, tag: &str, count: u64, first_at_most: u64) -> u64
             .await
             .expect("consumer ended")
             .expect("delivery");
-        let seq = seq_of(&d.data);
+        let seq = number_of(&d.data);
         match last {
             None => assert!(
                 seq <= first_at_most,

@@ -63,8 +63,8 @@ impl Queue {
         let args = QueueArgs::with_policy(&spec.arguments, None);
         // Priorities come from the declared arguments only (not a policy key),
         // so whether the queue orders by priority is fixed here.
+        let stream = args.stream.then(|| StreamLog::new(pager.clone()));
         let ready = Ready::new(pager, args.max_priority.is_some());
-        let stream = args.stream.then(StreamLog::new);
         Queue {
             name: name.into(),
             spec,

@@ -10,15 +10,21 @@
 //! the stores drop the same entries and a restore numbers the survivors from
 //! there.
 //!
-//! What this is not (yet): the stream protocol's storage. Entries are held in
-//! RAM as queue messages (the event store keeps them on disk, as it keeps a
-//! durable queue's messages); segments are counted here, not files, and
-//! consumers read from this log rather than from segment files.
+//! The entries themselves are [`StreamEntries`]: the newest in RAM, the rest
+//! paged out to the broker's body store and read back by offset, so a stream
+//! need not fit in RAM (the event store keeps them durable, as it keeps a
+//! durable queue's messages). Segments are counted here, for retention; they
+//! are not the files.
+//!
+//! What this is not (yet): the stream protocol's storage of whole chunks,
+//! delivered from the files without decoding (docs/streams.md).
 
 use super::event::Tracking;
 use super::message::QueuedMessage;
+use super::paging::{Pager, StreamEntries};
 use stablemq_protocol::AMQPValue;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 /// RabbitMQ's default `x-stream-max-segment-size-bytes` (500 MB).
 pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 500_000_000;
@@ -39,10 +45,8 @@ struct Segment {
 /// The entries of one stream.
 #[derive(Debug, Default)]
 pub struct StreamLog {
-    /// Entries from `first_offset` on.
-    entries: VecDeque<QueuedMessage>,
-    /// Offset of `entries[0]` (of the next entry when empty).
-    first_offset: u64,
+    /// Entries from the first offset on.
+    entries: StreamEntries,
     /// Body bytes of `entries`.
     bytes: u64,
     /// The entries' segments, oldest first; the last one is open.
@@ -52,9 +56,12 @@ pub struct StreamLog {
 }
 
 impl StreamLog {
-    /// An empty stream.
-    pub fn new() -> StreamLog {
-        StreamLog::default()
+    /// An empty stream, paging through `pager` (None: all in RAM).
+    pub fn new(pager: Option<Arc<Pager>>) -> StreamLog {
+        StreamLog {
+            entries: StreamEntries::new(pager),
+            ..StreamLog::default()
+        }
     }
 
     /// Store a consumer offset or a publisher's last publishing id (a
@@ -77,12 +84,12 @@ impl StreamLog {
 
     /// Offset of the oldest entry kept (of the next one when empty).
     pub fn first_offset(&self) -> u64 {
-        self.first_offset
+        self.entries.first_offset()
     }
 
     /// Offset the next entry gets.
     pub fn next_offset(&self) -> u64 {
-        self.first_offset + self.entries.len() as u64
+        self.entries.next_offset()
     }
 
     /// Offset of the newest entry.
@@ -100,6 +107,16 @@ impl StreamLog {
     /// No entries kept.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Entries kept on disk only (paged out of RAM).
+    pub fn paged_len(&self) -> usize {
+        self.entries.paged_len()
+    }
+
+    /// Body bytes of the entries kept on disk only.
+    pub fn paged_bytes(&self) -> u64 {
+        self.entries.paged_bytes()
     }
 
     /// Body bytes kept.
@@ -132,61 +149,62 @@ impl StreamLog {
             }),
         }
         self.bytes += len;
-        self.entries.push_back(m);
+        self.entries.push(m);
         offset
     }
 
-    /// The entry at `offset`, if kept.
-    pub fn get(&self, offset: u64) -> Option<&QueuedMessage> {
-        let i = offset.checked_sub(self.first_offset)?;
-        self.entries.get(usize::try_from(i).ok()?)
+    /// The entry at `offset`, if kept (read back from disk when paged out).
+    pub fn get(&self, offset: u64) -> Option<QueuedMessage> {
+        self.entries.get(offset)
+    }
+
+    /// Visit the entries from `offset` on, in order, at most `max` of them,
+    /// until `f` says stop (paged entries are read back in batches).
+    pub fn visit_from(&self, offset: u64, max: usize, f: impl FnMut(u64, &QueuedMessage) -> bool) {
+        self.entries.visit_from(offset, max, f);
     }
 
     /// Message ids of the entries below `offset`, oldest first.
     pub fn ids_below(&self, offset: u64) -> Vec<u64> {
-        let n = offset
-            .saturating_sub(self.first_offset)
-            .min(self.len() as u64);
-        self.entries
-            .iter()
-            .take(n as usize)
-            .map(|m| m.msg.id)
+        (self.first_offset()..offset.min(self.next_offset()))
+            .filter_map(|o| self.entries.meta(o).map(|(_, id)| id))
             .collect()
+    }
+
+    /// Body bytes of the entries `[from, to)`.
+    fn body_bytes(&self, from: u64, to: u64) -> u64 {
+        (from..to)
+            .filter_map(|o| self.entries.meta(o).map(|(len, _)| len))
+            .sum()
     }
 
     /// Drop every entry below `offset` (a first offset past the end empties
     /// the stream and moves its next offset there, as a restore that starts
     /// from a truncated state needs).
     pub fn truncate_to(&mut self, offset: u64) {
-        while self.first_offset < offset {
-            match self.entries.pop_front() {
-                Some(m) => self.bytes -= m.msg.body.len() as u64,
-                None => {
-                    self.first_offset = offset;
-                    break;
-                }
-            }
-            self.first_offset += 1;
+        let first = self.first_offset();
+        if offset <= first {
+            return;
         }
-        let entries = &self.entries;
-        while let Some(s) = self.segments.front_mut() {
+        self.bytes -= self.body_bytes(first, offset.min(self.next_offset()));
+        self.entries.truncate_to(offset);
+        let first = self.first_offset();
+        while let Some(s) = self.segments.front() {
             let end = s.first + s.count;
-            if end <= self.first_offset {
+            if end <= first {
                 self.segments.pop_front();
-            } else {
-                if s.first < self.first_offset {
-                    let gone = self.first_offset - s.first;
-                    s.count -= gone;
-                    s.first = self.first_offset;
-                    // The bytes of a cut segment are recounted from what is left.
-                    s.bytes = entries
-                        .iter()
-                        .take(s.count as usize)
-                        .map(|m| m.msg.body.len() as u64)
-                        .sum();
-                }
-                break;
+                continue;
             }
+            if s.first < first {
+                // The bytes of a cut segment are recounted from what is left.
+                let bytes = self.body_bytes(first, end);
+                if let Some(s) = self.segments.front_mut() {
+                    s.count = end - first;
+                    s.first = first;
+                    s.bytes = bytes;
+                }
+            }
+            break;
         }
     }
 
@@ -219,16 +237,27 @@ impl StreamLog {
     /// Where a consumer starting at `at` begins reading.
     pub fn start(&self, at: StartAt) -> u64 {
         match at {
-            StartAt::First => self.first_offset,
-            StartAt::Last => self.last_offset().unwrap_or(self.first_offset),
+            StartAt::First => self.first_offset(),
+            StartAt::Last => self.last_offset().unwrap_or(self.first_offset()),
             StartAt::Next => self.next_offset(),
-            StartAt::Offset(n) => n.max(self.first_offset),
-            StartAt::TimestampMs(t) => self
-                .entries
-                .iter()
-                .position(|m| m.msg.timestamp_ms >= t)
-                .map_or(self.next_offset(), |i| self.first_offset + i as u64),
+            StartAt::Offset(n) => n.max(self.first_offset()),
+            StartAt::TimestampMs(t) => self.first_at_or_after(t),
         }
+    }
+
+    /// The first entry published at or after `t_ms` (the next offset if
+    /// none), by binary search: entries are stamped by the master's clock as
+    /// they are published, so their timestamps do not decrease.
+    fn first_at_or_after(&self, t_ms: u64) -> u64 {
+        let (mut lo, mut hi) = (self.first_offset(), self.next_offset());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.entries.get(mid) {
+                Some(m) if m.msg.timestamp_ms < t_ms => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        lo
     }
 }
 
@@ -331,7 +360,7 @@ mod tests {
 
     #[test]
     fn offsets_are_consecutive_and_survive_truncation() {
-        let mut s = StreamLog::new();
+        let mut s = StreamLog::new(None);
         for i in 0..10 {
             assert_eq!(s.push(entry(100 + i, 10, i), 30), i);
         }
@@ -350,7 +379,7 @@ mod tests {
 
     #[test]
     fn retention_drops_whole_closed_segments_oldest_first() {
-        let mut s = StreamLog::new();
+        let mut s = StreamLog::new(None);
         for i in 0..10 {
             s.push(entry(i, 10, 1000 + i), 30);
         }
@@ -364,7 +393,7 @@ mod tests {
 
     #[test]
     fn a_truncated_start_past_the_end_moves_the_next_offset() {
-        let mut s = StreamLog::new();
+        let mut s = StreamLog::new(None);
         s.truncate_to(42);
         assert_eq!((s.first_offset(), s.next_offset()), (42, 42));
         assert_eq!(s.push(entry(1, 1, 0), 30), 42);
@@ -372,7 +401,7 @@ mod tests {
 
     #[test]
     fn start_positions_follow_rabbitmq() {
-        let mut s = StreamLog::new();
+        let mut s = StreamLog::new(None);
         for i in 0..5 {
             s.push(entry(i, 1, 1000 * i), DEFAULT_MAX_SEGMENT_BYTES);
         }

@@ -136,8 +136,11 @@ impl QueueJson {
             }
             true
         });
-        let paged = q.ready.len() - q.ready.ram_len();
-        let paged_bytes = q.ready.paged_bytes();
+        // A stream pages its older entries out, a queue its ready tail.
+        let (paged, paged_bytes) = match &q.stream {
+            Some(s) => (s.paged_len(), s.paged_bytes()),
+            None => (q.ready.len() - q.ready.ram_len(), q.ready.paged_bytes()),
+        };
         let consumers = qc.map_or(0, |c| c.list.len());
         let utilisation = if consumers > 0 && q.ready.is_empty() {
             1.0
@@ -173,9 +176,9 @@ impl QueueJson {
             message_bytes_ready: ready_bytes,
             message_bytes_unacknowledged: unacked_bytes,
             messages_ram: q.len() - paged,
-            messages_ready_ram: q.ready.ram_len(),
+            messages_ready_ram: ready - paged,
             messages_unacknowledged_ram: q.unacked.len(),
-            message_bytes_ram: q.ready_bytes - paged_bytes + unacked_bytes,
+            message_bytes_ram: ready_bytes - paged_bytes + unacked_bytes,
             messages_paged_out: paged,
             message_bytes_paged_out: paged_bytes,
             messages_persistent: persistent,

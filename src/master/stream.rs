@@ -56,6 +56,27 @@ fn with_offset(msg: &Message, offset: u64) -> Message {
     }
 }
 
+/// How many more deliveries a stream consumer may get now: the smaller room
+/// of its own prefetch and its channel's (0 is no limit, as in basic.qos).
+fn credit_room(
+    prefetch: u16,
+    unacked: u32,
+    channel_prefetch: usize,
+    channel_unacked: usize,
+) -> usize {
+    let own = match prefetch {
+        0 => usize::MAX,
+        p => usize::try_from(u32::from(p).saturating_sub(unacked)).unwrap_or(0),
+    };
+    let channel = match channel_prefetch {
+        0 => usize::MAX,
+        p => p.saturating_sub(channel_unacked),
+    };
+    // A stream consumer always has a prefetch (basic.consume requires one),
+    // so this bound is only the type's.
+    own.min(channel).min(usize::from(u16::MAX))
+}
+
 impl Master {
     /// The checks of basic.consume on stream `queue`, and where the consumer
     /// starts: a prefetch is required (406), automatic acks are not
@@ -128,29 +149,30 @@ impl Master {
                 .consumers
                 .get(&ck.tag)
                 .is_some_and(|c| c.arguments.inner().contains_key(RECORDS_ARG));
-            loop {
-                let unacked = chan.unacked_count();
-                let Some(c) = chan.consumers.get_mut(&ck.tag) else {
-                    break;
-                };
-                // Retention may have cut entries this consumer had not
-                // read yet: it goes on from the oldest entry kept (without
-                // this it waited for ever on an offset that is gone).
-                let Some(offset) = c.stream_offset.map(|o| o.max(stream.first_offset())) else {
-                    break;
-                };
-                if (c.prefetch > 0 && c.unacked >= u32::from(c.prefetch))
-                    || (channel_prefetch > 0 && unacked >= channel_prefetch)
-                {
-                    break;
-                }
-                let Some(entry) = stream.get(offset) else {
-                    break;
-                };
+            let Some(c) = chan.consumers.get(&ck.tag) else {
+                continue;
+            };
+            // Retention may have cut entries this consumer had not read yet:
+            // it goes on from the oldest entry kept (without this it waited
+            // for ever on an offset that is gone).
+            let Some(offset) = c.stream_offset.map(|o| o.max(stream.first_offset())) else {
+                continue;
+            };
+            let room = credit_room(
+                c.prefetch,
+                c.unacked,
+                channel_prefetch,
+                chan.unacked_count(),
+            );
+            let (out, counters, stats) = (&mut self.out, &mut self.counters, &mut self.stats);
+            stream.visit_from(offset, room, |offset, entry| {
                 if entry.wait_index > stable {
                     stalled = true;
-                    break;
+                    return false;
                 }
+                let Some(c) = chan.consumers.get_mut(&ck.tag) else {
+                    return false;
+                };
                 c.stream_offset = Some(offset + 1);
                 c.unacked += 1;
                 let tag = chan.next_delivery_tag;
@@ -164,9 +186,9 @@ impl Master {
                         delivered_at_ms: now_ms,
                     },
                 );
-                self.counters.count_delivery(false, false, false);
-                self.stats.delivered(vhost, queue, false, false, false);
-                self.out.send(
+                counters.count_delivery(false, false, false);
+                stats.delivered(vhost, queue, false, false, false);
+                out.send(
                     ck.conn,
                     ToConn::Deliver {
                         ch: ck.ch,
@@ -179,7 +201,8 @@ impl Master {
                         },
                     },
                 );
-            }
+                true
+            });
         }
         stalled
     }

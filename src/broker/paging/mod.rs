@@ -15,13 +15,16 @@
 //! message (TTL expiry, wait index, delivery count, redelivered flag). Slaves
 //! and restores page by the same rule, with their own budget.
 
+mod files;
 mod ready;
 mod record;
 mod run;
+mod stream;
 #[cfg(test)]
 mod tests;
 
 pub use ready::Ready;
+pub use stream::StreamEntries;
 
 use crate::broker::message::QueuedMessage;
 use std::path::{Path, PathBuf};
@@ -106,6 +109,13 @@ impl Pager {
 
     fn new_run(&self) -> run::Run {
         run::Run::new(
+            self.dir.clone(),
+            self.next_run.fetch_add(1, Ordering::Relaxed),
+        )
+    }
+
+    fn new_files(&self) -> files::PageFiles {
+        files::PageFiles::new(
             self.dir.clone(),
             self.next_run.fetch_add(1, Ordering::Relaxed),
         )

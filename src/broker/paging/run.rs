@@ -10,18 +10,12 @@
 //! length), kept in chunks so the index grows and shrinks without copying.
 
 use super::PagingError;
+use super::files::PageFiles;
 use super::record;
 use crate::broker::message::QueuedMessage;
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-/// A segment file is closed for writing once it holds this much.
-const SEGMENT_BYTES: u64 = 64 << 20;
-/// Appended records wait in RAM until this much is pending, then go to the file
-/// in one write.
-const FLUSH_BYTES: usize = 256 << 10;
 /// Entries per index chunk.
 const CHUNK_ENTRIES: usize = 4096;
 
@@ -67,27 +61,10 @@ impl Chunk {
     }
 }
 
-#[derive(Debug)]
-struct Segment {
-    /// Logical position of the file's first byte.
-    start: u64,
-    /// Bytes written to the file.
-    len: u64,
-    file: File,
-    path: PathBuf,
-}
-
 /// One level's paged-out messages; see the module docs.
 #[derive(Debug)]
 pub struct Run {
-    dir: PathBuf,
-    run_id: u64,
-    next_segment: u64,
-    segments: VecDeque<Segment>,
-    /// Logical end of what the files hold.
-    flushed_end: u64,
-    /// Records after `flushed_end`, not yet written.
-    pending: Vec<u8>,
+    files: PageFiles,
     /// Logical position of the first entry's record.
     read_pos: u64,
     /// Entries from `read_pos` on, removed ones included until they reach the front.
@@ -96,25 +73,17 @@ pub struct Run {
     live: usize,
     /// Body bytes of the entries not removed.
     live_bytes: u64,
-    /// A write failed: logged once, then records stay pending in RAM.
-    write_failed: bool,
 }
 
 impl Run {
     /// An empty run writing files named `<run_id>-<n>.pages` in `dir`.
     pub fn new(dir: PathBuf, run_id: u64) -> Run {
         Run {
-            dir,
-            run_id,
-            next_segment: 0,
-            segments: VecDeque::new(),
-            flushed_end: 0,
-            pending: Vec::new(),
+            files: PageFiles::new(dir, run_id),
             read_pos: 0,
             chunks: VecDeque::new(),
             live: 0,
             live_bytes: 0,
-            write_failed: false,
         }
     }
 
@@ -144,8 +113,8 @@ impl Run {
     /// Append a message; its id must be above every id in the run.
     pub fn append(&mut self, m: &QueuedMessage, persistent: bool) {
         debug_assert!(self.last_id().is_none_or(|l| l < m.msg.id));
-        let pos = self.flushed_end + self.pending.len() as u64;
-        let rec_len = record::encode(m, &mut self.pending);
+        let pos = self.files.end();
+        let rec_len = self.files.append(m);
         let mut flags = 0;
         if persistent {
             flags |= PERSISTENT;
@@ -172,87 +141,6 @@ impl Run {
         }
         self.live += 1;
         self.live_bytes += body_len as u64;
-        if self.pending.len() >= FLUSH_BYTES {
-            self.flush();
-        }
-    }
-
-    /// Write the pending records. A failed write (disk full) keeps them in RAM
-    /// and is tried again at the next flush: correct, only not bounded.
-    fn flush(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        match self.try_flush() {
-            Ok(()) => self.write_failed = false,
-            Err(e) => {
-                if !self.write_failed {
-                    tracing::error!(
-                        "paging: writing to {}: {e}; keeping records in RAM",
-                        self.dir.display()
-                    );
-                }
-                self.write_failed = true;
-            }
-        }
-    }
-
-    fn try_flush(&mut self) -> std::io::Result<()> {
-        if self.segments.back().is_none_or(|s| s.len >= SEGMENT_BYTES) {
-            let path = self
-                .dir
-                .join(format!("{}-{}.pages", self.run_id, self.next_segment));
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)?;
-            self.next_segment += 1;
-            self.segments.push_back(Segment {
-                start: self.flushed_end,
-                len: 0,
-                file,
-                path,
-            });
-        }
-        let Some(seg) = self.segments.back_mut() else {
-            return Ok(());
-        };
-        seg.file.write_all_at(&self.pending, seg.len)?;
-        seg.len += self.pending.len() as u64;
-        self.flushed_end += self.pending.len() as u64;
-        self.pending.clear();
-        Ok(())
-    }
-
-    /// Bytes `[pos, pos + len)`, from the files and the pending tail.
-    fn read_range(&self, pos: u64, len: usize) -> Result<Vec<u8>, PagingError> {
-        let mut out = vec![0u8; len];
-        let end = pos + len as u64;
-        let mut at = pos;
-        for seg in &self.segments {
-            let seg_end = seg.start + seg.len;
-            if seg_end <= at || at >= end.min(self.flushed_end) {
-                continue;
-            }
-            let upto = end.min(seg_end);
-            let dst = &mut out[(at - pos) as usize..(upto - pos) as usize];
-            seg.file
-                .read_exact_at(dst, at - seg.start)
-                .map_err(|e| PagingError::Read(seg.path.display().to_string(), e))?;
-            at = upto;
-        }
-        if at < end {
-            let from = at
-                .checked_sub(self.flushed_end)
-                .ok_or(PagingError::Missing(at))? as usize;
-            let src = self
-                .pending
-                .get(from..from + (end - at) as usize)
-                .ok_or(PagingError::Missing(at))?;
-            out[(at - pos) as usize..].copy_from_slice(src);
-        }
-        Ok(out)
     }
 
     /// Read messages from the front until about `max_bytes` of records (at
@@ -269,7 +157,7 @@ impl Run {
                 take.push(*e);
             }
         }
-        let bytes = self.read_range(self.read_pos, total)?;
+        let bytes = self.files.read_range(self.read_pos, total)?;
         let mut out = Vec::with_capacity(take.len());
         let mut at = 0usize;
         for e in &take {
@@ -304,15 +192,7 @@ impl Run {
         if c.entries.is_empty() {
             self.chunks.pop_front();
         }
-        while self
-            .segments
-            .front()
-            .is_some_and(|s| s.start + s.len <= self.read_pos)
-        {
-            if let Some(s) = self.segments.pop_front() {
-                remove_file(&s.path);
-            }
-        }
+        self.files.forget_below(self.read_pos);
     }
 
     /// Skip removed entries at the front, so the first entry is a live one.
@@ -365,7 +245,7 @@ impl Run {
                 .map(|e| u64::from(e.rec_len))
                 .sum::<u64>();
         let e = c.entries[ei];
-        let bytes = self.read_range(pos, e.rec_len as usize)?;
+        let bytes = self.files.read_range(pos, e.rec_len as usize)?;
         let mut m = record::decode(&bytes)?;
         m.redelivered |= e.has(REDELIVERED);
         Ok(Some(m))
@@ -391,21 +271,5 @@ impl Run {
             }
         }
         true
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        for s in &self.segments {
-            remove_file(&s.path);
-        }
-    }
-}
-
-/// Delete a file the run no longer needs. A failure only leaves garbage that
-/// the next boot wipes.
-fn remove_file(path: &std::path::Path) {
-    if let Err(e) = std::fs::remove_file(path) {
-        tracing::warn!("paging: removing {}: {e}", path.display());
     }
 }

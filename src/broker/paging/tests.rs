@@ -22,7 +22,7 @@ fn spec(max_priority: Option<u8>) -> QueueSpec {
     }
 }
 
-fn msg(id: u64, priority: u8, body_len: usize) -> QueuedMessage {
+pub(super) fn msg(id: u64, priority: u8, body_len: usize) -> QueuedMessage {
     let mut properties = BasicProperties::default()
         .with_priority(priority)
         .with_message_id(ShortString::from(format!("m{id}")));
@@ -47,7 +47,9 @@ fn msg(id: u64, priority: u8, body_len: usize) -> QueuedMessage {
 }
 
 /// Everything observable about a queued message, to compare paged and unpaged.
-fn view(m: &QueuedMessage) -> (u64, Bytes, String, Option<u8>, bool, u64, Option<u64>, u32) {
+pub(super) fn view(
+    m: &QueuedMessage,
+) -> (u64, Bytes, String, Option<u8>, bool, u64, Option<u64>, u32) {
     (
         m.msg.id,
         m.msg.body.clone(),
@@ -60,7 +62,7 @@ fn view(m: &QueuedMessage) -> (u64, Bytes, String, Option<u8>, bool, u64, Option
     )
 }
 
-fn files_in(dir: &Path) -> usize {
+pub(super) fn files_in(dir: &Path) -> usize {
     std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
 }
 
