@@ -20,13 +20,19 @@
       real-client scenarios (R1 to R4) run the load programs of clients/ (the
       Go one, BIN, built from clients/go; the Java one, class PerfTest on
       CLASSPATH, built from clients/java) and `stablemq perf --frames-per-write
-      1`; --clients keeps only the phases of the clients named.
+      1`; --clients keeps only the phases of the clients named. The stream
+      scenarios (ST1, ST2) publish --messages N messages per row and read
+      them back from `first`: ST1 over the stream protocol with streams.py
+      (rstream, run by --stream-py, on the port of --stream NAME=PORT), ST2
+      over AMQP 0-9-1 stream queues with `stablemq perf` and the Go program.
   bench.py smq-master URL TIMEOUT CTL
       wait until `CTL ctl --url URL cluster-status --json` shows every node
       reachable and exactly one master (all agreeing on it); print its id
   bench.py rmq-running-nodes
       read `rabbitmqctl cluster_status --formatter json` on stdin and print the
       number of running nodes
+  bench.py has-rstream
+      exit 0 if this Python can import rstream (run it with the --stream-py one)
   bench.py table DIR [--markdown]
       print the comparison table (medians over the runs) of every result in DIR
   bench.py machine
@@ -37,7 +43,11 @@ Broker CPU is utime+stime of the broker's process and all its descendants
 /proc/<pid>/stat; RSS is the sum of their VmRSS, sampled every 0.2 s. For a
 cluster, both are summed over the three nodes' process trees. Broker CPU per
 message is that CPU time over the larger of the messages published and
-consumed in the run (s per million messages = µs per message).
+consumed in the run (s per million messages = µs per message). A load program
+that reports broker_cpu_s itself (streams.py, which reads the same /proc
+counters just before its first publish or subscribe and after its last
+confirm or delivery) is taken at its word: its Python start and connection
+set-up would otherwise count, and they are a large part of a short phase.
 """
 
 from __future__ import annotations
@@ -152,6 +162,39 @@ SCENARIOS.update({
         "phases": [(c, RC_MANY, c) for c in RC_CLIENTS],
     },
 })
+
+# Stream scenarios (issue 22): publish with confirms from 1 producer (16 B and
+# 1 KB), then read it all back from `first` with 1 and 10 consumers, over both
+# protocols. Each run writes to streams of its own ({R}: the run), so a read
+# from `first` finds exactly the N messages ({N}: --messages) of its run. {T}
+# bounds each phase in time.
+ST_SIZES = (("16", 16), ("1k", 1024))
+ST_READERS = (1, 10)
+SCENARIOS.update({
+    "ST1": {
+        "title": "streams over the stream protocol (rstream 1.1.1, compat-tests/bench/streams.py): publish {N}"
+                 " with confirms (1 producer, send_batch of 100, at most 10,000 unconfirmed: stream-perf-test's"
+                 " defaults), then read them from first with 1 and 10 consumers",
+        "stream": True,
+        "phases": [p for tag, size in ST_SIZES for p in (
+            [(f"pub-{tag}", f"publish --stream bench-st1-{tag}-r{{R}} --count {{N}} --size {size} --timeout {{T}}",
+              "rstream")]
+            + [(f"read-{tag}-x{c}", f"read --stream bench-st1-{tag}-r{{R}} --count {{N}} --consumers {c}"
+                f" --timeout {{T}}", "rstream") for c in ST_READERS])],
+    },
+    "ST2": {
+        "title": "streams over AMQP 0-9-1 (x-queue-type stream): publish {N} with confirms (stablemq perf, 1"
+                 " producer, confirm window 1000), then read them with basic.consume x-stream-offset first"
+                 " (the Go program on amqp091-go, prefetch 1000, multi-ack 100) with 1 and 10 consumers",
+        "stream": True,
+        "phases": [p for tag, size in ST_SIZES for p in (
+            [(f"pub-{tag}", f"-x 1 -y 0 -s {size} --persistent -c 1000 -C {{N}} --timeout {{T}} --no-purge"
+              f" --queue-args x-queue-type=stream -u bench-st2-{tag}-r{{R}}", "perf")]
+            + [(f"read-{tag}-x{c}", f"--producers 0 --consumers {c} --queue-type stream --offset first"
+                f" --count {{N}} --prefetch 1000 --multi-ack 100 --duration {{T}} --queue bench-st2-{tag}-r{{R}}",
+                "go") for c in ST_READERS])],
+    },
+})
 BROKERS = ("stablemq", "rabbitmq")
 
 
@@ -164,8 +207,17 @@ def phases_of(spec: dict, clients: list[str] | None = None) -> list[tuple[str, s
     return [p for p in out if p[2] in clients]
 
 
-def load_command(client: str, uri: str, args: list[str], a: argparse.Namespace) -> list[str]:
-    """The command line of one phase's load program."""
+def load_command(client: str, uri: str, args: list[str], a: argparse.Namespace,
+                 broker: tuple[str, list[int]] = ("", [])) -> list[str]:
+    """The command line of one phase's load program; broker = (name, pids), for
+    the stream protocol's port and the CPU that streams.py measures."""
+    if client == "rstream":
+        port = dict(x.split("=", 1) for x in a.stream or []).get(broker[0])
+        if not port or not a.stream_py:
+            sys.exit(f"bench.py: a stream protocol phase needs --stream-py and --stream {broker[0]}=PORT")
+        streams_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "streams.py")
+        return [a.stream_py, streams_py, args[0], "--port", port,
+                "--pids", "+".join(str(p) for p in broker[1]), *args[1:]]
     if client == "perf":
         return [a.perf, "perf", "--uri", uri, *args, "--json"]
     if client == "go":
@@ -179,12 +231,14 @@ def load_command(client: str, uri: str, args: list[str], a: argparse.Namespace) 
     sys.exit(f"bench.py: unknown client {client}")
 
 
-def phase_args(template: str, duration: float, backlog: int) -> list[str]:
+def phase_args(template: str, duration: float, backlog: int, messages: int = 0, run: int = 1,
+               stream: bool = False) -> list[str]:
     d = f"{duration:g}"
     d7 = f"{3 * duration:g}"
     # S6 phases: bounded by --timeout; a broker slower than 1000 msg/s times out.
-    t = f"{max(120, backlog // 1000 + 60)}"
-    return shlex.split(template.format(D=d, D7=d7, B=backlog, T=t))
+    # Stream phases: 10 readers of N each at no less than 2000 msg/s in all.
+    t = f"{max(120, backlog // 1000 + 60)}" if not stream else f"{max(120, messages * 10 // 2000)}"
+    return shlex.split(template.format(D=d, D7=d7, B=backlog, T=t, N=messages, R=run))
 
 
 # --- small commands --------------------------------------------------------------
@@ -471,6 +525,10 @@ def run_perf(cmd: list[str], pids: list[int], log, master: tuple | None = None,
         rec["stderr"] = out.get("stderr", "")[-2000:]
     cpu_total, _ = sampler.cpu_s(started - 1, ended + 1)
     rec["broker_cpu_s"] = cpu_total
+    if rec["perf"] and rec["perf"].get("broker_cpu_s") is not None:
+        # The load program measured the broker over its phase alone (streams.py).
+        rec["broker_cpu_s_sampled"] = cpu_total
+        rec["broker_cpu_s"] = rec["perf"]["broker_cpu_s"]
     # Everything else the machine did meanwhile (other builds and tests): the
     # machine's busy time less the broker, perf and this sampler.
     other = (busy1 - busy0) / CLK_TCK - cpu_total - perf_cpu - self_cpu
@@ -547,8 +605,12 @@ def scenario(a: argparse.Namespace) -> int:
     if not phases_of(spec, clients):
         print(f"==> {a.name}: no phase for the clients {a.clients}", flush=True)
         return 0
-    title = spec["title"].format(B=a.backlog)
+    title = spec["title"].format(B=a.backlog, N=f"{a.messages:,}")
     print(f"==> {a.name}: {title}", flush=True)
+    kept = phases_of(spec, clients)
+    left_out = [f"{p[0]} (client {p[2]})" for p in phases_of(spec) if p not in kept]
+    if left_out:
+        print(f"    --clients {a.clients}: not running {', '.join(left_out)}", flush=True)
     failed = 0
     for run in range(1, a.runs + 1):
         order = brokers if run % 2 == 1 else list(reversed(brokers))
@@ -556,7 +618,8 @@ def scenario(a: argparse.Namespace) -> int:
             phases = []
             for phase, template, client in phases_of(spec, clients):
                 idle = [p for n2, _, ps in brokers if n2 != name for p in ps]
-                cmd = load_command(client, uri, phase_args(template, a.duration, a.backlog), a)
+                args = phase_args(template, a.duration, a.backlog, a.messages, run, is_stream(a.name))
+                cmd = load_command(client, uri, args, a, (name, pids))
                 rec = run_perf(cmd, pids, sys.stdout, masters.get(name), idle)
                 rec["client"] = client
                 rec["phase"] = phase
@@ -567,7 +630,8 @@ def scenario(a: argparse.Namespace) -> int:
                     break
                 time.sleep(1)  # let the broker settle between phases and runs
             result = {"scenario": a.name, "title": title, "broker": name, "run": run, "nodes": len(pids),
-                      "duration_s": a.duration, "backlog": a.backlog, "phases": phases}
+                      "duration_s": a.duration, "backlog": a.backlog, "messages": a.messages,
+                      "clients": a.clients, "phases": phases}
             with open(os.path.join(a.out, f"{a.name}-{name}-{run}.json"), "w") as fh:
                 json.dump(result, fh, indent=1)
             bad = [p["failure"] for p in phases if p["failure"]]
@@ -646,15 +710,31 @@ def _real_metrics(name: str) -> list[tuple[str, str, str, bool]]:
     return rows
 
 
+def _stream_metrics(name: str) -> list[tuple[str, str, str, bool]]:
+    """Per row of a stream scenario: the confirmed rate (pub-*) or the read
+    rate, every consumer's messages counted (read-*), and broker CPU per message."""
+    rows = []
+    for ph, _, _ in phases_of(SCENARIOS[name]):
+        what = "confirmed rate" if ph.startswith("pub-") else "read rate (all consumers)"
+        rows += [(f"{ph}_rate", f"{ph}: {what}", "msg/s", True),
+                 (f"{ph}_cpu_us", f"{ph}: broker CPU per message", "us", False)]
+    rows.append(("peak_rss", "broker peak RSS (all rows)", "MiB", False))
+    return rows
+
+
 for _name, _spec in SCENARIOS.items():
-    if _spec.get("real"):
-        METRICS[_name] = _real_metrics(_name)
+    if _spec.get("real") or _spec.get("stream"):
+        METRICS[_name] = _stream_metrics(_name) if _spec.get("stream") else _real_metrics(_name)
         HEADLINE[_name] = ("msg/s per phase (" + ", ".join(ph for ph, _, _ in phases_of(_spec)) + ")",
                            [f"{ph}_rate" for ph, _, _ in phases_of(_spec)])
 
 
 def is_real(name: str) -> bool:
     return bool(SCENARIOS.get(name, {}).get("real"))
+
+
+def is_stream(name: str) -> bool:
+    return bool(SCENARIOS.get(name, {}).get("stream"))
 
 
 def is_cluster(name: str) -> bool:
@@ -686,7 +766,7 @@ def metrics(result: dict) -> dict:
             m[f"r{k}k_confirm_p99"] = cl["p99"] / 1000 if cl else None
             m[f"r{k}k_e2e_p50"] = el["p50"] / 1000 if el else None
             m[f"r{k}k_e2e_p99"] = el["p99"] / 1000 if el else None
-    if is_real(result["scenario"]):
+    if is_real(result["scenario"]) or is_stream(result["scenario"]):
         for rec in result["phases"]:
             p = rec.get("perf")
             if not p:
@@ -699,6 +779,10 @@ def metrics(result: dict) -> dict:
             m[f"{name}_p99"] = lat["p99"] / 1000 if lat else None
             moved = max(p["published"], p["consumed"])
             m[f"{name}_cpu_us"] = rec["broker_cpu_s"] / moved * 1e6 if moved else None
+            # The load program's CPU in cores: over its phase as it reports it
+            # (streams.py; stablemq perf's cpu.cores), else over its whole run.
+            m[f"{name}_client_cores"] = (p.get("client_cores") or (p.get("cpu") or {}).get("cores")
+                                         or rec.get("client_cpu_s", 0.0) / max(rec.get("wall_s", 0.0), 1e-9))
     if "fill" in ph and ph["fill"].get("perf"):
         m["fill_rate"] = ph["fill"]["perf"]["confirm_rate"]
     if "drain" in ph and ph["drain"].get("perf"):
@@ -730,12 +814,16 @@ def table(a: argparse.Namespace) -> int:
     client_cores: list[float] = []
     others: list[float] = []
     per_run: dict[tuple[str, str], list[tuple[int, dict | None, float, float | None]]] = {}
+    ran: dict[str, set[str]] = {}  # per scenario, the phases some run of either broker ran
+    clients_seen: dict[str, set[str]] = {}  # per scenario, the --clients it ran with
     for fn in sorted(os.listdir(a.dir)):
         if not fn.endswith(".json") or fn.count("-") < 2:
             continue
         with open(os.path.join(a.dir, fn)) as fh:
             r = json.load(fh)
         titles[r["scenario"]] = r["title"]
+        ran.setdefault(r["scenario"], set()).update(p["phase"] for p in r["phases"])
+        clients_seen.setdefault(r["scenario"], set()).add(r.get("clients") or "all")
         key = (r["scenario"], r["broker"])
         other = max((p.get("other_cpu_cores", 0.0) for p in r["phases"]), default=0.0)
         idle = max((p["idle_broker_cpu_cores"] for p in r["phases"] if "idle_broker_cpu_cores" in p), default=None)
@@ -752,8 +840,12 @@ def table(a: argparse.Namespace) -> int:
             if "other_cpu_cores" in p:
                 others.append(p["other_cpu_cores"])
     rows = []
+    not_run = {name: [ph for ph, _, _ in phases_of(SCENARIOS[name]) if ph not in ran.get(name, set())]
+               for name in titles if is_real(name) or is_stream(name)}
     for name in sorted(titles):
         for k, label, unit, higher in METRICS[name]:
+            if any(k.startswith(ph + "_") for ph in not_run.get(name, [])):
+                continue  # a phase no run ran (--clients left it out): no row of dashes
             med = {}
             for b in BROKERS:
                 vals = [m[k] for m in results.get((name, b), []) if m.get(k) is not None]
@@ -779,8 +871,16 @@ def table(a: argparse.Namespace) -> int:
     if real:
         print()
         real_table(real, results, a.markdown)
+    streams = [n for n in sorted(titles) if is_stream(n)]
+    if streams:
+        print()
+        stream_table(streams, results, a.markdown)
     runs = {k: len(v) for k, v in results.items()}
     print()
+    for name, phs in sorted(not_run.items()):
+        if phs:
+            print(f"{name}: not run, so not in the tables: {', '.join(phs)}"
+                  f" (--clients {' / '.join(sorted(clients_seen.get(name, set())))})")
     for name in sorted(titles):
         counts = ", ".join(f"{b} {runs.get((name, b), 0)} ok / {failed.get((name, b), 0)} failed" for b in BROKERS)
         print(f"{name}: {titles[name]} (runs: {counts})")
@@ -789,6 +889,9 @@ def table(a: argparse.Namespace) -> int:
           " those, the cores the other broker used while it stood idle):")
     for name in sorted(titles):
         labels, keys = HEADLINE[name]
+        if not_run.get(name):
+            kept = [ph for ph, _, _ in phases_of(SCENARIOS[name]) if ph not in not_run[name]]
+            labels, keys = f"msg/s per phase ({', '.join(kept)})", [f"{ph}_rate" for ph in kept]
         for b in BROKERS:
             cells = []
             for run, m, other, idle in sorted(per_run.get((name, b), []), key=lambda x: x[0]):
@@ -808,6 +911,42 @@ def table(a: argparse.Namespace) -> int:
     print("Medians over the runs; ratio = StableMQ / RabbitMQ. Broker CPU per million msgs counts the"
           " larger of published and consumed; RSS is sampled every 0.2 s over the broker's process tree.")
     return 1 if failed else 0
+
+
+def stream_table(names: list[str], results: dict, markdown: bool) -> None:
+    """The stream rows side by side: rate, ratio and broker CPU per message
+    (medians over the runs)."""
+    def med(name, broker, key):
+        vals = [m[key] for m in results.get((name, broker), []) if m.get(key) is not None]
+        return statistics.median(vals) if vals else None
+    protocol = {"ST1": "stream protocol (rstream)", "ST2": "AMQP 0-9-1 (perf / amqp091-go)"}
+    head = ("scenario", "protocol", "row", "StableMQ msg/s", "RabbitMQ msg/s", "ratio",
+            "StableMQ CPU us/msg", "RabbitMQ CPU us/msg", "client cores (S / R)")
+    rows = []
+    for name in names:
+        for ph, _, _ in phases_of(SCENARIOS[name]):
+            s, r = med(name, "stablemq", f"{ph}_rate"), med(name, "rabbitmq", f"{ph}_rate")
+            if s is None and r is None:
+                continue
+            tag, size = next((t, z) for t, z in ST_SIZES if ph.split("-")[1] == t)
+            readers = ph.rsplit("-x", 1)[-1]
+            what = (f"publish with confirms, {size} B" if ph.startswith("pub-")
+                    else f"read from first, {readers} consumer{'' if readers == '1' else 's'}, {size} B")
+            ratio = f"{s / r:.2f}" if s is not None and r else "-"
+            rows.append((name, protocol.get(name, "?"), what, fmt(s, "msg/s"), fmt(r, "msg/s"), ratio,
+                         fmt(med(name, "stablemq", f"{ph}_cpu_us"), "us"),
+                         fmt(med(name, "rabbitmq", f"{ph}_cpu_us"), "us"),
+                         " / ".join(fmt(med(name, b, f"{ph}_client_cores"), "cores") for b in BROKERS)))
+    print("Streams (read rates count every consumer's messages), medians over the runs:")
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+    else:
+        w = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
+        for row in [head, tuple("-" * n for n in w), *rows]:
+            print("  ".join(str(c).ljust(w[i]) if i < 3 else str(c).rjust(w[i]) for i, c in enumerate(row)))
 
 
 def real_table(names: list[str], results: dict, markdown: bool) -> None:
@@ -863,11 +1002,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--go", help="the Go load program (clients/go, built)")
     p.add_argument("--java-cp", help="class path of the Java load program (clients/java, built)")
     p.add_argument("--clients", help="comma-separated: run only the phases of these clients (go, java, perf)")
+    p.add_argument("--messages", type=int, default=200_000, help="stream scenarios: messages per row")
+    p.add_argument("--stream", action="append", help="NAME=PORT: the broker's stream protocol port (ST1)")
+    p.add_argument("--stream-py", help="a Python with rstream, to run streams.py (ST1)")
     p = sub.add_parser("smq-master")
     p.add_argument("url")
     p.add_argument("timeout", type=float)
     p.add_argument("ctl")
     sub.add_parser("rmq-running-nodes")
+    sub.add_parser("has-rstream")
     p = sub.add_parser("table")
     p.add_argument("dir")
     p.add_argument("--markdown", action="store_true")
@@ -885,6 +1028,11 @@ def main(argv: list[str]) -> int:
         machine()
     elif a.cmd == "smq-master":
         return wait_smq_master(a.url, a.timeout, a.ctl)
+    elif a.cmd == "has-rstream":
+        try:
+            import rstream  # noqa: F401
+        except ImportError:
+            return 1
     elif a.cmd == "rmq-running-nodes":
         st = json.load(sys.stdin)
         print(len(st.get("running_nodes", [])))

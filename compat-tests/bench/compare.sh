@@ -4,6 +4,7 @@
 #   compat-tests/bench/compare.sh [--quick] [--scenarios S1,S2,...] [--duration N]
 #                                 [--runs N] [--backlog N] [--keep DIR] [--markdown]
 #                                 [--no-proxy] [--real-clients] [--clients go,java,perf]
+#                                 [--streams] [--messages N]
 #
 # For each scenario, a fresh StableMQ (a copy of target/release/stablemq, fresh data
 # dir) and a fresh private RabbitMQ node (Debian's rabbitmq-server, installed with
@@ -58,6 +59,24 @@
 #   R4  100 producers (100 connections) at 100 msg/s each, 1 KB persistent,
 #       confirm window 10, and 1 consumer, Go and Java
 #
+# Stream scenarios (issue 22; --streams runs ST1 and ST2): a fresh single
+# StableMQ with its stream protocol port on a free loopback port, and a fresh
+# RabbitMQ node with the rabbitmq_stream plugin (scripts/rabbitmq-node.sh start
+# --stream --no-management). Per message size (16 B, then 1 KB), one row
+# publishes --messages N messages with confirms from 1 producer to a new
+# stream, then two rows read all N from `first`, with 1 and then 10 consumers
+# (each consumer reads all N; the rate counts every consumer's messages). Every
+# row is bounded by the count and a time limit; each row reports its rate and
+# the broker's CPU per message.
+#   ST1 over the stream protocol (port 5552's protocol): compat-tests/bench/streams.py
+#       on rstream, run by the Python of .venv (STREAM_PYTHON overrides it);
+#       it reads the broker's CPU (/proc, the same counters) around its own
+#       publishes or subscriptions, so Python's start is left out
+#   ST2 over AMQP 0-9-1 stream queues (x-queue-type stream): `stablemq perf -x 1
+#       -y 0 -c 1000 -C N --no-purge --queue-args x-queue-type=stream` publishes,
+#       and the Go program (clients/go, amqp091-go) reads with basic.qos 1000,
+#       basic.consume x-stream-offset=first, multi-ack 100 (--offset first --count N)
+#
 # Options:
 #   --quick          one short run per scenario (3 s; S7 9 s): a smoke run
 #   --scenarios L    comma-separated list (default S1,S2,S3,S4,S5,S7)
@@ -70,7 +89,11 @@
 #   --real-clients   run the real-client scenarios R1,R2,R3,R4 (unless --scenarios
 #                    names what to run; it may name S* and R* alike)
 #   --clients L      in the R scenarios, only the phases of these clients
-#                    (comma-separated: go, java, perf; default all)
+#                    (comma-separated: go, java, perf; default all). A phase
+#                    left out is named in the output and has no row in the table.
+#   --streams        run the stream scenarios ST1,ST2 (unless --scenarios names
+#                    what to run; with --real-clients too: R1-R4 and ST1,ST2)
+#   --messages N     messages per stream row (default 200000; --quick 20000)
 #
 # Exits non-zero if either broker failed to start or a run failed or moved no
 # message (this is what the smoke run in the test command checks). Slow numbers
@@ -96,6 +119,7 @@ die() { printf 'error: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 
 QUICK=0 SCENARIOS="" DURATION="" RUNS="" BACKLOG=1000000 KEEP="" MARKDOWN="" PROXY=1 REAL=0 CLIENTS="go,java,perf"
+STREAMS=0 MESSAGES=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 ;;
@@ -114,30 +138,39 @@ while [[ $# -gt 0 ]]; do
         --real-clients) REAL=1 ;;
         --clients) CLIENTS=${2:?--clients needs a list}; shift ;;
         --clients=*) CLIENTS=${1#*=} ;;
+        --streams) STREAMS=1 ;;
+        --messages) MESSAGES=${2:?--messages needs a number}; shift ;;
+        --messages=*) MESSAGES=${1#*=} ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
     shift
 done
 if [[ $QUICK -eq 1 ]]; then
-    DURATION=${DURATION:-3} RUNS=${RUNS:-1}
+    DURATION=${DURATION:-3} RUNS=${RUNS:-1} MESSAGES=${MESSAGES:-20000}
     [[ $BACKLOG -ne 1000000 ]] || BACKLOG=20000
 else
-    DURATION=${DURATION:-10} RUNS=${RUNS:-3}
+    DURATION=${DURATION:-10} RUNS=${RUNS:-3} MESSAGES=${MESSAGES:-200000}
 fi
 [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--duration must be a number of seconds"
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive integer"
 [[ $BACKLOG =~ ^[1-9][0-9]*$ ]] || die "--backlog must be a positive integer"
+[[ $MESSAGES =~ ^[1-9][0-9]*$ ]] || die "--messages must be a positive integer"
 if [[ -z $SCENARIOS ]]; then
-    if [[ $REAL -eq 1 ]]; then SCENARIOS="R1,R2,R3,R4"; else SCENARIOS="S1,S2,S3,S4,S5,S7"; fi
+    if [[ $REAL -eq 1 && $STREAMS -eq 1 ]]; then SCENARIOS="R1,R2,R3,R4,ST1,ST2"
+    elif [[ $REAL -eq 1 ]]; then SCENARIOS="R1,R2,R3,R4"
+    elif [[ $STREAMS -eq 1 ]]; then SCENARIOS="ST1,ST2"
+    else SCENARIOS="S1,S2,S3,S4,S5,S7"; fi
 fi
 IFS=',' read -r -a SCEN <<<"$SCENARIOS"
-NEED_CLIENTS=0
+NEED_CLIENTS=0 NEED_GO=0 NEED_RSTREAM=0
 for s in "${SCEN[@]}"; do
     case "$s" in
         S1|S2|S3|S4|S5|S6|S7) ;;
         R1|R2|R3|R4) NEED_CLIENTS=1 ;;
-        *) die "unknown scenario '$s' (S1 to S7, R1 to R4)" ;;
+        ST1) NEED_RSTREAM=1 ;;
+        ST2) NEED_GO=1 ;;
+        *) die "unknown scenario '$s' (S1 to S7, R1 to R4, ST1, ST2)" ;;
     esac
 done
 IFS=',' read -r -a CLIENT_LIST <<<"$CLIENTS"
@@ -148,14 +181,23 @@ for c in "${CLIENT_LIST[@]}"; do
     esac
 done
 has_client() { [[ ",$CLIENTS," == *",$1,"* ]]; }
+# ST1's Python: one with rstream (the pinned .venv that scripts/test.sh makes).
+STREAM_PY=${STREAM_PYTHON:-$ROOT/.venv/bin/python}
+if [[ $NEED_RSTREAM -eq 1 ]]; then
+    if [[ ! -x $STREAM_PY ]] || ! "$STREAM_PY" "$BENCH" has-rstream; then
+        die "ST1 needs a Python with rstream: $STREAM_PY has none (scripts/test.sh makes .venv; or set STREAM_PYTHON)"
+    fi
+fi
 
 # --- cleanup: every process started here is stopped by its pid ---------------------
 WORK=$(mktemp -d -t stablemq-bench.XXXXXX)
 OUT=${KEEP:-$WORK/results}
 mkdir -p "$OUT"
 # Broker processes of the current scenario: StableMQ node pids, RabbitMQ start-script
-# pids (and the beam.smp pid files), and the RabbitMQ epmd.
-SMQ_PIDS=() RMQ_PIDS=() RMQ_BEAM_PIDFILES=() EPMD_PID=""
+# pids (and the beam.smp pid files), and the RabbitMQ epmd. RMQ_NODE_DIRS: the dirs
+# of nodes started with scripts/rabbitmq-node.sh (the stream scenarios), whose pid
+# files that script's stop reads too (in case we were stopped during its start).
+SMQ_PIDS=() RMQ_PIDS=() RMQ_BEAM_PIDFILES=() EPMD_PID="" RMQ_NODE_DIRS=()
 CHILD="" # the helper (bench.py, and the perf it runs) that the script waits for
 
 live_pids() { # pid... -> those that exist and are not zombies
@@ -214,7 +256,11 @@ stop_brokers() {
     # Erlang VM) together with their VMs, all at once.
     stop_tree 30 "${SMQ_PIDS[@]}" "${RMQ_PIDS[@]}" "${beams[@]}"
     stop_tree 5 "$EPMD_PID"
-    SMQ_PIDS=() RMQ_PIDS=() RMQ_BEAM_PIDFILES=() EPMD_PID=""
+    for f in "${RMQ_NODE_DIRS[@]}"; do
+        "$ROOT/scripts/rabbitmq-node.sh" stop --dir "$f" >/dev/null 2>&1 || true
+        [[ -z $KEEP ]] || cp "$f/server.log" "$OUT/rabbitmq-$(basename "$f")-server.log" 2>/dev/null || true
+    done
+    SMQ_PIDS=() RMQ_PIDS=() RMQ_BEAM_PIDFILES=() EPMD_PID="" RMQ_NODE_DIRS=()
 }
 # Long helpers run in the background and are waited for, so that a signal to this
 # script is handled at once (bash runs traps only between foreground commands).
@@ -226,6 +272,7 @@ run_child() { # command...
     CHILD=""
     return $rc
 }
+# shellcheck disable=SC2317 # called indirectly (the EXIT trap, or $start_smq / $start_rmq)
 cleanup() {
     if [[ -n $CHILD ]]; then
         # bench.py and its perf: all of them, not only the root.
@@ -261,12 +308,15 @@ done
 "$BIN" --version >/dev/null 2>&1 || die "could not copy a working $SRC_BIN"
 BIN_DATE=$(date -u -r "$SRC_BIN" '+%Y-%m-%d %H:%M UTC' 2>/dev/null || echo '?')
 
+# shellcheck disable=SC2317 # called indirectly (the EXIT trap, or $start_smq / $start_rmq)
 start_stablemq() { # scenario
-    local dir="$WORK/stablemq-$1" port
+    local dir="$WORK/stablemq-$1" port stream=()
     mkdir -p "$dir"
-    read -r port < <("$PY" "$BENCH" free-ports 1)
+    read -r port SMQ_STREAM_PORT < <("$PY" "$BENCH" free-ports 2)
+    # The stream scenarios' stream protocol listener, on a free port.
+    ! is_stream "$1" || stream=(--stream-port "$SMQ_STREAM_PORT")
     "$BIN" serve --bind 127.0.0.1 --amqp-port "$port" --prometheus-port 0 --management-port 0 \
-        --data-dir "$dir/data" >"$OUT/stablemq-$1.log" 2>&1 &
+        "${stream[@]}" --data-dir "$dir/data" >"$OUT/stablemq-$1.log" 2>&1 &
     SMQ_PIDS=("$!")
     SMQ_URI="amqp://guest:guest@127.0.0.1:$port/%2f"
     run_child "$PY" "$BENCH" wait-amqp "$port" 60 "${SMQ_PIDS[0]}" ||
@@ -276,6 +326,7 @@ start_stablemq() { # scenario
 # The three nodes of examples/cluster/, as shipped, with their cluster, AMQP and
 # management addresses moved to free loopback ports and their data dirs to $WORK, as
 # compat-tests/src/cluster.rs does; unlike the tests, metrics are off.
+# shellcheck disable=SC2317 # called indirectly (the EXIT trap, or $start_smq / $start_rmq)
 start_stablemq_cluster() { # scenario
     local dir="$WORK/stablemq-$1" i j cfg ports=() amqp=() sed_args=() urls=() id
     mkdir -p "$dir"
@@ -320,6 +371,7 @@ start_stablemq_cluster() { # scenario
 
 # One private RabbitMQ node. Globals used: RMQ_DIR (shared home with the cookie,
 # config files), RMQ_EPMD_PORT.
+# shellcheck disable=SC2317 # called indirectly (the EXIT trap, or $start_smq / $start_rmq)
 start_rabbitmq_node() { # node name, AMQP port, dist port, node dir, log file
     local name=$1 port=$2 dist=$3 ndir=$4
     mkdir -p "$ndir"/{mnesia,log}
@@ -342,6 +394,7 @@ start_rabbitmq_node() { # node name, AMQP port, dist port, node dir, log file
     RMQ_PIDS+=("$!")
 }
 
+# shellcheck disable=SC2317 # called indirectly (the EXIT trap, or $start_smq / $start_rmq)
 rmq_common() { # scenario: config files, cookie, and our own epmd on loopback
     RMQ_DIR="$WORK/rabbitmq-$1"
     mkdir -p "$RMQ_DIR/home"
@@ -365,6 +418,7 @@ rmqctl() { # node, args...: rabbitmqctl against one of our nodes, bounded in tim
         timeout 120 "$RABBITMQCTL" -q -n "$node" "$@"
 }
 
+# shellcheck disable=SC2317 # called indirectly (the EXIT trap, or $start_smq / $start_rmq)
 start_rabbitmq() { # scenario
     local port dist
     rmq_common "$1"
@@ -375,7 +429,32 @@ start_rabbitmq() { # scenario
         { tail -n 20 "$OUT/rabbitmq-$1.log" "$RMQ_DIR"/log/*.log >&2 || true; return 1; }
 }
 
+# The stream scenarios' node: scripts/rabbitmq-node.sh with the rabbitmq_stream plugin
+# (stream protocol listener and advertised port on a free loopback port; no
+# management plugin, as in the other single-node scenarios). Its start script's tree
+# (the Erlang VM in it) is what is measured.
+# shellcheck disable=SC2317 # called indirectly (the EXIT trap, or $start_smq / $start_rmq)
+start_rabbitmq_stream() { # scenario
+    local dir="$WORK/rabbitmq-$1" pids=()
+    RMQ_NODE_DIRS+=("$dir")
+    run_child "$ROOT/scripts/rabbitmq-node.sh" start --dir "$dir" --stream --no-management \
+        --name "bench-$1-$$@localhost" >"$dir.env" 2>"$OUT/rabbitmq-$1.log" ||
+        { tail -n 20 "$OUT/rabbitmq-$1.log" >&2; return 1; }
+    # shellcheck disable=SC1090
+    . "$dir.env"
+    read -r -a pids <<<"$RABBITMQ_PIDS" # start script, beam.smp, epmd
+    RMQ_PIDS=("${pids[0]}") RMQ_BEAM_PIDFILES=("$dir/rabbitmq.pid") EPMD_PID=${pids[2]:-}
+    if ! tree_pids "${pids[0]}" | grep -qx "${pids[1]:-none}"; then
+        echo "RabbitMQ's beam.smp (${pids[1]:-?}) is not under its start script (${pids[0]})" >&2
+        return 1
+    fi
+    RMQ_URI=$RABBITMQ_URI
+    RMQ_STREAM_PORT=$RABBITMQ_STREAM_PORT
+    [[ -n $RMQ_STREAM_PORT ]] || { echo "rabbitmq-node.sh gave no stream port" >&2; return 1; }
+}
+
 # Three nodes a, b, c started together; b and c then join a's cluster.
+# shellcheck disable=SC2317 # called indirectly (the EXIT trap, or $start_smq / $start_rmq)
 start_rabbitmq_cluster() { # scenario
     local ports=() names=() letters=(a b c) i n
     rmq_common "$1"
@@ -410,18 +489,18 @@ GO_LOAD="" JAVA_CP=""
 build_clients() {
     local dir="$WORK/clients" gopath=/usr/share/gocode jars=/usr/share/java
     mkdir -p "$dir/java"
-    if has_client go; then
+    if { [[ $NEED_CLIENTS -eq 1 ]] && has_client go; } || [[ $NEED_GO -eq 1 ]]; then
         if ! command -v go >/dev/null 2>&1 || [[ ! -d $gopath/src/github.com/rabbitmq/amqp091-go ]]; then
             log "installing Debian's golang-go and golang-github-rabbitmq-amqp091-go-dev"
             apt_install golang-go golang-github-rabbitmq-amqp091-go-dev || return 1
         fi
         mkdir -p "$ROOT/compat-tests/.cache/go-build"
-        (cd "$HERE/clients/go" && GO111MODULE=off GOPATH=$gopath GOFLAGS= \
+        (cd "$HERE/clients/go" && GO111MODULE=off GOPATH=$gopath GOFLAGS='' \
             GOCACHE="$ROOT/compat-tests/.cache/go-build" go build -o "$dir/perftest-go" perftest.go) || return 1
         GO_LOAD="$dir/perftest-go"
         log "Go load program: amqp091-go $(dpkg-query -W -f '${Version}' golang-github-rabbitmq-amqp091-go-dev 2>/dev/null || echo '?'), $(go version | cut -d' ' -f3)"
     fi
-    if has_client java; then
+    if [[ $NEED_CLIENTS -eq 1 ]] && has_client java; then
         if ! command -v javac >/dev/null 2>&1 || [[ ! -f $jars/amqp-client.jar || ! -f $jars/slf4j-nop.jar ]]; then
             log "installing Debian's librabbitmq-client-java, libslf4j-java and default-jdk-headless"
             apt_install librabbitmq-client-java libslf4j-java default-jdk-headless || return 1
@@ -434,6 +513,7 @@ build_clients() {
 
 # --- run -----------------------------------------------------------------------------------
 is_cluster() { [[ $1 == S3 || $1 == S4 || $1 == S5 || $1 == R3 ]]; }
+is_stream() { [[ $1 == ST1 || $1 == ST2 ]]; }
 plus_list() { local IFS=+; echo "$*"; }
 
 ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
@@ -442,10 +522,13 @@ RMQ_VERSION=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo 
 ERL_VERSION=$(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null || echo '?')
 SMQ_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
 log "StableMQ $SRC_BIN (built $BIN_DATE; git HEAD $SMQ_REV); RabbitMQ $RMQ_VERSION (Erlang $ERL_VERSION)"
-log "scenarios ${SCEN[*]}; $RUNS run(s) of ${DURATION} s each per broker$([[ " ${SCEN[*]} " == *" S6 "* ]] && echo "; S6 backlog $BACKLOG")"
+log "scenarios ${SCEN[*]}; $RUNS run(s) of ${DURATION} s each per broker$([[ " ${SCEN[*]} " == *" S6 "* ]] && echo "; S6 backlog $BACKLOG")$([[ " ${SCEN[*]} " == *" ST"[12]" "* ]] && echo "; $MESSAGES messages per stream row")"
 "$PY" "$BENCH" machine | sed 's/^/    /'
-if [[ $NEED_CLIENTS -eq 1 ]]; then
+if [[ $NEED_CLIENTS -eq 1 || $NEED_GO -eq 1 ]]; then
     build_clients || die "could not install or build the real-client load programs"
+fi
+if [[ $NEED_RSTREAM -eq 1 ]]; then
+    log "stream protocol client: rstream $("$STREAM_PY" -c 'import importlib.metadata as m; print(m.version("rstream"))' 2>/dev/null || echo '?') ($STREAM_PY)"
 fi
 
 status=0
@@ -453,6 +536,8 @@ for s in "${SCEN[@]}"; do
     if is_cluster "$s"; then
         start_smq=start_stablemq_cluster start_rmq=start_rabbitmq_cluster
         log "$s: starting a 3-node StableMQ cluster and a 3-node RabbitMQ cluster"
+    elif is_stream "$s"; then
+        start_smq=start_stablemq start_rmq=start_rabbitmq_stream
     else
         start_smq=start_stablemq start_rmq=start_rabbitmq
     fi
@@ -469,7 +554,9 @@ for s in "${SCEN[@]}"; do
         continue
     fi
     common=(--perf "$BIN" --out "$OUT" --runs "$RUNS" --duration "$DURATION" --backlog "$BACKLOG"
-            --clients "$CLIENTS")
+            --clients "$CLIENTS" --messages "$MESSAGES")
+    ! is_stream "$s" || common+=(--stream "stablemq=$SMQ_STREAM_PORT" --stream "rabbitmq=$RMQ_STREAM_PORT"
+                                 --stream-py "$STREAM_PY")
     [[ -z $GO_LOAD ]] || common+=(--go "$GO_LOAD")
     [[ -z $JAVA_CP ]] || common+=(--java-cp "$JAVA_CP")
     smq_pids=$(plus_list "${SMQ_PIDS[@]}") rmq_pids=$(plus_list "${RMQ_PIDS[@]}")

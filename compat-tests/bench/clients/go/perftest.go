@@ -18,6 +18,14 @@
 // Build (GOPATH mode against Debian's golang-github-rabbitmq-amqp091-go-dev):
 //
 //	GO111MODULE=off GOPATH=/usr/share/gocode go build -o perftest-go perftest.go
+//
+// Stream queues (compare.sh's ST2 rows): with -queue-type stream the queue is
+// declared durable and never purged (a stream cannot be), -offset first
+// consumes with the x-stream-offset argument, and -count N makes each consumer
+// stop after N messages. With -count, consumers subscribe only once the clock
+// has started, the phase ends when the last consumer has its N (-duration is
+// then the time limit: a consumer short of N is an error and timed_out), and
+// the rates are over the time from the start to that end.
 package main
 
 import (
@@ -49,6 +57,8 @@ type config struct {
 	duration   time.Duration
 	queue      string
 	queueType  string
+	offset     string
+	count      int
 }
 
 type latency struct {
@@ -72,6 +82,8 @@ type settings struct {
 	DurationS      float64 `json:"duration_s"`
 	Queue          string  `json:"queue"`
 	QueueType      string  `json:"queue_type,omitempty"`
+	Offset         string  `json:"offset,omitempty"`
+	Count          int     `json:"count,omitempty"`
 	FramesPerWrite int     `json:"frames_per_write"`
 }
 
@@ -103,6 +115,8 @@ type run struct {
 	errors    []string
 	confirmNs []int64
 	e2eNs     []int64
+	lastDone  int64 // -count: when the last consumer got its N (Unix ns)
+	short     int32 // -count: consumers that did not get N in time
 }
 
 func (r *run) fail(format string, a ...interface{}) {
@@ -144,9 +158,12 @@ func setup(cfg config) error {
 	if cfg.queueType != "" {
 		args["x-queue-type"] = cfg.queueType
 	}
-	durable := cfg.persistent || cfg.queueType == "quorum"
+	durable := cfg.persistent || cfg.queueType == "quorum" || cfg.queueType == "stream"
 	if _, err := ch.QueueDeclare(cfg.queue, durable, false, false, false, args); err != nil {
 		return fmt.Errorf("queue.declare %s: %w", cfg.queue, err)
+	}
+	if cfg.queueType == "stream" {
+		return nil // a stream cannot be purged; its readers pick their offset
 	}
 	if _, err := ch.QueuePurge(cfg.queue, false); err != nil {
 		return fmt.Errorf("queue.purge %s: %w", cfg.queue, err)
@@ -261,14 +278,33 @@ func (r *run) consumer(ch *amqp.Channel, ready *sync.WaitGroup, goSignal <-chan 
 			return
 		}
 	}
-	deliveries, err := ch.Consume(cfg.queue, "", cfg.autoAck, false, false, false, nil)
+	var args amqp.Table
+	if cfg.offset != "" {
+		args = amqp.Table{"x-stream-offset": cfg.offset}
+	}
+	subscribe := func() (<-chan amqp.Delivery, error) {
+		return ch.Consume(cfg.queue, "", cfg.autoAck, false, false, false, args)
+	}
+	var deliveries <-chan amqp.Delivery
+	var err error
+	if cfg.count == 0 {
+		deliveries, err = subscribe()
+	}
 	ready.Done()
 	if err != nil {
 		r.fail("basic.consume: %v", err)
 		return
 	}
 	<-goSignal
+	if cfg.count > 0 {
+		// Reading a backlog: nothing is delivered before the clock starts.
+		if deliveries, err = subscribe(); err != nil {
+			r.fail("basic.consume: %v", err)
+			return
+		}
+	}
 	var lat []int64
+	got := 0
 	unacked := 0
 	timer := time.NewTimer(time.Until(r.deadline))
 	defer timer.Stop()
@@ -289,19 +325,38 @@ func (r *run) consumer(ch *amqp.Channel, ready *sync.WaitGroup, goSignal <-chan 
 					lat = append(lat, now-t)
 				}
 			}
+			got++
 			if !cfg.autoAck {
 				unacked++
-				if unacked >= cfg.multiAck {
+				if unacked >= cfg.multiAck || got == cfg.count {
 					if err := d.Ack(true); err != nil {
 						r.fail("basic.ack: %v", err)
 					}
 					unacked = 0
 				}
 			}
+			if got == cfg.count {
+				r.finished(now)
+				r.addLatencies(nil, lat)
+				return
+			}
 		case <-timer.C:
+			if cfg.count > 0 {
+				atomic.AddInt32(&r.short, 1)
+				r.fail("a consumer read %d of %d messages within %v", got, cfg.count, cfg.duration)
+			}
 			r.addLatencies(nil, lat)
 			return
 		}
+	}
+}
+
+// finished records that a consumer has its -count messages, at now (Unix ns).
+func (r *run) finished(now int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now > r.lastDone {
+		r.lastDone = now
 	}
 }
 
@@ -320,11 +375,13 @@ func main() {
 	flag.Float64Var(&cfg.rate, "rate", 0, "messages per second per producer (0 = as fast as possible)")
 	flag.Float64Var(&durationS, "duration", 10, "seconds to run")
 	flag.StringVar(&cfg.queue, "queue", "perftest-go", "queue name")
-	flag.StringVar(&cfg.queueType, "queue-type", "", "x-queue-type argument (e.g. quorum)")
+	flag.StringVar(&cfg.queueType, "queue-type", "", "x-queue-type argument (e.g. quorum, stream)")
+	flag.StringVar(&cfg.offset, "offset", "", "x-stream-offset consumer argument (e.g. first; stream queues)")
+	flag.IntVar(&cfg.count, "count", 0, "each consumer stops after this many messages (0 = run for -duration)")
 	flag.Parse()
 	if cfg.producers < 0 || cfg.consumers < 0 || cfg.producers+cfg.consumers == 0 || cfg.size < 0 ||
 		cfg.confirm < 0 || cfg.prefetch < 0 || cfg.prefetch > 65535 || cfg.multiAck < 1 ||
-		durationS <= 0 || cfg.rate < 0 {
+		durationS <= 0 || cfg.rate < 0 || cfg.count < 0 || (cfg.count > 0 && cfg.producers > 0) {
 		fmt.Fprintln(os.Stderr, "perftest: bad arguments (see -help)")
 		os.Exit(2)
 	}
@@ -334,7 +391,7 @@ func main() {
 		BodySize: cfg.size, Persistent: cfg.persistent, ConfirmWindow: cfg.confirm,
 		Prefetch: cfg.prefetch, MultiAckEvery: cfg.multiAck, AutoAck: cfg.autoAck,
 		RatePerProd: cfg.rate, DurationS: durationS, Queue: cfg.queue, QueueType: cfg.queueType,
-		FramesPerWrite: 1,
+		Offset: cfg.offset, Count: cfg.count, FramesPerWrite: 1,
 	}}
 	os.Exit(execute(cfg, &rep))
 }
@@ -398,6 +455,12 @@ func execute(cfg config, rep *report) int {
 	finished.Wait()
 	elapsed := cfg.duration.Seconds()
 	rep.ElapsedS = time.Since(r.start).Seconds()
+	if cfg.count > 0 {
+		rep.TimedOut = r.short > 0
+		if r.short == 0 && r.lastDone > 0 {
+			elapsed = float64(r.lastDone-r.start.UnixNano()) / 1e9
+		}
+	}
 	rep.Published, rep.Confirmed = atomic.LoadUint64(&r.published), atomic.LoadUint64(&r.confirmed)
 	rep.Nacked, rep.Consumed = atomic.LoadUint64(&r.nacked), atomic.LoadUint64(&r.consumed)
 	rep.PublishRate = float64(rep.Published) / elapsed
