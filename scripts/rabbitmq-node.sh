@@ -7,7 +7,7 @@
 #                                  [--dist-port N] [--epmd-port N] [--name NODE]
 #                                  [--no-management] [--timeout SECONDS]
 #                                  [--stream] [--stream-port N]
-#                                  [--stream-advertised-port N]
+#                                  [--stream-advertised-port N] [--prometheus]
 #   scripts/rabbitmq-node.sh stop --dir DIR
 #   scripts/rabbitmq-node.sh ctl --dir DIR ARGS...      (rabbitmqctl against the node)
 #
@@ -32,6 +32,8 @@
 #   RABBITMQ_URI=amqp://guest:guest@127.0.0.1:PORT/%2f
 #   RABBITMQ_MANAGEMENT_URL=http://127.0.0.1:PORT
 #   RABBITMQ_STREAM_PORT=...          (empty without --stream)
+#   RABBITMQ_PROMETHEUS_PORT=...      (empty without --prometheus: the
+#                                      rabbitmq_prometheus plugin on 127.0.0.1)
 #
 # The same lines are kept in DIR/env. If the node does not come up in time, start
 # prints the tail of its logs, stops what it started, and exits 1.
@@ -57,7 +59,7 @@ usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0
 ACTION=$1
 shift
 DIR="" AMQP_PORT="" MGMT_PORT="" DIST_PORT="" EPMD_PORT="" NODENAME="" TIMEOUT=180 MGMT=1
-STREAM=0 STREAM_PORT="" STREAM_ADVERTISED_PORT=""
+STREAM=0 STREAM_PORT="" STREAM_ADVERTISED_PORT="" PROMETHEUS=0 PROMETHEUS_PORT=""
 CTL_ARGS=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -71,6 +73,7 @@ while [[ $# -gt 0 ]]; do
         --no-management) MGMT=0; shift ;;
         --stream) STREAM=1; shift ;;
         --stream-port) STREAM=1; STREAM_PORT=${2:?}; shift 2 ;;
+        --prometheus) PROMETHEUS=1; shift ;;
         --stream-advertised-port) STREAM_ADVERTISED_PORT=${2:?}; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         --) shift; CTL_ARGS+=("$@"); break ;;
@@ -202,8 +205,8 @@ if [[ -n $(live_pids $(recorded_pids)) ]]; then
 fi
 ensure_rabbitmq || die "RabbitMQ is not installed and could not be installed"
 command -v epmd >/dev/null || die "epmd (Erlang) is missing"
-read -r -a picked < <(free_ports 5)
-[[ ${#picked[@]} -eq 5 ]] || die "no free loopback ports"
+read -r -a picked < <(free_ports 6)
+[[ ${#picked[@]} -eq 6 ]] || die "no free loopback ports"
 AMQP_PORT=${AMQP_PORT:-${picked[0]}}
 MGMT_PORT=${MGMT_PORT:-${picked[1]}}
 DIST_PORT=${DIST_PORT:-${picked[2]}}
@@ -212,6 +215,7 @@ if [[ $STREAM -eq 1 ]]; then
     STREAM_PORT=${STREAM_PORT:-${picked[4]}}
     STREAM_ADVERTISED_PORT=${STREAM_ADVERTISED_PORT:-$STREAM_PORT}
 fi
+[[ $PROMETHEUS -eq 1 ]] && PROMETHEUS_PORT=${picked[5]}
 NODENAME=${NODENAME:-rmq-$AMQP_PORT@localhost}
 for p in "$AMQP_PORT" "$DIST_PORT" "$EPMD_PORT" $([[ $MGMT -eq 1 ]] && echo "$MGMT_PORT") $([[ $STREAM -eq 1 ]] && echo "$STREAM_PORT"); do
     port_free "$p" || die "port $p is in use on 127.0.0.1"
@@ -226,6 +230,7 @@ mkdir -p "$DIR"/{mnesia,log,home}
 plugins=()
 [[ $MGMT -eq 1 ]] && plugins+=(rabbitmq_management)
 [[ $STREAM -eq 1 ]] && plugins+=(rabbitmq_stream)
+[[ $PROMETHEUS -eq 1 ]] && plugins+=(rabbitmq_prometheus)
 [[ -n ${RABBITMQ_EXTRA_PLUGINS:-} ]] && plugins+=("$RABBITMQ_EXTRA_PLUGINS")
 echo "[$(IFS=,; echo "${plugins[*]}")]." >"$DIR/enabled_plugins"
 : >"$DIR/rabbitmq-env.conf"
@@ -242,6 +247,10 @@ echo "[$(IFS=,; echo "${plugins[*]}")]." >"$DIR/enabled_plugins"
         echo 'stream.advertised_host = 127.0.0.1'
         echo "stream.advertised_port = $STREAM_ADVERTISED_PORT"
     fi
+    if [[ $PROMETHEUS -eq 1 ]]; then
+        echo 'prometheus.tcp.ip = 127.0.0.1'
+        echo "prometheus.tcp.port = $PROMETHEUS_PORT"
+    fi
 } >"$DIR/rabbitmq.conf"
 od -An -N20 -tx1 /dev/urandom | tr -d ' \n' >"$DIR/home/.erlang.cookie"
 chmod 400 "$DIR/home/.erlang.cookie"
@@ -254,6 +263,7 @@ RABBITMQ_NODENAME=$NODENAME
 RABBITMQ_URI=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f
 RABBITMQ_MANAGEMENT_URL=$([[ $MGMT -eq 1 ]] && echo "http://127.0.0.1:$MGMT_PORT")
 RABBITMQ_STREAM_PORT=$STREAM_PORT
+RABBITMQ_PROMETHEUS_PORT=$PROMETHEUS_PORT
 EOF
 
 # Our own epmd on loopback, then the node; each in a session of its own so that

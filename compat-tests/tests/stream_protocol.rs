@@ -79,6 +79,105 @@ fn rstream_gets_the_answers_rabbitmq_3_10_gives() {
     );
 }
 
+/// A resource alarm blocks a publishing stream connection (its socket is
+/// no longer read, so its publishes wait unconfirmed) and refuses a new
+/// publisher with precondition failed, as RabbitMQ's stream reader does for a
+/// disk alarm; once it clears every waiting publish is stored, once, in
+/// order. The alarm is a memory watermark of one byte, set and cleared with
+/// `stablemq ctl` (StableMQ blocks stream publishers on both alarms). The
+/// script passes against RabbitMQ 3.10.8 with a disk alarm
+/// (`rabbitmqctl set_disk_free_limit`).
+#[test]
+fn a_resource_alarm_blocks_stream_publishers_until_it_clears() {
+    let broker = Broker::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/alarm.py");
+    let ctl = |args: &str| {
+        format!(
+            "{} ctl --url http://127.0.0.1:{} set_vm_memory_high_watermark {args}",
+            compat_tests::binary_path().display(),
+            broker.management_port
+        )
+    };
+    let (ok, out) = run(
+        &[
+            script.to_str().expect("utf-8 path"),
+            &broker.stream_port.to_string(),
+            &format!("http://127.0.0.1:{}", broker.management_port),
+            &ctl("absolute 1"),
+            &ctl("0.99"),
+        ],
+        Duration::from_secs(150),
+    );
+    assert!(ok, "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("ok ")).count(), 5, "{out}");
+}
+
+/// A subscribed rstream consumer shows as RabbitMQ 3.10 shows it: a
+/// connection of protocol `stream` in `/api/connections`, and a consumer in
+/// `rabbitmq_global_consumers{protocol="stream"}`.
+#[test]
+fn a_stream_client_is_listed_and_counted_under_its_protocol() {
+    let broker = Broker::start();
+    let port = broker.stream_port.to_string();
+    let subscriber = std::thread::spawn(move || {
+        run(&["-c", SUBSCRIBE_AND_WAIT, &port], Duration::from_secs(60))
+    });
+    let get = |url: String, auth: bool| {
+        let mut req = ureq::get(&url);
+        if auth {
+            req = req.header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=");
+        }
+        req.call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut connections, mut metrics) = (String::new(), String::new());
+    while Instant::now() < deadline {
+        connections = get(
+            format!("http://127.0.0.1:{}/api/connections", broker.management_port),
+            true,
+        );
+        metrics = get(
+            format!("http://127.0.0.1:{}/metrics", broker.prometheus_port),
+            false,
+        );
+        if metrics.contains("\nrabbitmq_global_consumers{protocol=\"stream\"} 1\n") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        metrics.contains("\nrabbitmq_global_consumers{protocol=\"stream\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("\nrabbitmq_global_consumers{protocol=\"amqp091\"} 0\n"));
+    assert!(connections.contains("\"protocol\":\"stream\""), "{connections}");
+    assert!(!connections.contains("AMQP 0-9-1"), "{connections}");
+    let (ok, out) = subscriber.join().expect("the subscriber thread");
+    assert!(ok, "{out}");
+}
+
+/// Subscribe to a new stream and stay subscribed for a few seconds.
+const SUBSCRIBE_AND_WAIT: &str = r#"
+import asyncio, sys
+from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
+PORT = int(sys.argv[1])
+async def main():
+    async with Producer("127.0.0.1", port=PORT, username="guest", password="guest") as p:
+        await p.create_stream("listed")
+    c = Consumer("127.0.0.1", port=PORT, username="guest", password="guest")
+    await c.start()
+    async def on(msg, ctx):
+        pass
+    await c.subscribe("listed", on, offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
+    print("subscribed", flush=True)
+    await asyncio.sleep(6)
+    await c.close()
+asyncio.run(main())
+"#;
+
 /// What one phase of the restart test does, with rstream.
 const PHASES: &str = r#"
 import asyncio, sys

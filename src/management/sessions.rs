@@ -119,7 +119,7 @@ impl ConnectionJson {
             user_who_performed_action: s.user.clone(),
             state: "running",
             kind: "network",
-            protocol: "AMQP 0-9-1",
+            protocol: info.protocol.display_name(),
             auth_mechanism: info.auth_mechanism.clone(),
             ssl: tls.is_some(),
             ssl_protocol: tls.map(|t| t.protocol.clone()),

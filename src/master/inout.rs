@@ -166,6 +166,41 @@ pub struct ConnInfo {
     pub heartbeat_secs: u16,
     /// The TLS session of an AMQPS connection.
     pub tls: Option<crate::tls::TlsInfo>,
+    /// The protocol the client speaks.
+    pub protocol: ClientProtocol,
+}
+
+/// The protocol a client connection speaks: to the master both are sessions
+/// of channels, but the management API and Prometheus tell them apart, as
+/// RabbitMQ does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ClientProtocol {
+    /// AMQP 0-9-1 (and AMQPS).
+    #[default]
+    Amqp091,
+    /// The RabbitMQ stream protocol, through the stream bridge.
+    Stream,
+}
+
+impl ClientProtocol {
+    /// Both, in the order RabbitMQ lists their series.
+    pub const ALL: [ClientProtocol; 2] = [ClientProtocol::Amqp091, ClientProtocol::Stream];
+
+    /// The management API's `protocol` of a connection (RabbitMQ 3.10's).
+    pub fn display_name(self) -> &'static str {
+        match self {
+            ClientProtocol::Amqp091 => "AMQP 0-9-1",
+            ClientProtocol::Stream => "stream",
+        }
+    }
+
+    /// rabbitmq_prometheus's `protocol` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClientProtocol::Amqp091 => "amqp091",
+            ClientProtocol::Stream => "stream",
+        }
+    }
 }
 
 /// Something the server must do.

@@ -140,6 +140,29 @@ impl Master {
             .map_or(0, |c| c.list.len())
     }
 
+    /// The next offset each consumer of stream `queue` reads, for metrics.
+    pub fn stream_consumer_offsets<'a>(
+        &'a self,
+        vhost: &str,
+        queue: &str,
+    ) -> impl Iterator<Item = u64> + 'a {
+        let conns = &self.sessions.conns;
+        self.sessions
+            .consumers
+            .get(qkey(&(vhost, queue)))
+            .into_iter()
+            .flat_map(|qc| qc.list.iter())
+            .filter_map(move |k| {
+                conns
+                    .get(&k.conn)?
+                    .channels
+                    .get(&k.ch)?
+                    .consumers
+                    .get(&k.tag)?
+                    .stream_offset
+            })
+    }
+
     /// Open connections and their channels, for the management API.
     pub fn sessions(&self) -> impl Iterator<Item = (ConnId, &Session)> {
         self.sessions.conns.iter().map(|(id, s)| (*id, s))

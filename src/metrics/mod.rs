@@ -103,6 +103,9 @@ pub const QUEUE_UNACKED: &str = "rabbitmq_queue_messages_unacked";
 pub const QUEUE_MESSAGES: &str = "rabbitmq_queue_messages";
 /// Consumers on a queue.
 pub const QUEUE_CONSUMERS: &str = "rabbitmq_queue_consumers";
+/// A stream's highest consumer offset lag (per stream on
+/// /metrics/per-object, summed on /metrics).
+pub const STREAM_CONSUMER_MAX_OFFSET_LAG: &str = "rabbitmq_stream_consumer_max_offset_lag";
 /// Open connections.
 pub const CONNECTIONS: &str = "rabbitmq_connections";
 /// Bytes received, per connection (`/metrics/per-object`, label `channel`).

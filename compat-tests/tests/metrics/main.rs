@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod families;
+mod streams;
 
 use common::*;
 use lapin::BasicProperties;

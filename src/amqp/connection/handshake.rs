@@ -3,7 +3,7 @@
 use super::{Action, Connection, Phase};
 use crate::auth;
 use crate::error::{AmqpError, ReplyCode};
-use crate::master::inout::{ConnInfo, Input};
+use crate::master::inout::{ClientProtocol, ConnInfo, Input};
 use stablemq_protocol::methods::connection as mconn;
 use stablemq_protocol::{
     AMQPClass, AMQPValue, FRAME_MIN_SIZE, FieldTable, Frame, LongString, ShortString,
@@ -174,6 +174,7 @@ impl Connection {
                         channel_max: self.channel_max,
                         heartbeat_secs: self.heartbeat,
                         tls: self.tls.clone(),
+                        protocol: ClientProtocol::Amqp091,
                     }),
                 }));
             }

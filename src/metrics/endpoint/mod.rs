@@ -21,7 +21,9 @@ mod render;
 mod snapshot;
 
 pub use render::render;
-pub use snapshot::{ChannelSample, ConnectionSample, NodeFacts, QueueSample, Snapshot};
+pub use snapshot::{
+    ChannelSample, ConnectionSample, NodeFacts, ProtocolSample, QueueSample, Snapshot,
+};
 
 use super::text::Exposition;
 use crate::server::MasterMsg;

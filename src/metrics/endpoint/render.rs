@@ -71,15 +71,20 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
         "Queues available",
         s.queues.len() as f64,
     );
-    let proto = [("protocol", "amqp091")];
     e.family(
         GLOBAL_PUBLISHERS,
         Kind::Gauge,
         "Current number of publishers",
-    )
-    .sample(GLOBAL_PUBLISHERS, &proto, s.publishers as f64);
-    e.family(GLOBAL_CONSUMERS, Kind::Gauge, "Current number of consumers")
-        .sample(GLOBAL_CONSUMERS, &proto, consumers as f64);
+    );
+    for p in &s.protocols {
+        let label = [("protocol", p.protocol.label())];
+        e.sample(GLOBAL_PUBLISHERS, &label, p.publishers as f64);
+    }
+    e.family(GLOBAL_CONSUMERS, Kind::Gauge, "Current number of consumers");
+    for p in &s.protocols {
+        let label = [("protocol", p.protocol.label())];
+        e.sample(GLOBAL_CONSUMERS, &label, p.consumers as f64);
+    }
 
     type Field = fn(&QueueSample) -> usize;
     let queue_families: [(&str, &str, Field); 4] = [
@@ -114,6 +119,7 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
             e.sample(name, &[], s.queues.iter().map(field).sum::<usize>() as f64);
         }
     }
+    render_streams(e, s, per_object);
     type ConnField = fn(&ConnectionSample) -> u64;
     let connection_families: [(&str, Kind, &str, ConnField); 7] = [
         (
@@ -267,10 +273,30 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
     e.sample(&format!("{MESSAGE_SIZE}_count"), &proto, cumulative as f64);
 }
 
+/// The stream families: each stream's highest consumer offset lag (the
+/// entries from a consumer's next offset to the end), as rabbitmq_prometheus's
+/// `stream_consumer_metrics`.
+fn render_streams(e: &mut Exposition, s: &Snapshot, per_object: bool) {
+    use crate::metrics::STREAM_CONSUMER_MAX_OFFSET_LAG as LAG;
+    e.family(LAG, Kind::Gauge, "Highest consumer offset lag");
+    let streams = s
+        .queues
+        .iter()
+        .filter_map(|q| q.stream_max_lag.map(|lag| (q, lag)));
+    if per_object {
+        for (q, lag) in streams {
+            e.sample(LAG, &[("vhost", &q.vhost), ("queue", &q.name)], lag as f64);
+        }
+    } else {
+        e.sample(LAG, &[], streams.map(|(_, lag)| lag).sum::<u64>() as f64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::endpoint::ChannelSample;
+    use crate::master::inout::ClientProtocol;
+    use crate::metrics::endpoint::{ChannelSample, ProtocolSample};
 
     fn facts() -> NodeFacts {
         let mut sizes = vec![0u64; 10];
@@ -299,10 +325,20 @@ mod tests {
             ready,
             unacked,
             consumers,
+            stream_max_lag: None,
+        };
+        let stream = |name: &str, entries, lag| QueueSample {
+            stream_max_lag: Some(lag),
+            ..q(name, entries, 0, 2)
         };
         Snapshot {
             cluster_name: None,
-            queues: vec![q("a", 3, 1, 1), q("b\"x", 5, 0, 0)],
+            queues: vec![
+                q("a", 3, 1, 1),
+                q("b\"x", 5, 0, 0),
+                stream("s1", 40, 7),
+                stream("s2", 10, 0),
+            ],
             connections: vec![
                 ConnectionSample {
                     id: "<1.0>".into(),
@@ -339,7 +375,18 @@ mod tests {
                     consumers: 0,
                 },
             ],
-            publishers: 1,
+            protocols: vec![
+                ProtocolSample {
+                    protocol: ClientProtocol::Amqp091,
+                    publishers: 1,
+                    consumers: 1,
+                },
+                ProtocolSample {
+                    protocol: ClientProtocol::Stream,
+                    publishers: 2,
+                    consumers: 3,
+                },
+            ],
         }
     }
 
@@ -352,14 +399,18 @@ mod tests {
     #[test]
     fn aggregated_sums_queues_and_has_no_queue_labels() {
         let t = text(false);
-        assert!(t.contains("\nrabbitmq_queue_messages_ready 8\n"), "{t}");
+        // Two queues and two streams (whose entries are all ready).
+        assert!(t.contains("\nrabbitmq_queue_messages_ready 58\n"), "{t}");
         assert!(t.contains("\nrabbitmq_queue_messages_unacked 1\n"));
-        assert!(t.contains("\nrabbitmq_queue_messages 9\n"));
-        assert!(t.contains("\nrabbitmq_queue_consumers 1\n"));
-        assert!(t.contains("\nrabbitmq_queues 2\n"));
+        assert!(t.contains("\nrabbitmq_queue_messages 59\n"));
+        assert!(t.contains("\nrabbitmq_queue_consumers 5\n"));
+        assert!(t.contains("\nrabbitmq_queues 4\n"));
+        assert!(t.contains("\nrabbitmq_stream_consumer_max_offset_lag 7\n"));
         assert!(t.contains("\nrabbitmq_channels 2\n"));
         assert!(t.contains("\nrabbitmq_consumers 1\n"));
         assert!(t.contains("\nrabbitmq_global_publishers{protocol=\"amqp091\"} 1\n"));
+        assert!(t.contains("\nrabbitmq_global_publishers{protocol=\"stream\"} 2\n"));
+        assert!(t.contains("\nrabbitmq_global_consumers{protocol=\"stream\"} 3\n"));
         assert!(t.contains("\nrabbitmq_connections 2\n"));
         // Connection traffic summed, as RabbitMQ 3.10's aggregated endpoint does.
         assert!(t.contains("\nrabbitmq_connection_incoming_bytes_total 320\n"));
@@ -395,6 +446,12 @@ mod tests {
         assert!(t.contains("rabbitmq_connection_channels{channel=\"<1.0>\"} 1\n"));
         assert!(t.contains("rabbitmq_endpoint=\"per-object\""));
         assert!(!t.contains("\nrabbitmq_queue_messages_ready "));
+        // One lag series per stream, none for the other queues.
+        let lag = "rabbitmq_stream_consumer_max_offset_lag";
+        assert!(t.contains(&format!("{lag}{{vhost=\"/\",queue=\"s1\"}} 7\n")), "{t}");
+        assert!(t.contains(&format!("{lag}{{vhost=\"/\",queue=\"s2\"}} 0\n")));
+        assert!(!t.contains(&format!("{lag}{{vhost=\"/\",queue=\"a\"}}")));
+        assert!(t.contains("rabbitmq_queue_messages_ready{vhost=\"/\",queue=\"s1\"} 40\n"));
     }
 
     #[test]

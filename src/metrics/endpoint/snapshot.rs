@@ -2,6 +2,7 @@
 //! of the master task, and the node's own facts (memory, disk, fds, alarms).
 
 use super::{EndpointState, QUERY_TIMEOUT};
+use crate::master::inout::ClientProtocol;
 use crate::metrics as m;
 use crate::server::MasterMsg;
 use std::sync::atomic::Ordering;
@@ -19,8 +20,22 @@ pub struct Snapshot {
     pub connections: Vec<ConnectionSample>,
     /// Open channels with their consumer counts.
     pub channels: Vec<ChannelSample>,
-    /// Channels that have published and are still open.
+    /// Publishers and consumers of each protocol, both always listed.
+    pub protocols: Vec<ProtocolSample>,
+}
+
+/// The clients of one protocol (`rabbitmq_global_publishers` and
+/// `rabbitmq_global_consumers`, labelled `protocol`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtocolSample {
+    /// The protocol.
+    pub protocol: ClientProtocol,
+    /// Open channels that have published. A stream connection publishes on
+    /// one channel whatever its number of declared publishers, so for the
+    /// stream protocol this counts connections with publishers.
     pub publishers: usize,
+    /// Consumers (a stream connection's subscriptions).
+    pub consumers: usize,
 }
 
 /// One queue.
@@ -36,6 +51,10 @@ pub struct QueueSample {
     pub unacked: usize,
     /// Consumers.
     pub consumers: usize,
+    /// A stream's highest consumer offset lag (entries from a consumer's
+    /// next offset to the stream's end; 0 without consumers); None for a
+    /// queue that is not a stream.
+    pub stream_max_lag: Option<u64>,
 }
 
 /// One client connection.
@@ -74,18 +93,40 @@ impl Snapshot {
         let mut queues = Vec::new();
         for (vname, v) in &view.broker.vhosts {
             for (qname, q) in &v.queues {
+                // A stream's entries are all ready: acks remove none (as the
+                // management API counts them).
+                let (ready, stream_max_lag) = match &q.stream {
+                    Some(s) => {
+                        let end = s.next_offset();
+                        let lag = master
+                            .stream_consumer_offsets(vname, qname)
+                            .map(|at| end.saturating_sub(at))
+                            .max()
+                            .unwrap_or(0);
+                        (s.len(), Some(lag))
+                    }
+                    None => (q.ready.len(), None),
+                };
                 queues.push(QueueSample {
                     vhost: vname.clone(),
                     name: qname.clone(),
-                    ready: q.ready.len(),
+                    ready,
                     unacked: q.unacked.len(),
                     consumers: master.consumer_count(vname, qname),
+                    stream_max_lag,
                 });
             }
         }
         let mut channels = Vec::new();
         let mut connections = Vec::new();
-        let mut publishers = 0;
+        let mut protocols: Vec<ProtocolSample> = ClientProtocol::ALL
+            .iter()
+            .map(|&protocol| ProtocolSample {
+                protocol,
+                publishers: 0,
+                consumers: 0,
+            })
+            .collect();
         // The management API's own sessions are no client's connections.
         let clients = master
             .sessions()
@@ -96,8 +137,14 @@ impl Snapshot {
                 channels: session.channels.len(),
                 traffic: m::conn_stats::traffic(conn),
             });
+            let counts = protocols
+                .iter_mut()
+                .find(|p| p.protocol == session.info.protocol);
             for (ch, chan) in &session.channels {
-                publishers += usize::from(chan.publishing);
+                if let Some(c) = counts.as_deref_mut() {
+                    c.publishers += usize::from(chan.publishing);
+                    c.consumers += chan.consumers.len();
+                }
                 channels.push(ChannelSample {
                     id: format!("<{conn}.{ch}>"),
                     consumers: chan.consumers.len(),
@@ -109,7 +156,7 @@ impl Snapshot {
             queues,
             connections,
             channels,
-            publishers,
+            protocols,
         }
     }
 }

@@ -11,7 +11,7 @@ mod record;
 use super::master_task::MasterMsg;
 use super::route::{self, ConnContext, Router};
 use crate::auth;
-use crate::master::inout::{ConnInfo, Input, ToConn};
+use crate::master::inout::{ClientProtocol, ConnInfo, Input, ToConn};
 use bridge::{Advertised, Bridge};
 use bytes::BytesMut;
 use stablemq_cluster::replication::NodeId;
@@ -169,6 +169,9 @@ struct Task {
     wbuf: BytesMut,
     to_master: Vec<Input>,
     to_conn: Vec<sc::Input>,
+    /// The socket is not read: a resource alarm blocks this publishing
+    /// connection.
+    paused: bool,
 }
 
 async fn run(
@@ -208,6 +211,7 @@ async fn run(
         wbuf: BytesMut::with_capacity(64 * 1024),
         to_master: Vec::new(),
         to_conn: Vec::new(),
+        paused: false,
     };
     let (mut rd, mut wr) = sock.into_split();
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
@@ -218,7 +222,10 @@ async fn run(
     loop {
         let now = Instant::now();
         tokio::select! {
-            r = rd.read_buf(&mut rbuf) => match r {
+            // A resource alarm stops reading a publishing connection, as
+            // RabbitMQ's stream reader does: its publishes wait in the
+            // client's socket (deliveries and confirms still go out).
+            r = rd.read_buf(&mut rbuf), if !t.paused => match r {
                 Ok(0) | Err(_) => break,
                 Ok(_) => t.conn.handle_bytes(&mut rbuf, Instant::now()),
             },
@@ -239,6 +246,16 @@ async fn run(
                     }, now);
                 }
             }
+        }
+        let paused = t.bridge.alarmed() && t.conn.is_open() && t.conn.has_publishers();
+        if paused != t.paused {
+            t.paused = paused;
+            let what = match paused {
+                true => "blocked by a resource alarm",
+                false => "unblocked",
+            };
+            tracing::info!(conn = t.id, "stream connection {what}");
+            t.conn.handle(sc::Input::ReadingPaused(paused), Instant::now());
         }
         let closed = t.settle();
         if !t.to_master.is_empty()
@@ -363,5 +380,6 @@ fn conn_info(conn: &StreamConnection, peer: SocketAddr, local: SocketAddr) -> Co
         channel_max: 0,
         heartbeat_secs: u16::try_from(conn.heartbeat()).unwrap_or(u16::MAX),
         tls: None,
+        protocol: ClientProtocol::Stream,
     }
 }

@@ -65,6 +65,12 @@ pub enum Input {
         /// Whether it becomes the active consumer.
         active: bool,
     },
+    /// The broker stopped (`true`) or resumed (`false`) reading this
+    /// connection's socket, as RabbitMQ's stream reader does during a
+    /// resource alarm: while stopped, nothing the client sends arrives, so
+    /// its silence does not count against the heartbeat (RabbitMQ pauses the
+    /// heartbeat monitor).
+    ReadingPaused(bool),
     /// Close the connection with this code and reason (after open: a close is
     /// sent and its answer awaited; before: the connection is dropped).
     Close {

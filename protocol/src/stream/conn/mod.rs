@@ -91,6 +91,8 @@ pub struct StreamConnection {
     started: Instant,
     last_received: Instant,
     last_sent: Instant,
+    /// The broker is not reading the socket ([`Input::ReadingPaused`]).
+    reading_paused: bool,
     /// Bytes left in the read buffer by the last call (to tell new bytes).
     leftover: usize,
     /// Bytes of an oversized frame still to skip.
@@ -153,6 +155,7 @@ impl StreamConnection {
             started: now,
             last_received: now,
             last_sent: now,
+            reading_paused: false,
             leftover: 0,
             skip: 0,
             user: None,
@@ -216,6 +219,11 @@ impl StreamConnection {
             Input::Authenticated(outcome) => self.on_authenticated(outcome, now),
             Input::VhostOpened(allowed) => self.on_vhost_opened(allowed, now),
             Input::Close { code, reason } => self.on_close_input(code, reason, now),
+            Input::ReadingPaused(paused) => {
+                // Either way the client's silence so far is not its own.
+                self.reading_paused = paused;
+                self.last_received = now;
+            }
             other if self.phase == Phase::Open => match other {
                 Input::Reply {
                     correlation_id,
@@ -262,6 +270,11 @@ impl StreamConnection {
     /// The actions emitted so far, in order; the caller performs them all.
     pub fn take_actions(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.actions)
+    }
+
+    /// Whether the client has declared a publisher (that it has not deleted).
+    pub fn has_publishers(&self) -> bool {
+        !self.publishers.is_empty()
     }
 
     /// Whether the connection is over ([`Action::Closed`] was emitted).

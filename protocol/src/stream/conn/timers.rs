@@ -30,7 +30,9 @@ impl StreamConnection {
                 let Some(interval) = self.heartbeat_interval() else {
                     return;
                 };
-                if now.saturating_duration_since(self.last_received) >= interval * 2 {
+                if !self.reading_paused
+                    && now.saturating_duration_since(self.last_received) >= interval * 2
+                {
                     self.close_now(CloseReason::HeartbeatTimeout);
                 } else if now.saturating_duration_since(self.last_sent) >= interval {
                     self.send(&ServerMessage::Heartbeat, now);
@@ -51,7 +53,11 @@ impl StreamConnection {
             Phase::CloseSent { deadline, .. } => Some(deadline),
             Phase::Open => {
                 let interval = self.heartbeat_interval()?;
-                Some((self.last_sent + interval).min(self.last_received + interval * 2))
+                let send = self.last_sent + interval;
+                Some(match self.reading_paused {
+                    true => send,
+                    false => send.min(self.last_received + interval * 2),
+                })
             }
             _ => Some(self.started + self.config.handshake_timeout),
         }
@@ -110,6 +116,31 @@ mod tests {
             vec![Seen::Do(Action::Closed(CloseReason::HeartbeatTimeout))]
         );
         assert_eq!(conn.next_deadline(), None);
+    }
+
+    #[test]
+    fn while_the_broker_does_not_read_the_clients_silence_is_not_a_timeout() {
+        let (mut conn, t0) = opened();
+        conn.handle(Input::ReadingPaused(true), t0 + secs(10));
+        // Heartbeats still go out; the receive timeout (120 s) does not fire.
+        for at in [60, 120, 180, 240, 300] {
+            assert_eq!(
+                tick(&mut conn, t0 + secs(at)),
+                vec![Seen::Sent(ServerMessage::Heartbeat)],
+                "at {at} s"
+            );
+        }
+        assert_eq!(conn.next_deadline(), Some(t0 + secs(360)));
+        // Resumed at 305: two intervals from there.
+        conn.handle(Input::ReadingPaused(false), t0 + secs(305));
+        assert_eq!(
+            tick(&mut conn, t0 + secs(360)),
+            vec![Seen::Sent(ServerMessage::Heartbeat)]
+        );
+        assert_eq!(
+            tick(&mut conn, t0 + secs(425)),
+            vec![Seen::Do(Action::Closed(CloseReason::HeartbeatTimeout))]
+        );
     }
 
     #[test]

@@ -81,6 +81,11 @@ impl Bridge {
                 stream,
                 probed: false,
             },
+            // As RabbitMQ: no new publisher while a resource alarm lasts.
+            Request::DeclarePublisher { .. } if self.alarm => {
+                conn.push(reply(Reply::Code(ResponseCode::PreconditionFailed)));
+                return;
+            }
             Request::DeclarePublisher {
                 stream,
                 publisher_id,

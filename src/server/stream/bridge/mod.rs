@@ -96,6 +96,9 @@ pub(super) struct Bridge {
     /// Confirms and errors of this pass, by publisher, sent at `flush`.
     confirms: BTreeMap<u8, Vec<u64>>,
     errors: BTreeMap<u8, Vec<PublishingError>>,
+    /// A resource alarm is in effect (memory or disk): new publishers are
+    /// refused, and the task stops reading a publishing client's socket.
+    alarm: bool,
 }
 
 impl Bridge {
@@ -117,7 +120,19 @@ impl Bridge {
             closing: HashSet::new(),
             confirms: BTreeMap::new(),
             errors: BTreeMap::new(),
+            alarm: false,
         }
+    }
+
+    /// Whether a resource alarm is in effect. As RabbitMQ's stream reader
+    /// does for a disk alarm, the task then reads nothing more from the
+    /// socket of a connection with publishers until it clears (deliveries
+    /// and confirms still go out). RabbitMQ leaves stream connections alone
+    /// during a memory alarm, because Osiris writes to disk; StableMQ's
+    /// entries pass through the master's RAM, so it blocks for both, as it
+    /// blocks AMQP 0-9-1 publishers.
+    pub(super) fn alarmed(&self) -> bool {
+        self.alarm
     }
 
     /// Carry out one of the connection's actions that concerns the master
@@ -269,9 +284,9 @@ impl Bridge {
                 conn.push(sc::Input::VhostOpened(false))
             }
             ToConn::CloseConnection(e) => conn.push(close_input(&e)),
-            // Deliveries, and the subscriptions' channels; open-ok, qos-ok,
-            // select-ok and alarms (stream publishers are not blocked yet:
-            // docs/streams.md) need nothing.
+            ToConn::Alarm(reason) => self.alarm = reason.is_some(),
+            // Deliveries, and the subscriptions' channels; open-ok, qos-ok
+            // and select-ok need nothing.
             other => self.on_subscription(other, master, conn),
         }
     }

@@ -446,3 +446,24 @@ fn without_credit_deliveries_wait_and_go_out_as_one_chunk_once_granted() {
         .collect();
     assert_eq!(records, [3]);
 }
+
+#[test]
+fn a_resource_alarm_refuses_new_publishers_until_it_clears() {
+    let mut b = bridge();
+    let declare = |id| Request::DeclarePublisher {
+        publisher_id: id,
+        reference: None,
+        stream: "s".into(),
+    };
+    from_master(&mut b, ToConn::Alarm(Some("low on disk".into())));
+    assert!(b.alarmed());
+    // Refused at once, as RabbitMQ answers: precondition failed, nothing asked.
+    let (m, c) = request(&mut b, 1, declare(1));
+    assert!(m.is_empty(), "{m:?}");
+    assert_eq!(code(&c), [(1, ResponseCode::PreconditionFailed)]);
+    from_master(&mut b, ToConn::Alarm(None));
+    assert!(!b.alarmed());
+    let (m, c) = request(&mut b, 2, declare(2));
+    assert!(c.is_empty());
+    assert_eq!(passive(&m[1]), Some(true), "declared again once cleared");
+}
