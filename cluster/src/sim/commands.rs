@@ -3,16 +3,20 @@
 //! latency, and reads; on the way, every stability report, apply and restore
 //! feeds the checkers.
 
-use crate::position::Entry;
+use bytes::Bytes;
+
+use crate::position::{Entry, LogPosition};
 use crate::replication::{
     BrokerCommand, DiskOp, Endpoint, Message, NodeId, StoreCommand, StoreInput,
 };
 
-use super::check::Violation;
 use super::check::i1_no_confirmed_loss as i1;
 use super::check::i2_one_writer as i2;
 use super::check::i4_apply_prefix as i4;
+use super::check::i6_stream_offsets::Who;
+use super::check::{Incarnation, Violation};
 use super::queue::Ev;
+use super::reducer::stream_bounds;
 use super::world::World;
 
 impl World {
@@ -68,6 +72,7 @@ impl World {
                         &entries,
                         &self.history,
                     )?;
+                    self.app_apply(who, &entries)?;
                 }
                 BrokerCommand::Stable(stable) => {
                     // The master applies its own entries as they become stable.
@@ -83,6 +88,7 @@ impl World {
                         })
                         .unwrap_or_default();
                     i4::on_apply(applied, &entries, &self.history)?;
+                    self.app_apply(who, &entries)?;
                 }
                 BrokerCommand::BecameMaster { .. } => {
                     if self.masters.count() > 1 {
@@ -102,35 +108,44 @@ impl World {
                     first,
                     pairs,
                     done,
-                } => {
-                    if first {
-                        self.restoring.insert(who, (base, Vec::new()));
-                    }
-                    let Some((held, so_far)) = self.restoring.get_mut(&who) else {
-                        return Err(Violation::new(
-                            "I4",
-                            format!(
-                                "broker {who:?} got a chunk of the state at {base} before its first"
-                            ),
-                        ));
-                    };
-                    if *held != base {
-                        return Err(Violation::new(
-                            "I4",
-                            format!(
-                                "broker {who:?} mixed chunks of the states at {held} and {base}"
-                            ),
-                        ));
-                    }
-                    so_far.extend(pairs);
-                    if done {
-                        let (_, all) = self.restoring.remove(&who).unwrap_or_default();
-                        self.stats.broker_snapshots += 1;
-                        let applied = self.applied.entry(who).or_default();
-                        i4::on_restore(applied, base, &all, &self.history, &mut self.replay)?;
-                    }
-                }
+                } => self.on_restore_chunk(who, base, first, pairs, done)?,
             }
+        }
+        Ok(())
+    }
+
+    /// A chunk of the snapshot broker incarnation `who` is restoring;
+    /// checked whole (I4, I6) with the last.
+    fn on_restore_chunk(
+        &mut self,
+        who: Incarnation,
+        base: LogPosition,
+        first: bool,
+        pairs: Vec<(Bytes, Bytes)>,
+        done: bool,
+    ) -> Result<(), Violation> {
+        if first {
+            self.restoring.insert(who, (base, Vec::new()));
+        }
+        let Some((held, so_far)) = self.restoring.get_mut(&who) else {
+            return Err(Violation::new(
+                "I4",
+                format!("broker {who:?} got a chunk of the state at {base} before its first"),
+            ));
+        };
+        if *held != base {
+            return Err(Violation::new(
+                "I4",
+                format!("broker {who:?} mixed chunks of the states at {held} and {base}"),
+            ));
+        }
+        so_far.extend(pairs);
+        if done {
+            let (_, all) = self.restoring.remove(&who).unwrap_or_default();
+            self.stats.broker_snapshots += 1;
+            let applied = self.applied.entry(who).or_default();
+            i4::on_restore(applied, base, &all, &self.history, &mut self.replay)?;
+            self.app_restore(who, &all)?;
         }
         Ok(())
     }
@@ -166,8 +181,21 @@ impl World {
                         .iter()
                         .filter(|op| matches!(op, DiskOp::InstallSnapshot { .. }))
                         .count() as u64;
+                    // I6 on the state the ops change: the whole stream
+                    // after an install, the offsets added by a compaction.
+                    let install = ops
+                        .iter()
+                        .any(|op| matches!(op, DiskOp::InstallSnapshot { .. }));
+                    let compact = ops.iter().any(|op| matches!(op, DiskOp::Compact(_)));
+                    let from = compact.then(|| stream_bounds(&disk.current().state).1);
                     disk.write(&ops)
                         .map_err(|e| Violation::new("disk", format!("store {node}: {e}")))?;
+                    let (who, state) = (Who::Store(node), &disk.current().state);
+                    if install {
+                        self.offsets.check_state(who, state)?;
+                    } else if let Some(from) = from {
+                        self.offsets.check_new(who, state, from)?;
+                    }
                     let delay = self.rng.between(1, self.params.fsync_max_ms);
                     self.schedule(delay, Ev::Persisted { node, inc });
                 }

@@ -15,6 +15,7 @@
 //! This module is test support: it is public so the integration tests can drive
 //! it, and it is not for use in the broker.
 
+mod app;
 pub mod check;
 mod commands;
 mod disk;
@@ -26,6 +27,7 @@ mod recovery;
 pub mod reducer;
 mod world;
 
+pub use app::StreamBug;
 pub use disk::{DiskState, SimDisk};
 pub use net::NetParams;
 pub use world::{SimStats, World};
@@ -83,6 +85,8 @@ pub struct SimParams {
     /// `heal_one_store_down` (a rejoin needs `n - quorum + 1` live peers,
     /// which a store held down could take away for good).
     pub lose_disks: bool,
+    /// A bug planted in the brokers' stream (the I6 tests); `None` but there.
+    pub stream_bug: Option<StreamBug>,
 }
 
 impl SimParams {
@@ -146,6 +150,7 @@ impl SimParams {
             heal_one_store_down,
             cut_slave_at_ms: None,
             lose_disks: stores_n >= 3 && !heal_one_store_down,
+            stream_bug: None,
         }
     }
 }

@@ -14,8 +14,11 @@ use super::check::{Incarnation, Violation};
 /// What the client has submitted and had confirmed.
 #[derive(Debug, Default)]
 pub struct Oracle {
-    /// Counter making every payload unique, so a misplaced one is recognizable.
+    /// Payloads made so far; picks the kind of the next one.
     next: u64,
+    /// Counters of each kind (`p`, `s`, `t`), making every payload unique,
+    /// so a misplaced one is recognizable.
+    counts: [u64; 3],
     /// Submitted to a master incarnation, not yet confirmed, in position order.
     pending: BTreeMap<Incarnation, Vec<(LogPosition, Bytes)>>,
     /// Confirmed payloads with the position they were confirmed at.
@@ -23,10 +26,26 @@ pub struct Oracle {
 }
 
 impl Oracle {
-    /// A fresh unique payload.
+    /// A fresh unique payload (kinds in `sim/reducer.rs`): of every 16,
+    /// 6 are stream appends `s<n>`, 1 a retention cut `t<k>.<n>` and the
+    /// rest `p<n>`, numbered per kind so the `p<n>` run as they always did.
+    /// A cut takes 1 to 5 offsets, and every eighth 32: about as many as
+    /// are appended, so the stream grows, shrinks and is now and then cut
+    /// to its head.
     pub fn payload(&mut self) -> Bytes {
         self.next += 1;
-        Bytes::from(format!("p{}", self.next))
+        let kind = match self.next % 16 {
+            1 | 4 | 6 | 9 | 12 | 14 => 1,
+            11 => 2,
+            _ => 0,
+        };
+        self.counts[kind] += 1;
+        let n = self.counts[kind];
+        Bytes::from(match kind {
+            1 => format!("s{n}"),
+            2 => format!("t{}.{n}", if n.is_multiple_of(8) { 32 } else { 1 + n % 5 }),
+            _ => format!("p{n}"),
+        })
     }
 
     /// `payload` was appended by `who` at `pos`.

@@ -45,7 +45,8 @@ impl World {
         let applied = self.applied.get(&who).copied().unwrap_or(0);
         i1::check_final_master(&self.oracle.confirmed, master.log_base(), applied, |i| {
             master.entry(i).cloned()
-        })
+        })?;
+        self.final_stream_check(who, applied)
     }
 
     /// End of the fault phase: heal the network, then crash every node at once

@@ -9,7 +9,8 @@
 //! pops events and hands each to its node. The rest of a run has modules of
 //! its own: `queue` (the events and their order), `commands` (carrying out
 //! what the nodes ask), `faults`, `recovery` (the final phase and checks),
-//! `oracle` (the client), `net` and `disk`.
+//! `oracle` (the client), `app` (what brokers materialize, and the stream
+//! checks), `net` and `disk`.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,7 @@ use super::check::i1_no_confirmed_loss::History;
 use super::check::i2_one_writer::Masters;
 use super::check::i3_log_matching as i3;
 use super::check::i4_apply_prefix as i4;
+use super::check::i6_stream_offsets::Offsets;
 use super::check::{Incarnation, Violation};
 use super::disk::SimDisk;
 use super::net::Network;
@@ -77,6 +79,12 @@ pub struct SimStats {
     pub disk_losses: u64,
     /// Stores that joined on a disk that replaced a lost one.
     pub rejoins: u64,
+    /// Stream offsets any node held (I6).
+    pub stream_offsets: u64,
+    /// The final master's first stream offset: what retention cut.
+    pub stream_first: u64,
+    /// Confirmed stream appends the final master holds (the rest were cut).
+    pub stream_held: u64,
 }
 
 /// One simulated machine.
@@ -117,6 +125,10 @@ pub struct World {
     pub(super) held_down: Option<NodeId>,
     /// The state of the stable history's prefixes, for the I4 state checks.
     pub(super) replay: Replay,
+    /// What each live broker incarnation materialized (`sim/app.rs`).
+    pub(super) apps: BTreeMap<Incarnation, State>,
+    /// Every stream offset seen on any node (I6).
+    pub(super) offsets: Offsets,
 }
 
 impl World {
@@ -167,6 +179,8 @@ impl World {
             history_len_at_heal: 0,
             held_down: None,
             replay: Replay::default(),
+            apps: BTreeMap::new(),
+            offsets: Offsets::default(),
         }
     }
 
@@ -287,7 +301,10 @@ impl World {
             }
             Ev::Client => self.client()?,
             Ev::Fault => self.fault(),
-            Ev::Restart { node } => self.restart(node),
+            Ev::Restart { node } => {
+                self.restart(node);
+                self.check_disk_stream(node)?;
+            }
             Ev::Unblock { links } => self.net.unblock(&links),
             Ev::Check => {
                 self.check_stores()?;
@@ -377,6 +394,8 @@ impl World {
             )?;
         }
 
+        self.check_streams()?;
+
         for (id, n) in &self.nodes {
             let anomalies = n.broker.as_ref().map_or(0, BrokerNode::anomalies)
                 + n.store.as_ref().map_or(0, StoreNode::anomalies);
@@ -394,5 +413,6 @@ impl World {
     /// unknown fate.
     pub(super) fn abandon(&mut self, who: Incarnation) {
         self.oracle.abandon(who);
+        self.apps.remove(&who);
     }
 }

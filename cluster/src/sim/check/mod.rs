@@ -6,6 +6,7 @@ pub mod i1_no_confirmed_loss;
 pub mod i2_one_writer;
 pub mod i3_log_matching;
 pub mod i4_apply_prefix;
+pub mod i6_stream_offsets;
 
 use std::fmt;
 
