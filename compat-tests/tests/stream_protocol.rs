@@ -109,7 +109,11 @@ fn a_resource_alarm_blocks_stream_publishers_until_it_clears() {
         Duration::from_secs(150),
     );
     assert!(ok, "{out}");
-    assert_eq!(out.lines().filter(|l| l.starts_with("ok ")).count(), 5, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        5,
+        "{out}"
+    );
 }
 
 /// A subscribed rstream consumer shows as RabbitMQ 3.10 shows it: a
@@ -136,7 +140,10 @@ fn a_stream_client_is_listed_and_counted_under_its_protocol() {
     let (mut connections, mut metrics) = (String::new(), String::new());
     while Instant::now() < deadline {
         connections = get(
-            format!("http://127.0.0.1:{}/api/connections", broker.management_port),
+            format!(
+                "http://127.0.0.1:{}/api/connections",
+                broker.management_port
+            ),
             true,
         );
         metrics = get(
@@ -153,7 +160,10 @@ fn a_stream_client_is_listed_and_counted_under_its_protocol() {
         "{metrics}"
     );
     assert!(metrics.contains("\nrabbitmq_global_consumers{protocol=\"amqp091\"} 0\n"));
-    assert!(connections.contains("\"protocol\":\"stream\""), "{connections}");
+    assert!(
+        connections.contains("\"protocol\":\"stream\""),
+        "{connections}"
+    );
     assert!(!connections.contains("AMQP 0-9-1"), "{connections}");
     let (ok, out) = subscriber.join().expect("the subscriber thread");
     assert!(ok, "{out}");

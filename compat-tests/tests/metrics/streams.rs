@@ -11,14 +11,23 @@ use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_reports_its_entries_and_its_consumers_offset_lag() {
     let broker = Broker::start();
-    assert!(!broker.is_external(), "this test reads StableMQ's own metrics port");
+    assert!(
+        !broker.is_external(),
+        "this test reads StableMQ's own metrics port"
+    );
     let (conn, ch) = open(&broker).await;
     let s = unique("metrics.stream");
     let durable = QueueDeclareOptions {
         durable: true,
         ..Default::default()
     };
-    declare_queue_with(&ch, &s, durable, ftable(&[("x-queue-type", lstr("stream"))])).await;
+    declare_queue_with(
+        &ch,
+        &s,
+        durable,
+        ftable(&[("x-queue-type", lstr("stream"))]),
+    )
+    .await;
     for i in 0..30u8 {
         publish(&ch, "", &s, &[i]).await;
     }

@@ -269,6 +269,7 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
         );
     }
     let sum = n.sizes.get(SIZE_BUCKETS.len() + 1).copied().unwrap_or(0);
+    let proto = [("protocol", "amqp091")];
     e.sample(&format!("{MESSAGE_SIZE}_sum"), &proto, sum as f64);
     e.sample(&format!("{MESSAGE_SIZE}_count"), &proto, cumulative as f64);
 }
@@ -448,7 +449,10 @@ mod tests {
         assert!(!t.contains("\nrabbitmq_queue_messages_ready "));
         // One lag series per stream, none for the other queues.
         let lag = "rabbitmq_stream_consumer_max_offset_lag";
-        assert!(t.contains(&format!("{lag}{{vhost=\"/\",queue=\"s1\"}} 7\n")), "{t}");
+        assert!(
+            t.contains(&format!("{lag}{{vhost=\"/\",queue=\"s1\"}} 7\n")),
+            "{t}"
+        );
         assert!(t.contains(&format!("{lag}{{vhost=\"/\",queue=\"s2\"}} 0\n")));
         assert!(!t.contains(&format!("{lag}{{vhost=\"/\",queue=\"a\"}}")));
         assert!(t.contains("rabbitmq_queue_messages_ready{vhost=\"/\",queue=\"s1\"} 40\n"));

@@ -137,7 +137,7 @@ impl Snapshot {
                 channels: session.channels.len(),
                 traffic: m::conn_stats::traffic(conn),
             });
-            let counts = protocols
+            let mut counts = protocols
                 .iter_mut()
                 .find(|p| p.protocol == session.info.protocol);
             for (ch, chan) in &session.channels {

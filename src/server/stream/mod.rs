@@ -255,7 +255,8 @@ async fn run(
                 false => "unblocked",
             };
             tracing::info!(conn = t.id, "stream connection {what}");
-            t.conn.handle(sc::Input::ReadingPaused(paused), Instant::now());
+            t.conn
+                .handle(sc::Input::ReadingPaused(paused), Instant::now());
         }
         let closed = t.settle();
         if !t.to_master.is_empty()
