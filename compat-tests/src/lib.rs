@@ -9,6 +9,7 @@
 //! used to check that a test encodes RabbitMQ's real behaviour. Tests that must
 //! kill or restart the broker cannot run in that mode and panic saying so.
 
+pub mod backlog;
 pub mod cluster;
 pub mod jepsen;
 pub mod netns;

@@ -12,22 +12,17 @@
 //! every body stays in RAM and the peak rises by all of it. The peak is the
 //! kernel's high-water mark (VmHWM), which no sampling can miss.
 
-use compat_tests::Broker;
-use compat_tests::BrokerOptions;
+use compat_tests::backlog::{bounded, connect, fill};
 use compat_tests::procfs::{dir_bytes, number_of, numbered_body, peak_rss_bytes, rss_bytes};
+use compat_tests::{Broker, BrokerOptions};
 use futures_lite::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use std::collections::VecDeque;
-use std::future::Future;
-use std::time::Duration;
-use tokio::time::timeout;
+use lapin::{Channel, Connection};
 
-const WAIT: Duration = Duration::from_secs(120);
 const MIB: u64 = 1024 * 1024;
 const BODY: usize = 64 * 1024;
 /// 1 GiB of bodies.
@@ -39,51 +34,14 @@ const QUEUED_BYTES: u64 = MESSAGES * BODY as u64;
 const RSS_GROWTH_LIMIT: u64 = (MESSAGES - WARM_UP) * BODY as u64 / 2;
 const QUEUE: &str = "paging.backlog";
 
-async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
-    timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no answer within {WAIT:?}"))
-}
-
 async fn channel(uri: &str) -> (Connection, Channel) {
-    let conn = bounded(
-        "connect",
-        Connection::connect(uri, ConnectionProperties::default()),
-    )
-    .await
-    .expect("connect");
+    let conn = connect(uri).await;
     let ch = conn.create_channel().await.expect("channel.open");
     (conn, ch)
 }
 
 fn body(seq: u64) -> Vec<u8> {
     numbered_body(seq, BODY)
-}
-
-async fn fill(ch: &Channel, seqs: std::ops::Range<u64>) {
-    let mut in_flight = VecDeque::new();
-    for seq in seqs {
-        let confirm = bounded(
-            "publish",
-            ch.basic_publish(
-                "".into(),
-                QUEUE.into(),
-                BasicPublishOptions::default(),
-                &body(seq),
-                BasicProperties::default().with_delivery_mode(2),
-            ),
-        )
-        .await
-        .expect("basic.publish");
-        in_flight.push_back(confirm);
-        if in_flight.len() >= 200 {
-            let c = in_flight.pop_front().expect("in flight");
-            assert!(bounded("confirm", c).await.expect("confirm").is_ack());
-        }
-    }
-    for c in in_flight {
-        assert!(bounded("confirm", c).await.expect("confirm").is_ack());
-    }
 }
 
 /// Consume `count` messages (or until `MESSAGES - 1`), checking each body is
@@ -148,9 +106,9 @@ async fn a_backlog_longer_than_the_ram_budget_stays_on_disk_and_comes_back_in_or
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .expect("confirm.select");
-    fill(&ch, 0..WARM_UP).await;
+    fill(&ch, QUEUE, 0..WARM_UP, BODY).await;
     let warm = rss_bytes(broker.pid());
-    fill(&ch, WARM_UP..MESSAGES).await;
+    fill(&ch, QUEUE, WARM_UP..MESSAGES, BODY).await;
     let paged = dir_bytes(&pages);
     let half = MESSAGES / 2;
     let last = consume(&ch, "first-half", half, 0).await;

@@ -10,21 +10,18 @@
 //! peak by at most half of that. With the stream in RAM the peak rises by
 //! all of it.
 
+use compat_tests::backlog::{bounded, connect, fill};
 use compat_tests::procfs::{dir_bytes, number_of, numbered_body, peak_rss_bytes, rss_bytes};
 use compat_tests::{Broker, BrokerOptions};
 use futures_lite::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use std::collections::VecDeque;
-use std::future::Future;
+use lapin::{Channel, Connection};
 use std::time::{Duration, Instant};
-use tokio::time::timeout;
 
-const WAIT: Duration = Duration::from_secs(120);
 const MIB: u64 = 1024 * 1024;
 const BODY: usize = 64 * 1024;
 /// 384 MiB of bodies.
@@ -34,51 +31,10 @@ const STREAM_BYTES: u64 = ENTRIES * BODY as u64;
 const RSS_GROWTH_LIMIT: u64 = (ENTRIES - WARM_UP) * BODY as u64 / 2;
 const STREAM: &str = "paging.stream";
 
-async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
-    timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no answer within {WAIT:?}"))
-}
-
 async fn channel(conn: &Connection) -> Channel {
     bounded("channel.open", conn.create_channel())
         .await
         .expect("channel.open")
-}
-
-async fn connect(uri: &str) -> Connection {
-    bounded(
-        "connect",
-        Connection::connect(uri, ConnectionProperties::default()),
-    )
-    .await
-    .expect("connect")
-}
-
-async fn fill(ch: &Channel, seqs: std::ops::Range<u64>) {
-    let mut in_flight = VecDeque::new();
-    for seq in seqs {
-        let confirm = bounded(
-            "publish",
-            ch.basic_publish(
-                "".into(),
-                STREAM.into(),
-                BasicPublishOptions::default(),
-                &numbered_body(seq, BODY),
-                BasicProperties::default().with_delivery_mode(2),
-            ),
-        )
-        .await
-        .expect("basic.publish");
-        in_flight.push_back(confirm);
-        if in_flight.len() >= 200 {
-            let c = in_flight.pop_front().expect("in flight");
-            assert!(bounded("confirm", c).await.expect("confirm").is_ack());
-        }
-    }
-    for c in in_flight {
-        assert!(bounded("confirm", c).await.expect("confirm").is_ack());
-    }
 }
 
 /// Read entries `from..to` of the stream with a consumer starting at
@@ -153,9 +109,9 @@ async fn a_stream_longer_than_the_ram_budget_stays_on_disk_and_reads_from_any_of
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .expect("confirm.select");
-    fill(&ch, 0..WARM_UP).await;
+    fill(&ch, STREAM, 0..WARM_UP, BODY).await;
     let warm = rss_bytes(broker.pid());
-    fill(&ch, WARM_UP..ENTRIES).await;
+    fill(&ch, STREAM, WARM_UP..ENTRIES, BODY).await;
     let paged = dir_bytes(&pages);
 
     // Two consumers at once, one from the start and one from the middle.
