@@ -35,7 +35,7 @@ pub async fn connect(uri: &str) -> Connection {
 
 /// Publish [`numbered_body`]s `seqs` of `len` bytes, persistent, to `queue`
 /// through the default exchange on confirming channel `ch`, and check each
-/// is confirmed (at most [`CONFIRM_WINDOW`] wait at once).
+/// is confirmed (at most 200 wait at once).
 pub async fn fill(ch: &Channel, queue: &str, seqs: std::ops::Range<u64>, len: usize) {
     let mut in_flight = VecDeque::new();
     for seq in seqs {

@@ -164,7 +164,7 @@ pub fn set_u64(state: &mut State, key: &'static [u8], value: u64) {
 
 /// The state of a log prefix, replayed from nothing; cached so that checks
 /// at increasing indexes replay each entry once, with a copy of the state
-/// every [`Replay::EVERY`] entries, so a check below the cache (a lagging
+/// every `EVERY` entries, so a check below the cache (a lagging
 /// node's base) replays from the copy below it rather than from nothing.
 /// Sound because the stable history only grows.
 #[derive(Debug, Default)]
