@@ -516,6 +516,11 @@ run_suite() { # suite [shard K/N]
     local died=false
     broker_alive || died=true
     stop_broker
+    # A failed run shows what the broker warned of (a slow commit, say), so a
+    # failure seen once in CI can be read without a rerun.
+    if [[ $status != 0 && $BROKER == stablemq ]]; then
+        grep -E ' (WARN|ERROR) ' "$CACHE/logs/stablemq-$TAG.broker.log" | tail -n 20 >&2 || true
+    fi
     printf '{"version": "%s", "wall_seconds": %d, "broker_died": %s}\n' \
         "${VERSION[$suite]}" "$((SECONDS - t0))" "$died" >"$RESULTS/$TAG.meta.json"
     log "$TAG done in $((SECONDS - t0)) s"

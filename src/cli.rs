@@ -176,9 +176,12 @@ pub fn main() -> i32 {
 fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: a log file gets plain lines, as RabbitMQ's.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(ansi)
         .init();
     let mut config = match Config::load(args.config.as_deref()) {
         Ok(c) => c,

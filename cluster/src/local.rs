@@ -21,7 +21,7 @@
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
@@ -296,6 +296,24 @@ fn run(
 /// when traffic stops. Not a commit timer: commits never wait.
 const STATE_IDLE: Duration = Duration::from_millis(100);
 
+/// A commit step slower than this is logged: every confirm, delivery and
+/// answer of the node waits for it (I1), so a client sees it as a stall.
+const SLOW_STEP: Duration = Duration::from_secs(1);
+
+/// Log a commit step that took longer than [`SLOW_STEP`].
+fn note_slow(step: &str, began: Instant, entries: usize, bytes: usize) {
+    let took = began.elapsed();
+    if took >= SLOW_STEP {
+        tracing::warn!(
+            step,
+            took_ms = took.as_millis() as u64,
+            entries,
+            bytes,
+            "slow event store commit: stability waits for it"
+        );
+    }
+}
+
 /// Group commit until `Close`; then the state of the last window, and a
 /// final sync for the stable index.
 fn commit_loop(
@@ -369,8 +387,10 @@ fn commit_loop(
             }
         }
 
+        let began = Instant::now();
         store.append(&batch)?;
         store.sync()?;
+        note_slow("append and fsync", began, batch.len(), batch_bytes);
         state_unsynced = false;
         let synced = store.last_position().index;
         assert!(synced > durable, "a sync must advance the durable index");
@@ -379,15 +399,24 @@ fn commit_loop(
         // treats the whole surviving log as stable anyway.
         store.set_stable_index(durable)?;
         on_stable(durable);
+        let batch_len = batch.len();
         // After the ack: the state write rides on a later fsync, like the
         // stable index, and a crash before it only means reducing again.
         // The entries move on: a clone of a payload made from a boxed
         // slice (`Event::encode`'s) would allocate its shared header, one
         // allocation per entry.
         if let Some(r) = reducer.as_mut() {
+            let began = Instant::now();
             for e in batch.drain(..) {
                 state_unsynced |= r.push(store, e)?;
             }
+            // A reducer behind its queue holds up the next batch's fsync.
+            note_slow(
+                "hand-off to the state reducer",
+                began,
+                batch_len,
+                batch_bytes,
+            );
         }
     }
     if let Some(mut r) = reducer {

@@ -3,7 +3,9 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use stablemq_cluster::replication::{Endpoint, Message, RejectReason, Service};
+use stablemq_cluster::replication::{
+    Append, Endpoint, Message, RejectReason, Service, SnapshotChunk,
+};
 use stablemq_cluster::wire::{self, Envelope, MAX_FRAME_DEFAULT, WireError};
 use stablemq_cluster::{Entry, LogPosition};
 
@@ -47,13 +49,13 @@ fn message() -> impl Strategy<Value = Message> {
     let u = any::<u64>;
     prop_oneof![
         (u(), pos(), entries(), u(), u()).prop_map(|(epoch, prev, entries, stable, floor)| {
-            Message::Append {
+            Message::Append(Append {
                 epoch,
                 prev,
                 entries,
                 stable,
                 floor,
-            }
+            })
         }),
         (u(), u(), u()).prop_map(|(epoch, from, to)| Message::CatchUp { epoch, from, to }),
         (u(), entries()).prop_map(|(epoch, entries)| Message::StableEntries { epoch, entries }),
@@ -92,12 +94,12 @@ fn message() -> impl Strategy<Value = Message> {
         (u(), u(), u()).prop_map(|(epoch, from, to)| Message::Fetch { epoch, from, to }),
         (u(), entries()).prop_map(|(epoch, entries)| Message::Entries { epoch, entries }),
         (pos(), opt_key(), pairs(), any::<bool>()).prop_map(|(base, after, pairs, done)| {
-            Message::SnapshotChunk {
+            Message::SnapshotChunk(SnapshotChunk {
                 base,
                 after,
                 pairs,
                 done,
-            }
+            })
         }),
         (pos(), opt_key()).prop_map(|(base, after)| Message::SnapshotRequest { base, after }),
         u().prop_map(|epoch| Message::PreVote { epoch }),

@@ -913,12 +913,32 @@ def table(a: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def median_of(results: dict, name: str, broker: str, key: str):
+    """The median of one metric over a scenario's runs on one broker, or None."""
+    vals = [m[key] for m in results.get((name, broker), []) if m.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def print_table(title: str, head: tuple, rows: list[tuple], markdown: bool, left: set[int]) -> None:
+    """Print a side-by-side table: markdown, or padded columns, with the
+    columns in `left` aligned left and the others (the figures) right."""
+    print(title)
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---" if i in left else "---:" for i in range(len(head))) + "|")
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        return
+    w = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
+    for row in [head, tuple("-" * n for n in w), *rows]:
+        print("  ".join(str(c).ljust(w[i]) if i in left else str(c).rjust(w[i]) for i, c in enumerate(row)))
+
+
 def stream_table(names: list[str], results: dict, markdown: bool) -> None:
     """The stream rows side by side: rate, ratio and broker CPU per message
     (medians over the runs)."""
     def med(name, broker, key):
-        vals = [m[key] for m in results.get((name, broker), []) if m.get(key) is not None]
-        return statistics.median(vals) if vals else None
+        return median_of(results, name, broker, key)
     protocol = {"ST1": "stream protocol (rstream)", "ST2": "AMQP 0-9-1 (perf / amqp091-go)"}
     head = ("scenario", "protocol", "row", "StableMQ msg/s", "RabbitMQ msg/s", "ratio",
             "StableMQ CPU us/msg", "RabbitMQ CPU us/msg", "client cores (S / R)")
@@ -937,24 +957,15 @@ def stream_table(names: list[str], results: dict, markdown: bool) -> None:
                          fmt(med(name, "stablemq", f"{ph}_cpu_us"), "us"),
                          fmt(med(name, "rabbitmq", f"{ph}_cpu_us"), "us"),
                          " / ".join(fmt(med(name, b, f"{ph}_client_cores"), "cores") for b in BROKERS)))
-    print("Streams (read rates count every consumer's messages), medians over the runs:")
-    if markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|---|---|---|---:|---:|---:|---:|---:|---:|")
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
-    else:
-        w = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
-        for row in [head, tuple("-" * n for n in w), *rows]:
-            print("  ".join(str(c).ljust(w[i]) if i < 3 else str(c).rjust(w[i]) for i, c in enumerate(row)))
+    print_table("Streams (read rates count every consumer's messages), medians over the runs:",
+                head, rows, markdown, left={0, 1, 2})
 
 
 def real_table(names: list[str], results: dict, markdown: bool) -> None:
     """The real-client rows side by side, one line per phase: rate, ratio,
     broker CPU per message and latency (medians over the runs)."""
     def med(name, broker, key):
-        vals = [m[key] for m in results.get((name, broker), []) if m.get(key) is not None]
-        return statistics.median(vals) if vals else None
+        return median_of(results, name, broker, key)
     head = ("scenario", "load", "StableMQ msg/s", "RabbitMQ msg/s", "ratio",
             "broker CPU per msg, us (S vs R)", "latency p50 / p99, ms (S vs R)")
     rows = []
@@ -968,17 +979,8 @@ def real_table(names: list[str], results: dict, markdown: bool) -> None:
                               for b in BROKERS)
             ratio = f"{s / r:.2f}" if s is not None and r else "-"
             rows.append((name, ph, fmt(s, "msg/s"), fmt(r, "msg/s"), ratio, cpu, lat))
-    print("Real clients (one socket write per publish), medians over the runs:")
-    if markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|---|---|---:|---:|---:|---|---|")
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
-    else:
-        w = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
-        for row in [head, tuple("-" * n for n in w), *rows]:
-            print("  ".join(str(c).ljust(w[i]) if i in (0, 1, 5, 6) else str(c).rjust(w[i])
-                            for i, c in enumerate(row)))
+    print_table("Real clients (one socket write per publish), medians over the runs:",
+                head, rows, markdown, left={0, 1, 5, 6})
 
 
 def main(argv: list[str]) -> int:

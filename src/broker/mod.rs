@@ -20,7 +20,7 @@ pub mod stream;
 pub mod stream_record;
 
 use crate::fastmap::{FastMap, FastSet};
-use event::{Binding, Destination, Event, ExchangeSpec};
+use event::{Binding, Destination, Event, ExchangeSpec, Published};
 use exchange::{Exchange, PREDECLARED};
 use message::{Message, QueuedMessage};
 use policy::Policy;
@@ -237,25 +237,12 @@ impl Broker {
             | Event::TopicPermissionSet { .. }
             | Event::TopicPermissionCleared { .. }
             | Event::UserLimitsSet { .. } => self.apply_access(ev, &mut out),
-            Event::Published {
-                vhost,
-                exchange,
-                routing_key,
-                msg_id,
-                timestamp_ms,
-                properties,
-                body,
-                queues,
-            } => {
-                let msg = Message {
-                    id: *msg_id,
-                    exchange: exchange.clone(),
-                    routing_key: routing_key.clone(),
-                    properties: properties.clone(),
-                    body: body.clone(),
-                    timestamp_ms: *timestamp_ms,
-                };
-                out.filled = self.enqueue(vhost, msg, queues.iter().cloned(), wait_index);
+            Event::Published { .. } => {
+                // A copy of the event's shared parts (reference counts, and
+                // the queue names), moved into the message.
+                if let Ok(p) = ev.clone().into_published() {
+                    out.filled = self.enqueue(&p.vhost, p.msg, p.queues.into_iter(), wait_index);
+                }
             }
             Event::PolicySet {
                 vhost,
@@ -345,31 +332,12 @@ impl Broker {
     /// content into the queued message instead of copying it (the master's
     /// path, once per message). Same effect as `apply(&ev, wait_index)` (I4).
     pub fn apply_owned(&mut self, ev: Event, wait_index: u64) -> Applied {
-        match ev {
-            Event::Published {
-                vhost,
-                exchange,
-                routing_key,
-                msg_id,
-                timestamp_ms,
-                properties,
-                body,
-                queues,
-            } => {
-                let msg = Message {
-                    id: msg_id,
-                    exchange,
-                    routing_key,
-                    properties,
-                    body,
-                    timestamp_ms,
-                };
-                Applied {
-                    filled: self.enqueue(&vhost, msg, queues.into_iter(), wait_index),
-                    deleted_queues: Vec::new(),
-                }
-            }
-            ev => self.apply(&ev, wait_index),
+        match ev.into_published() {
+            Ok(Published { vhost, msg, queues }) => Applied {
+                filled: self.enqueue(&vhost, msg, queues.into_iter(), wait_index),
+                deleted_queues: Vec::new(),
+            },
+            Err(ev) => self.apply(&ev, wait_index),
         }
     }
 

@@ -43,7 +43,7 @@ use stablemq_cluster::store::{ReduceError, Reducer, StateOp, StateRead};
 use stablemq_protocol::{BasicProperties, ByteString};
 
 use super::Broker;
-use super::event::Event;
+use super::event::{Event, Published};
 use super::message::{Message, QueuedMessage};
 
 const DEFINITION_TAG: u8 = b'd';
@@ -213,28 +213,15 @@ impl Reducer for BrokerReducer {
         let event = Event::decode_shared(&entry.payload)
             .map_err(|e| ReduceError(format!("entry {}: {e}", entry.pos)))?;
         match event {
-            Event::Published {
-                vhost,
-                exchange,
-                routing_key,
-                msg_id,
-                timestamp_ms,
-                properties,
-                body,
-                queues,
-            } => {
+            Event::Published { .. } => {
+                let Ok(Published { vhost, msg, queues }) = event.into_published() else {
+                    return Ok(());
+                };
+                let (msg_id, timestamp_ms) = (msg.id, msg.timestamp_ms);
                 if msg_id > self.max_msg_id {
                     self.max_msg_id = msg_id;
                     self.max_dirty = true;
                 }
-                let msg = Message {
-                    id: msg_id,
-                    exchange,
-                    routing_key,
-                    properties,
-                    body,
-                    timestamp_ms,
-                };
                 let msg_ttl = msg.expiration_ms();
                 let transient_for_a_stream = !msg.is_persistent()
                     && queues

@@ -166,16 +166,17 @@ impl StreamLog {
 
     /// Message ids of the entries below `offset`, oldest first.
     pub fn ids_below(&self, offset: u64) -> Vec<u64> {
-        (self.first_offset()..offset.min(self.next_offset()))
-            .filter_map(|o| self.entries.meta(o).map(|(_, id)| id))
-            .collect()
+        let mut ids = Vec::new();
+        self.entries
+            .visit_meta(self.first_offset(), offset, |_, id| ids.push(id));
+        ids
     }
 
     /// Body bytes of the entries `[from, to)`.
     fn body_bytes(&self, from: u64, to: u64) -> u64 {
-        (from..to)
-            .filter_map(|o| self.entries.meta(o).map(|(len, _)| len))
-            .sum()
+        let mut bytes = 0;
+        self.entries.visit_meta(from, to, |len, _| bytes += len);
+        bytes
     }
 
     /// Drop every entry below `offset` (a first offset past the end empties

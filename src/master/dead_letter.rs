@@ -215,7 +215,6 @@ impl Master {
                 Arc::new(properties),
                 msg.body.clone(),
                 targets,
-                msg.is_persistent(),
             );
         }
     }

@@ -186,16 +186,7 @@ impl Master {
         // RabbitMQ counts one per target queue.
         self.counters.routed.increment(queues.len() as u64);
         self.stats.published(vhost, &exchange, &queues);
-        let persistent = properties.delivery_mode() == &Some(2);
-        self.enqueue(
-            vhost,
-            exchange,
-            routing_key,
-            properties,
-            body,
-            queues,
-            persistent,
-        );
+        self.enqueue(vhost, exchange, routing_key, properties, body, queues);
         accepted
     }
 
@@ -238,7 +229,6 @@ impl Master {
 
     /// Emit the publish event for already-routed `queues`, then deliver, enforce
     /// length limits and expire what must not wait.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn enqueue(
         &mut self,
         vhost: &Arc<str>,
@@ -247,8 +237,9 @@ impl Master {
         properties: Arc<BasicProperties>,
         body: Bytes,
         queues: QueueList,
-        persistent: bool,
     ) {
+        // delivery_mode 2; a dead-lettered copy keeps its original's.
+        let persistent = properties.delivery_mode() == &Some(2);
         // A stream keeps every message, persistent or not, as RabbitMQ's do.
         let logged = queues.iter().any(|q| {
             self.broker
@@ -258,16 +249,15 @@ impl Master {
         let msg_id = self.next_msg_id;
         self.next_msg_id += 1;
         let msg_ttl_zero = crate::broker::message::expiration_ms(&properties) == Some(0);
-        let ev = Event::Published {
-            vhost: vhost.clone(),
+        let msg = Message {
+            id: msg_id,
             exchange,
             routing_key,
-            msg_id,
-            timestamp_ms: self.now_ms,
             properties,
             body,
-            queues,
+            timestamp_ms: self.now_ms,
         };
+        let ev = Event::published(vhost.clone(), msg, queues);
         let applied = self.emit(ev, logged);
         for q in applied.filled {
             self.enforce_length_limit(vhost, &q);

@@ -81,6 +81,39 @@ pub enum RejectReason {
     },
 }
 
+/// The body of [`Message::Append`]: passed whole to the handlers that take it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Append {
+    /// The sender's epoch; a store below it raises its promise, a store above
+    /// it refuses.
+    pub epoch: u64,
+    /// The entry just before `entries`: the receiver must hold exactly this
+    /// position (log matching) or reject.
+    pub prev: LogPosition,
+    /// Consecutive entries from `prev.index + 1`. Their epochs may be older
+    /// than `epoch` (adopted entries being re-replicated).
+    pub entries: Vec<Entry>,
+    /// The master's stable index.
+    pub stable: u64,
+    /// Every store holds the log up to here (the lowest index any store
+    /// acked in this epoch, at most `stable`): brokers may drop entries up
+    /// to it from memory, since no store will ever need them resent.
+    pub floor: u64,
+}
+
+/// The body of [`Message::SnapshotChunk`]: passed whole to the handlers that take it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotChunk {
+    /// The last entry the state covers (the store's log base).
+    pub base: LogPosition,
+    /// The key this chunk continues after; `None` for the first chunk.
+    pub after: Option<Bytes>,
+    /// State pairs in key order, every key above `after`.
+    pub pairs: Vec<(Bytes, Bytes)>,
+    /// Whether this is the last chunk.
+    pub done: bool,
+}
+
 /// A message between nodes. See `docs/replication.md` for the protocol.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
@@ -88,23 +121,7 @@ pub enum Message {
     /// `entries` after `prev`. Empty `entries` is the heartbeat. `stable` is the
     /// master's stable index; a receiver takes it only up to the last index this
     /// message proves it shares with the master.
-    Append {
-        /// The sender's epoch; a store below it raises its promise, a store above
-        /// it refuses.
-        epoch: u64,
-        /// The entry just before `entries`: the receiver must hold exactly this
-        /// position (log matching) or reject.
-        prev: LogPosition,
-        /// Consecutive entries from `prev.index + 1`. Their epochs may be older
-        /// than `epoch` (adopted entries being re-replicated).
-        entries: Vec<Entry>,
-        /// The master's stable index.
-        stable: u64,
-        /// Every store holds the log up to here (the lowest index any store
-        /// acked in this epoch, at most `stable`): brokers may drop entries up
-        /// to it from memory, since no store will ever need them resent.
-        floor: u64,
-    },
+    Append(Append),
     /// Store or slave → master: everything up to `last` is held (on a store:
     /// durable) and matches the master's log. Sent only after the fsync.
     AppendAck {
@@ -188,16 +205,7 @@ pub enum Message {
     /// `base` (I1/I4); the requester installs it whole, then continues from
     /// `base.index + 1`. Speaks for no epoch: the state is final, like stable
     /// entries.
-    SnapshotChunk {
-        /// The last entry the state covers (the store's log base).
-        base: LogPosition,
-        /// The key this chunk continues after; `None` for the first chunk.
-        after: Option<Bytes>,
-        /// State pairs in key order, every key above `after`.
-        pairs: Vec<(Bytes, Bytes)>,
-        /// Whether this is the last chunk.
-        done: bool,
-    },
+    SnapshotChunk(SnapshotChunk),
     /// Slave, candidate or store → store: the chunk of the snapshot at `base`
     /// after key `after`. A store that no longer has that snapshot starts a
     /// new one from the first chunk (`after: None`), which the requester takes
@@ -260,7 +268,7 @@ impl Message {
     /// is behind (a deposed master learns it must step down from any of these).
     pub fn epoch(&self) -> u64 {
         match self {
-            Message::Append { epoch, .. }
+            Message::Append(Append { epoch, .. })
             | Message::AppendAck { epoch, .. }
             | Message::AppendReject { epoch, .. }
             | Message::Fence { epoch, .. }
@@ -271,7 +279,7 @@ impl Message {
             // epochs must not make a store (or itself) react to it.
             Message::CatchUp { .. }
             | Message::StableEntries { .. }
-            | Message::SnapshotChunk { .. }
+            | Message::SnapshotChunk(SnapshotChunk { .. })
             | Message::SnapshotRequest { .. }
             // Joining is between stores and speaks for no epoch either.
             | Message::JoinProbe { .. }

@@ -33,7 +33,7 @@ mod store_node;
 
 pub use broker::{AppendError, BrokerCommand, BrokerInput, BrokerNode, RoleKind};
 pub use log::{EpochRuns, MemLog};
-pub use messages::{Endpoint, Message, RejectReason, Service, WIRE_VERSION};
+pub use messages::{Append, Endpoint, Message, RejectReason, Service, SnapshotChunk, WIRE_VERSION};
 pub use rng::SplitMix64;
 pub use store_node::{DiskOp, ReadRequest, SnapshotRead, StoreCommand, StoreInput, StoreNode};
 

@@ -7,7 +7,7 @@ use crate::position::LogPosition;
 
 use super::Config;
 use super::log::MemLog;
-use super::messages::{Endpoint, Message, RejectReason, Service};
+use super::messages::{Append, Endpoint, Message, RejectReason, Service};
 
 /// What the replicator knows of one peer.
 #[derive(Debug, Clone)]
@@ -192,13 +192,13 @@ impl Replicator {
                 if now.saturating_sub(peer.last_sent_ms) >= cfg.heartbeat_ms {
                     out.push((
                         to,
-                        Message::Append {
+                        Message::Append(Append {
                             epoch: self.epoch,
                             prev: log.pos_at(log.base()).unwrap_or(LogPosition::ZERO),
                             entries: Vec::new(),
                             stable: self.stable,
                             floor: floor.max(log.base()),
-                        },
+                        }),
                     ));
                     peer.last_sent_ms = now;
                 }
@@ -216,13 +216,13 @@ impl Replicator {
                 };
                 out.push((
                     to,
-                    Message::Append {
+                    Message::Append(Append {
                         epoch: self.epoch,
                         prev,
                         entries: log.range(peer.next, batch_end),
                         stable: self.stable,
                         floor,
-                    },
+                    }),
                 ));
                 peer.next = batch_end + 1;
                 sent = true;
@@ -235,13 +235,13 @@ impl Replicator {
                 let prev = log.pos_at(peer.matched).unwrap_or(LogPosition::ZERO);
                 out.push((
                     to,
-                    Message::Append {
+                    Message::Append(Append {
                         epoch: self.epoch,
                         prev,
                         entries: Vec::new(),
                         stable: self.stable,
                         floor,
-                    },
+                    }),
                 ));
                 peer.last_sent_ms = now;
             }

@@ -22,7 +22,7 @@ use bytes::Bytes;
 
 use crate::position::LogPosition;
 
-use super::messages::{Endpoint, Message};
+use super::messages::{Endpoint, Message, SnapshotChunk};
 
 /// A snapshot being received.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,11 +100,14 @@ impl SnapshotRx {
         rx: &mut Option<SnapshotRx>,
         from: Endpoint,
         have: u64,
-        base: LogPosition,
-        after: Option<Bytes>,
-        pairs: Vec<(Bytes, Bytes)>,
-        done: bool,
+        chunk: SnapshotChunk,
     ) -> ChunkOutcome {
+        let SnapshotChunk {
+            base,
+            after,
+            pairs,
+            done,
+        } = chunk;
         if base.index <= have {
             return ChunkOutcome::Ignored;
         }
@@ -152,6 +155,21 @@ impl SnapshotRx {
 
 #[cfg(test)]
 mod tests {
+    /// A chunk of the snapshot at `base`.
+    fn chunk(
+        base: LogPosition,
+        after: Option<Bytes>,
+        pairs: Vec<(Bytes, Bytes)>,
+        done: bool,
+    ) -> SnapshotChunk {
+        SnapshotChunk {
+            base,
+            after,
+            pairs,
+            done,
+        }
+    }
+
     use super::*;
 
     fn kv(k: &str) -> (Bytes, Bytes) {
@@ -163,7 +181,7 @@ mod tests {
         let s = Endpoint::store(1);
         let base = LogPosition::new(2, 40);
         let mut rx = None;
-        let out = SnapshotRx::on_chunk(&mut rx, s, 0, base, None, vec![kv("a")], false);
+        let out = SnapshotRx::on_chunk(&mut rx, s, 0, chunk(base, None, vec![kv("a")], false));
         assert_eq!(
             out,
             ChunkOutcome::Taken {
@@ -185,20 +203,14 @@ mod tests {
             &mut rx,
             s,
             0,
-            base,
-            Some(Bytes::from("zz")),
-            vec![kv("zzz")],
-            true,
+            chunk(base, Some(Bytes::from("zz")), vec![kv("zzz")], true),
         );
         assert_eq!(wrong, ChunkOutcome::Ignored);
         let out = SnapshotRx::on_chunk(
             &mut rx,
             s,
             0,
-            base,
-            Some(Bytes::from("a")),
-            vec![kv("b"), kv("c")],
-            true,
+            chunk(base, Some(Bytes::from("a")), vec![kv("b"), kv("c")], true),
         );
         assert_eq!(
             out,
@@ -211,7 +223,7 @@ mod tests {
         );
         assert!(rx.is_none());
         // Not newer than what we hold: ignored.
-        let old = SnapshotRx::on_chunk(&mut rx, s, 40, base, None, vec![], true);
+        let old = SnapshotRx::on_chunk(&mut rx, s, 40, chunk(base, None, vec![], true));
         assert_eq!(old, ChunkOutcome::Ignored);
     }
 
@@ -220,7 +232,7 @@ mod tests {
         let s = Endpoint::store(1);
         let base = LogPosition::new(2, 40);
         let mut rx = None;
-        SnapshotRx::on_chunk(&mut rx, s, 0, base, None, vec![kv("a")], false);
+        SnapshotRx::on_chunk(&mut rx, s, 0, chunk(base, None, vec![kv("a")], false));
         let r = rx.as_mut().expect("transfer under way");
         let again = Message::SnapshotRequest {
             base,
@@ -232,7 +244,7 @@ mod tests {
         assert_eq!(r.resend(), None, "the source is silent: ask elsewhere");
         // A chunk arriving in time resets the count.
         let mut rx = None;
-        SnapshotRx::on_chunk(&mut rx, s, 0, base, None, vec![kv("a")], false);
+        SnapshotRx::on_chunk(&mut rx, s, 0, chunk(base, None, vec![kv("a")], false));
         let r = rx.as_mut().expect("transfer under way");
         r.resend();
         r.resend();
@@ -240,10 +252,7 @@ mod tests {
             &mut rx,
             s,
             0,
-            base,
-            Some(Bytes::from("a")),
-            vec![kv("b")],
-            false,
+            chunk(base, Some(Bytes::from("a")), vec![kv("b")], false),
         );
         let r = rx.as_mut().expect("transfer under way");
         for _ in 0..RESENDS_MAX {

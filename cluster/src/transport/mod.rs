@@ -45,7 +45,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::replication::{Endpoint, Message, NodeId, Service};
+use crate::replication::{Append, Endpoint, Message, NodeId, Service};
 use crate::wire::{self, Envelope, MAX_FRAME_DEFAULT};
 
 pub mod auth;
@@ -416,7 +416,7 @@ async fn write_batches(
 /// About how many bytes `env` takes on the wire, to bound a batch.
 fn approx_len(env: &Envelope) -> usize {
     match &env.msg {
-        Message::Append { entries, .. } => {
+        Message::Append(Append { entries, .. }) => {
             64 + entries.iter().map(|e| 20 + e.payload.len()).sum::<usize>()
         }
         _ => 64,
@@ -456,26 +456,26 @@ fn broker_twin(batch: &[Envelope], i: usize) -> Option<usize> {
     if env.to.service != Service::Store {
         return None;
     }
-    let Message::Append {
+    let Message::Append(Append {
         epoch,
         prev,
         entries,
         stable,
         floor,
-    } = &env.msg
+    }) = &env.msg
     else {
         return None;
     };
     let broker = Endpoint::broker(env.to.node);
     let j = i + 1 + batch[i + 1..].iter().position(|e| e.to == broker)?;
     let other = &batch[j];
-    let Message::Append {
+    let Message::Append(Append {
         epoch: epoch2,
         prev: prev2,
         entries: entries2,
         stable: stable2,
         floor: floor2,
-    } = &other.msg
+    }) = &other.msg
     else {
         return None;
     };

@@ -34,13 +34,13 @@ fn append(index: u64) -> Envelope {
     Envelope {
         from: Endpoint::broker(1),
         to: Endpoint::store(2),
-        msg: Message::Append {
+        msg: Message::Append(Append {
             epoch: 1,
             prev: crate::LogPosition::new(1, index - 1),
             entries: vec![Entry::new(1, index, format!("payload {index}"))],
             stable: 0,
             floor: 0,
-        },
+        }),
     }
 }
 
@@ -372,7 +372,7 @@ fn the_broker_keeps_its_order_and_different_appends_go_apart() {
     let a = append(5);
     let heartbeat = to(append(9), Endpoint::broker(2));
     let mut other_stable = to(a.clone(), Endpoint::broker(2));
-    if let Message::Append { stable, .. } = &mut other_stable.msg {
+    if let Message::Append(Append { stable, .. }) = &mut other_stable.msg {
         *stable = 4;
     }
     // A broker message between the two copies: merging would overtake it.

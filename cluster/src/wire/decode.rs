@@ -6,7 +6,7 @@ use bytes::{Buf, Bytes, BytesMut};
 
 use super::*;
 use crate::position::{Entry, LogPosition};
-use crate::replication::RejectReason;
+use crate::replication::{Append, RejectReason, SnapshotChunk};
 
 /// [`decode_copies`] for a reader that wants one envelope per frame: of a
 /// frame for both services, only the store's copy.
@@ -163,13 +163,13 @@ impl Reader {
 
     fn message(&mut self) -> Result<Message, WireError> {
         let msg = match self.u8("message tag")? {
-            TAG_APPEND => Message::Append {
+            TAG_APPEND => Message::Append(Append {
                 epoch: self.u64("epoch")?,
                 prev: self.pos("prev")?,
                 stable: self.u64("stable")?,
                 floor: self.u64("floor")?,
                 entries: self.entries()?,
-            },
+            }),
             TAG_APPEND_ACK => Message::AppendAck {
                 epoch: self.u64("epoch")?,
                 incarnation: self.u64("incarnation")?,
@@ -239,12 +239,12 @@ impl Reader {
                     1 => true,
                     tag => return Err(WireError::UnknownTag { what: "done", tag }),
                 };
-                Message::SnapshotChunk {
+                Message::SnapshotChunk(SnapshotChunk {
                     base,
                     after,
                     done,
                     pairs: self.pairs()?,
-                }
+                })
             }
             TAG_SNAPSHOT_REQUEST => Message::SnapshotRequest {
                 base: self.pos("base")?,

@@ -5,7 +5,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::*;
 use crate::position::{Entry, LogPosition};
-use crate::replication::RejectReason;
+use crate::replication::{Append, RejectReason, SnapshotChunk};
 
 /// Append one frame for `env` to `out`. On error `out` is left as it was.
 pub fn encode(env: &Envelope, out: &mut BytesMut, max_frame: usize) -> Result<(), WireError> {
@@ -82,13 +82,13 @@ fn put_entries(out: &mut BytesMut, entries: &[Entry]) -> Result<(), WireError> {
 
 fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
     match msg {
-        Message::Append {
+        Message::Append(Append {
             epoch,
             prev,
             entries,
             stable,
             floor,
-        } => {
+        }) => {
             out.put_u8(TAG_APPEND);
             out.put_u64(*epoch);
             put_pos(out, *prev);
@@ -164,12 +164,12 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
             out.put_u64(*epoch);
             put_entries(out, entries)?;
         }
-        Message::SnapshotChunk {
+        Message::SnapshotChunk(SnapshotChunk {
             base,
             after,
             pairs,
             done,
-        } => {
+        }) => {
             out.put_u8(TAG_SNAPSHOT_CHUNK);
             put_pos(out, *base);
             put_opt_bytes(out, after.as_ref())?;

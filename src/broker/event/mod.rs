@@ -456,7 +456,10 @@ impl Event {
 }
 
 mod names;
+mod published;
 mod shared_body;
+
+pub use published::Published;
 
 #[cfg(test)]
 mod tests;

@@ -338,6 +338,42 @@ impl StreamEntries {
         Some((m.msg.body.len() as u64, m.msg.id))
     }
 
+    /// Visit the body length and message id of the entries `[from, to)`, in
+    /// order, in one walk over the index and RAM (no disk read). Retention
+    /// uses it to count what a cut removes.
+    pub fn visit_meta(&self, from: u64, to: u64, mut f: impl FnMut(u64, u64)) {
+        let from = from.max(self.first);
+        let to = to.min(self.next_offset());
+        if from >= to {
+            return;
+        }
+        let ram_first = self.ram_first();
+        if let Some(pages) = self.pages.as_ref().filter(|_| from < ram_first)
+            && let Some((ci, mut ei)) = pages.locate(from)
+        {
+            let mut left = to.min(ram_first) - from;
+            for c in pages.chunks.range(ci..) {
+                for i in c
+                    .entries
+                    .range(ei..)
+                    .take(usize::try_from(left).unwrap_or(usize::MAX))
+                {
+                    f(u64::from(i.body_len), i.id);
+                    left -= 1;
+                }
+                if left == 0 {
+                    break;
+                }
+                ei = 0;
+            }
+        }
+        let skip = usize::try_from(from.saturating_sub(ram_first)).unwrap_or(usize::MAX);
+        let take = usize::try_from(to - from.max(ram_first).min(to)).unwrap_or(usize::MAX);
+        for m in self.ram.iter().skip(skip).take(take) {
+            f(m.msg.body.len() as u64, m.msg.id);
+        }
+    }
+
     /// Drop every entry below `offset` (a first offset past the end empties
     /// the stream and moves its next offset there).
     pub fn truncate_to(&mut self, offset: u64) {

@@ -72,7 +72,7 @@ impl Master {
                     arguments: b.arguments,
                 };
                 let ok = AMQPClass::Exchange(mx::AMQPMethod::BindOk(mx::BindOk {}));
-                self.bind_and_reply(conn, ch, &vhost, binding, true, b.nowait, ok)
+                self.bind_and_reply(conn, ch, &vhost, binding, true, (!b.nowait).then_some(ok))
             }
             mx::AMQPMethod::Unbind(b) => {
                 let binding = Binding {
@@ -82,7 +82,7 @@ impl Master {
                     arguments: b.arguments,
                 };
                 let ok = AMQPClass::Exchange(mx::AMQPMethod::UnbindOk(mx::UnbindOk {}));
-                self.bind_and_reply(conn, ch, &vhost, binding, false, b.nowait, ok)
+                self.bind_and_reply(conn, ch, &vhost, binding, false, (!b.nowait).then_some(ok))
             }
             other => Err(AmqpError::command_invalid(format!(
                 "unexpected exchange method {}",
@@ -198,8 +198,8 @@ impl Master {
         Ok(())
     }
 
-    /// Add or remove a binding, then answer with `ok` unless `nowait`.
-    #[allow(clippy::too_many_arguments)]
+    /// Add or remove a binding, then answer with `ok` (None: the client
+    /// asked for no answer, `nowait`).
     pub(super) fn bind_and_reply(
         &mut self,
         conn: ConnId,
@@ -207,11 +207,10 @@ impl Master {
         vhost: &str,
         binding: Binding,
         add: bool,
-        nowait: bool,
-        ok: AMQPClass,
+        ok: Option<AMQPClass>,
     ) -> AmqpResult<()> {
         self.bind(conn, vhost, binding, add)?;
-        if !nowait {
+        if let Some(ok) = ok {
             self.reply(conn, ch, ok);
         }
         Ok(())

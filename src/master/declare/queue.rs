@@ -51,7 +51,7 @@ impl Master {
                     arguments: b.arguments,
                 };
                 let ok = AMQPClass::Queue(mq::AMQPMethod::BindOk(mq::BindOk {}));
-                self.bind_and_reply(conn, ch, &vhost, binding, true, b.nowait, ok)
+                self.bind_and_reply(conn, ch, &vhost, binding, true, (!b.nowait).then_some(ok))
             }
             mq::AMQPMethod::Unbind(b) => {
                 let queue = self.queue_shortcut(conn, ch, b.queue.as_str())?;
@@ -63,7 +63,7 @@ impl Master {
                 };
                 // queue.unbind has no nowait flag.
                 let ok = AMQPClass::Queue(mq::AMQPMethod::UnbindOk(mq::UnbindOk {}));
-                self.bind_and_reply(conn, ch, &vhost, binding, false, false, ok)
+                self.bind_and_reply(conn, ch, &vhost, binding, false, Some(ok))
             }
             mq::AMQPMethod::Purge(p) => {
                 let name = self.queue_shortcut(conn, ch, p.queue.as_str())?;

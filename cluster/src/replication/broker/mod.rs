@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use crate::position::{Entry, LogPosition};
 use crate::replication::log::MemLog;
-use crate::replication::messages::{Endpoint, Message, Service};
+use crate::replication::messages::{Append, Endpoint, Message, Service, SnapshotChunk};
 use crate::replication::replicator::Replicator;
 use crate::replication::rng::SplitMix64;
 use crate::replication::snapshot::SnapshotRx;
@@ -213,15 +213,9 @@ impl BrokerNode {
     fn receive(&mut self, now: u64, from: Endpoint, msg: Message, out: &mut Vec<BrokerCommand>) {
         self.observe_epoch(now, msg.epoch(), out);
         match msg {
-            Message::Append {
-                epoch,
-                prev,
-                entries,
-                stable,
-                floor,
-            } if from.service == Service::Broker => {
-                self.floor_seen = self.floor_seen.max(floor.min(stable));
-                self.on_append(now, from, epoch, prev, entries, stable, out);
+            Message::Append(append) if from.service == Service::Broker => {
+                self.floor_seen = self.floor_seen.max(append.floor.min(append.stable));
+                self.on_append(now, from, append, out);
             }
             Message::AppendAck {
                 epoch,
@@ -245,22 +239,17 @@ impl BrokerNode {
             Message::Promise { epoch, last, .. } => self.on_promise(now, from, epoch, last, out),
             Message::Entries { epoch, entries } => self.on_entries(now, from, epoch, entries, out),
             Message::StableEntries { entries, .. } => self.on_stable_entries(now, entries, out),
-            Message::SnapshotChunk {
-                base,
-                after,
-                pairs,
-                done,
-            } if from.service == Service::Store => {
-                self.on_snapshot_chunk(now, from, base, after, pairs, done, out);
+            Message::SnapshotChunk(chunk) if from.service == Service::Store => {
+                self.on_snapshot_chunk(now, from, chunk, out);
             }
             // Store-bound requests, and refusals already handled by
             // `observe_epoch` (a refusal at or below our epoch changes nothing).
-            Message::Append { .. }
+            Message::Append(Append { .. })
             | Message::Fence { .. }
             | Message::Fetch { .. }
             | Message::CatchUp { .. }
             | Message::SnapshotRequest { .. }
-            | Message::SnapshotChunk { .. }
+            | Message::SnapshotChunk(SnapshotChunk { .. })
             | Message::PreVote { .. }
             | Message::JoinProbe { .. }
             | Message::JoinInfo { .. }

@@ -4,8 +4,7 @@
 //! is [`SnapshotRx`]), handing each chunk to the broker as `Restore`, and
 //! continues with entries after the state's base.
 
-use crate::position::LogPosition;
-use crate::replication::messages::Endpoint;
+use crate::replication::messages::{Endpoint, SnapshotChunk};
 use crate::replication::snapshot::{ChunkOutcome, SnapshotRx};
 
 use super::{BrokerCommand, BrokerNode, Role};
@@ -13,15 +12,11 @@ use super::{BrokerCommand, BrokerNode, Role};
 impl BrokerNode {
     /// A chunk of a store's state: a slave catching up, or a candidate
     /// fetching the adopted log, below that store's log base.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_snapshot_chunk(
         &mut self,
         now: u64,
         from: Endpoint,
-        base: LogPosition,
-        after: Option<bytes::Bytes>,
-        pairs: Vec<(bytes::Bytes, bytes::Bytes)>,
-        done: bool,
+        chunk: SnapshotChunk,
         out: &mut Vec<BrokerCommand>,
     ) {
         let have = match &self.role {
@@ -34,7 +29,7 @@ impl BrokerNode {
             },
             Role::Master(_) => return,
         };
-        match SnapshotRx::on_chunk(&mut self.snapshot_rx, from, have, base, after, pairs, done) {
+        match SnapshotRx::on_chunk(&mut self.snapshot_rx, from, have, chunk) {
             ChunkOutcome::Ignored => {}
             ChunkOutcome::Taken {
                 base,

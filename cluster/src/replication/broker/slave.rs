@@ -4,22 +4,26 @@
 
 use crate::position::{Entry, LogPosition};
 use crate::replication::log::{entries_follow, mismatch_hint};
-use crate::replication::messages::{Endpoint, Message, RejectReason};
+use crate::replication::messages::{Append, Endpoint, Message, RejectReason};
 
 use super::{BrokerCommand, BrokerNode, Role};
 
 impl BrokerNode {
-    #[allow(clippy::too_many_arguments)]
+    /// The master's Append (its `floor` was taken by the caller).
     pub(super) fn on_append(
         &mut self,
         now: u64,
         from: Endpoint,
-        epoch: u64,
-        mut prev: LogPosition,
-        mut entries: Vec<Entry>,
-        stable: u64,
+        append: Append,
         out: &mut Vec<BrokerCommand>,
     ) {
+        let Append {
+            epoch,
+            mut prev,
+            mut entries,
+            stable,
+            ..
+        } = append;
         if epoch < self.epoch || matches!(self.role, Role::Master(_)) {
             // A deposed master (or, impossibly, a second master of our epoch):
             // tell it the epoch that deposed it.

@@ -9,18 +9,20 @@ use crate::replication::log::{entries_follow, mismatch_hint};
 use crate::replication::messages::RejectReason;
 
 impl StoreNode {
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_append(
         &mut self,
         now: u64,
         from: Endpoint,
-        epoch: u64,
-        mut prev: LogPosition,
-        mut entries: Vec<Entry>,
-        stable: u64,
-        floor: u64,
+        append: Append,
         out: &mut Vec<StoreCommand>,
     ) {
+        let Append {
+            epoch,
+            mut prev,
+            mut entries,
+            stable,
+            floor,
+        } = append;
         if epoch < self.promised {
             // I2: refuse a deposed master, and tell it the epoch that deposed it.
             let reject = Message::AppendReject {

@@ -1,8 +1,6 @@
 //! Keeping up: compaction of the log into the state, catching up from peers
 //! (log suffix or snapshot) when behind, and installing what arrives.
 
-use bytes::Bytes;
-
 use super::*;
 use crate::position::Entry;
 use crate::replication::log::entries_follow;
@@ -137,26 +135,14 @@ impl StoreNode {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_snapshot_chunk(
         &mut self,
         now: u64,
         from: Endpoint,
-        base: LogPosition,
-        after: Option<Bytes>,
-        pairs: Vec<(Bytes, Bytes)>,
-        done: bool,
+        chunk: SnapshotChunk,
         out: &mut Vec<StoreCommand>,
     ) {
-        match SnapshotRx::on_chunk(
-            &mut self.snapshot_rx,
-            from,
-            self.stable,
-            base,
-            after,
-            pairs,
-            done,
-        ) {
+        match SnapshotRx::on_chunk(&mut self.snapshot_rx, from, self.stable, chunk) {
             ChunkOutcome::Ignored => {}
             ChunkOutcome::Taken {
                 base,

@@ -26,7 +26,7 @@ mod join;
 use crate::position::LogPosition;
 
 use super::log::EpochRuns;
-use super::messages::{Endpoint, Message};
+use super::messages::{Append, Endpoint, Message, SnapshotChunk};
 use super::snapshot::SnapshotRx;
 use super::{Config, NodeId};
 
@@ -241,12 +241,12 @@ impl StoreNode {
                 done,
             } => out.push(StoreCommand::Send {
                 to: reply_to,
-                msg: Message::SnapshotChunk {
+                msg: Message::SnapshotChunk(SnapshotChunk {
                     base,
                     after,
                     pairs,
                     done,
-                },
+                }),
             }),
             StoreInput::CommitWindow => {
                 self.window_open = true;
@@ -264,13 +264,7 @@ impl StoreNode {
 
     fn receive(&mut self, now: u64, from: Endpoint, msg: Message, out: &mut Vec<StoreCommand>) {
         match msg {
-            Message::Append {
-                epoch,
-                prev,
-                entries,
-                stable,
-                floor,
-            } => self.on_append(now, from, epoch, prev, entries, stable, floor, out),
+            Message::Append(append) => self.on_append(now, from, append, out),
             Message::CatchUp {
                 epoch,
                 from: lo,
@@ -362,13 +356,8 @@ impl StoreNode {
             Message::StableEntries { entries, .. } if self.is_peer(from) => {
                 self.on_stable_entries(now, entries, out);
             }
-            Message::SnapshotChunk {
-                base,
-                after,
-                pairs,
-                done,
-            } if self.is_peer(from) => {
-                self.on_snapshot_chunk(now, from, base, after, pairs, done, out);
+            Message::SnapshotChunk(chunk) if self.is_peer(from) => {
+                self.on_snapshot_chunk(now, from, chunk, out);
             }
             Message::JoinProbe { .. } if self.is_peer(from) => {
                 let info = Message::JoinInfo {
@@ -389,7 +378,7 @@ impl StoreNode {
             | Message::FenceRefused { .. }
             | Message::Entries { .. }
             | Message::StableEntries { .. }
-            | Message::SnapshotChunk { .. }
+            | Message::SnapshotChunk(SnapshotChunk { .. })
             | Message::PreVoteReply { .. } => {}
         }
     }

@@ -20,7 +20,7 @@ fn the_master_pipelines_within_a_window_and_advances_stable_on_a_quorum() {
         .filter_map(|c| match c {
             BrokerCommand::Send {
                 to,
-                msg: Message::Append { prev, entries, .. },
+                msg: Message::Append(Append { prev, entries, .. }),
             } if *to == Endpoint::store(1) => Some((prev.index, entries.len())),
             _ => None,
         })
@@ -40,7 +40,7 @@ fn the_master_pipelines_within_a_window_and_advances_stable_on_a_quorum() {
     // Its floor is what every store holds: store 2 still acked only 4.
     assert!(cmds.contains(&send(
         Endpoint::store(3),
-        Message::Append {
+        Message::Append(Append {
             epoch: 2,
             prev: pos(2, 8),
             entries: vec![
@@ -49,7 +49,7 @@ fn the_master_pipelines_within_a_window_and_advances_stable_on_a_quorum() {
             ],
             stable: 6,
             floor: 4,
-        },
+        }),
     )));
     // Once store 2 acks too, the next step drops 1..=6 from memory.
     let ack = Message::AppendAck {
@@ -196,7 +196,7 @@ fn a_new_incarnation_restarts_what_the_master_sends_a_store() {
         .filter_map(|c| match c {
             BrokerCommand::Send {
                 to,
-                msg: Message::Append { prev, .. },
+                msg: Message::Append(Append { prev, .. }),
             } if *to == Endpoint::store(1) => Some(prev.index),
             _ => None,
         })

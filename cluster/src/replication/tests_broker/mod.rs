@@ -49,13 +49,13 @@ fn send(to: Endpoint, msg: Message) -> BrokerCommand {
 }
 
 fn append_msg(epoch: u64, prev: LogPosition, entries: Vec<Entry>, stable: u64) -> Message {
-    Message::Append {
+    Message::Append(Append {
         epoch,
         prev,
         entries,
         stable,
         floor: 0,
-    }
+    })
 }
 
 /// A slave of `OTHER` in epoch 1 holding 1:1 (stable).

@@ -12,13 +12,13 @@ fn a_slave_below_a_stores_base_restores_its_state_then_applies_the_suffix() {
         1,
         recv(
             Endpoint::broker(OTHER),
-            Message::Append {
+            Message::Append(Append {
                 epoch: 2,
                 prev: pos(2, 30),
                 entries: vec![],
                 stable: 30,
                 floor: 30,
-            },
+            }),
         ),
     );
     let store = Endpoint::store(1);
@@ -36,12 +36,12 @@ fn a_slave_below_a_stores_base_restores_its_state_then_applies_the_suffix() {
     let chunk = |after: Option<&str>, k: &str, done| {
         recv(
             store,
-            Message::SnapshotChunk {
+            Message::SnapshotChunk(SnapshotChunk {
                 base,
                 after: after.map(|a| Bytes::from(a.to_owned())),
                 pairs: vec![kv(k)],
                 done,
-            },
+            }),
         )
     };
     // Each chunk goes to the broker as it comes.
@@ -70,12 +70,12 @@ fn a_slave_below_a_stores_base_restores_its_state_then_applies_the_suffix() {
             3,
             recv(
                 Endpoint::store(2),
-                Message::SnapshotChunk {
+                Message::SnapshotChunk(SnapshotChunk {
                     base,
                     after: Some(Bytes::from("a")),
                     pairs: vec![kv("zz")],
                     done: true,
-                }
+                })
             )
         )
         .is_empty()

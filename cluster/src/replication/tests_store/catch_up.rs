@@ -70,7 +70,7 @@ fn requests_below_the_base_get_the_state() {
     };
     assert!(matches!(
         s.step(3, chunk).as_slice(),
-        [StoreCommand::Send { to, msg: Message::SnapshotChunk { done: true, .. } }] if *to == slave
+        [StoreCommand::Send { to, msg: Message::SnapshotChunk(SnapshotChunk { done: true, .. }) }] if *to == slave
     ));
 }
 
@@ -81,13 +81,13 @@ fn a_store_behind_the_floor_catches_up_from_a_peer_and_installs_its_state() {
     // ask a peer store.
     let heartbeat = StoreInput::Receive {
         from: M,
-        msg: Message::Append {
+        msg: Message::Append(Append {
             epoch: 2,
             prev: LogPosition::new(2, 50),
             entries: vec![],
             stable: 50,
             floor: 50,
-        },
+        }),
     };
     let cmds = s.step(0, heartbeat);
     let peer = Endpoint::store(2);
@@ -104,12 +104,12 @@ fn a_store_behind_the_floor_catches_up_from_a_peer_and_installs_its_state() {
     let base = LogPosition::new(2, 40);
     let chunk = |after: Option<&str>, key: &str, done| StoreInput::Receive {
         from: peer,
-        msg: Message::SnapshotChunk {
+        msg: Message::SnapshotChunk(SnapshotChunk {
             base,
             after: after.map(|a| Bytes::from(a.to_owned())),
             pairs: vec![(Bytes::from(key.to_owned()), Bytes::from("v"))],
             done,
-        },
+        }),
     };
     let kv = |k: &str| (Bytes::from(k.to_owned()), Bytes::from("v"));
     // Each chunk goes to disk as it comes; the next one is asked for only

@@ -18,13 +18,13 @@ const M: Endpoint = Endpoint::broker(9);
 fn append(epoch: u64, prev: (u64, u64), entries: &[(u64, u64)], stable: u64) -> StoreInput {
     StoreInput::Receive {
         from: M,
-        msg: Message::Append {
+        msg: Message::Append(Append {
             epoch,
             prev: LogPosition::new(prev.0, prev.1),
             entries: entries.iter().map(|&(e, i)| entry(e, i)).collect(),
             stable,
             floor: 0,
-        },
+        }),
     }
 }
 

@@ -22,6 +22,13 @@ fn read_all(s: &StreamEntries, from: u64, max: usize) -> Vec<(u64, u64)> {
     seen
 }
 
+/// (body length, id) of `[from, to)` in one walk.
+fn metas(s: &StreamEntries, from: u64, to: u64) -> Vec<(u64, u64)> {
+    let mut v = Vec::new();
+    s.visit_meta(from, to, |len, id| v.push((len, id)));
+    v
+}
+
 #[test]
 fn a_stream_over_its_window_pages_out_and_reads_back_every_offset() {
     let (dir, pager, s) = stream(5000, 1024, 256 * 1024);
@@ -97,6 +104,10 @@ fn paged_and_unpaged_streams_read_alike() {
                 let at = paged.first_offset() + next() % (paged.len() as u64 + 2);
                 let max = (next() % 50) as usize;
                 assert_eq!(read_all(&paged, at, max), read_all(&ram, at, max));
+                let to = at + next() % 9000;
+                assert_eq!(metas(&paged, at, to), metas(&ram, at, to));
+                let one_by_one: Vec<_> = (at..to).filter_map(|o| paged.meta(o)).collect();
+                assert_eq!(metas(&paged, at, to), one_by_one);
             }
             _ => {
                 id += 1;
