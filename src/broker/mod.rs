@@ -6,6 +6,7 @@
 //! (which messages are out to consumers) is the master's business and lives in
 //! [`crate::master`]; apply only ever removes from it.
 
+mod apply;
 pub mod event;
 pub mod exchange;
 pub mod message;
@@ -20,8 +21,8 @@ pub mod stream;
 pub mod stream_record;
 
 use crate::fastmap::{FastMap, FastSet};
-use event::{Binding, Destination, Event, ExchangeSpec, Published};
-use exchange::{Exchange, PREDECLARED};
+use event::{Binding, Destination, Event, Published};
+use exchange::Exchange;
 use message::{Message, QueuedMessage};
 use policy::Policy;
 use queue::Queue;
@@ -156,78 +157,16 @@ impl Broker {
     /// that do not exist are no-ops: a replayed log skips non-durable objects.
     pub fn apply(&mut self, ev: &Event, wait_index: u64) -> Applied {
         let mut out = Applied::default();
+        // A dispatcher by kind of event; each kind's arms are in apply.rs
+        // (access control in users/apply.rs).
         match ev {
-            Event::VhostCreated { vhost } => {
-                let v = self.vhosts.entry(vhost.clone()).or_default();
-                for (name, kind) in PREDECLARED {
-                    v.exchanges
-                        .entry(name.to_string())
-                        .or_insert_with(|| Exchange {
-                            name: name.to_string(),
-                            spec: ExchangeSpec {
-                                kind,
-                                durable: true,
-                                auto_delete: false,
-                                internal: false,
-                                arguments: FieldTable::default(),
-                            },
-                            bindings: Vec::new(),
-                            policy: None,
-                        });
-                }
-                v.refresh_policies();
-            }
-            Event::ExchangeDeclared { vhost, name, spec } => {
-                if let Some(v) = self.vhosts.get_mut(vhost) {
-                    let policy = policy::pick(v.policies.values(), name, false);
-                    v.exchanges.entry(name.clone()).or_insert_with(|| Exchange {
-                        name: name.clone(),
-                        spec: spec.clone(),
-                        bindings: Vec::new(),
-                        policy,
-                    });
-                }
-            }
-            Event::ExchangeDeleted { vhost, name } => {
-                if let Some(v) = self.vhosts.get_mut(vhost)
-                    && v.exchanges.remove(name).is_some()
-                {
-                    let dest = Destination::Exchange(name.clone());
-                    remove_bindings_to(v, &dest);
-                }
-            }
-            Event::QueueDeclared { vhost, name, spec } => {
-                if let Some(v) = self.vhosts.get_mut(vhost) {
-                    let policy = policy::pick(v.policies.values(), name, true);
-                    v.queues.entry(name.clone()).or_insert_with(|| {
-                        let mut q = Queue::new(name.clone(), spec.clone());
-                        q.set_policy(policy);
-                        q
-                    });
-                }
-            }
-            Event::QueueDeleted { vhost, name } => {
-                if let Some(v) = self.vhosts.get_mut(vhost)
-                    && let Some(q) = v.queues.remove(name)
-                {
-                    remove_bindings_to(v, &Destination::Queue(name.clone()));
-                    out.deleted_queues.push((vhost.clone(), q));
-                }
-            }
-            Event::Bound { vhost, binding } => {
-                if let Some(v) = self.vhosts.get_mut(vhost)
-                    && destination_exists(v, &binding.destination)
-                    && let Some(x) = v.exchanges.get_mut(&binding.source)
-                    && !x.has_binding(binding)
-                {
-                    x.bindings.push(binding.clone());
-                }
-            }
-            Event::Unbound { vhost, binding } => {
-                if let Some(v) = self.vhosts.get_mut(vhost) {
-                    unbind(v, binding);
-                }
-            }
+            Event::VhostCreated { .. }
+            | Event::ExchangeDeclared { .. }
+            | Event::ExchangeDeleted { .. }
+            | Event::QueueDeclared { .. }
+            | Event::QueueDeleted { .. }
+            | Event::Bound { .. }
+            | Event::Unbound { .. } => self.apply_topology(ev, &mut out),
             Event::VhostMetadata { .. }
             | Event::VhostDeleted { .. }
             | Event::UserPut { .. }
@@ -240,89 +179,18 @@ impl Broker {
             Event::Published { .. } => {
                 // A copy of the event's shared parts (reference counts, and
                 // the queue names), moved into the message.
-                if let Ok(p) = ev.clone().into_published() {
+                if let Some(p) = ev.clone().into_published() {
                     out.filled = self.enqueue(&p.vhost, p.msg, p.queues.into_iter(), wait_index);
                 }
             }
-            Event::PolicySet {
-                vhost,
-                name,
-                pattern,
-                apply_to,
-                priority,
-                definition,
-            } => {
-                if let Some(v) = self.vhosts.get_mut(vhost) {
-                    let p = Policy::from_event(name, pattern, apply_to, *priority, definition);
-                    v.policies.insert(name.clone(), p);
-                    v.refresh_policies();
-                }
-            }
-            Event::PolicyCleared { vhost, name } => {
-                if let Some(v) = self.vhosts.get_mut(vhost)
-                    && v.policies.remove(name).is_some()
-                {
-                    v.refresh_policies();
-                }
-            }
-            Event::ParameterSet {
-                vhost,
-                component,
-                name,
-                value,
-            } => {
-                if let Some(v) = self.vhosts.get_mut(vhost) {
-                    let key = (component.clone(), name.clone());
-                    v.parameters.insert(key, parameters::from_event(value));
-                }
-            }
-            Event::ParameterCleared {
-                vhost,
-                component,
-                name,
-            } => {
-                if let Some(v) = self.vhosts.get_mut(vhost) {
-                    v.parameters.remove(&(component.clone(), name.clone()));
-                }
-            }
-            Event::GlobalParameterSet { name, value } => {
-                self.global_parameters
-                    .insert(name.clone(), parameters::from_event(value));
-            }
-            Event::GlobalParameterCleared { name } => {
-                self.global_parameters.remove(name);
-            }
-            Event::Removed {
-                vhost,
-                queue,
-                msg_ids,
-            } => {
-                if let Some(q) = self.queue_mut(vhost, queue) {
-                    for id in msg_ids {
-                        q.remove(*id);
-                    }
-                }
-            }
-            Event::StreamTruncated {
-                vhost,
-                queue,
-                first_offset,
-                ..
-            } => {
-                if let Some(s) = self.queue_mut(vhost, queue).and_then(|q| q.stream.as_mut()) {
-                    s.truncate_to(*first_offset);
-                }
-            }
-            Event::StreamTracked {
-                vhost,
-                queue,
-                kind,
-                reference,
-                value,
-            } => {
-                if let Some(s) = self.queue_mut(vhost, queue).and_then(|q| q.stream.as_mut()) {
-                    s.track(*kind, reference, *value);
-                }
+            Event::PolicySet { .. }
+            | Event::PolicyCleared { .. }
+            | Event::ParameterSet { .. }
+            | Event::ParameterCleared { .. }
+            | Event::GlobalParameterSet { .. }
+            | Event::GlobalParameterCleared { .. } => self.apply_settings(ev),
+            Event::Removed { .. } | Event::StreamTruncated { .. } | Event::StreamTracked { .. } => {
+                self.apply_removals(ev)
             }
         }
         out
@@ -332,12 +200,15 @@ impl Broker {
     /// content into the queued message instead of copying it (the master's
     /// path, once per message). Same effect as `apply(&ev, wait_index)` (I4).
     pub fn apply_owned(&mut self, ev: Event, wait_index: u64) -> Applied {
+        if !matches!(ev, Event::Published { .. }) {
+            return self.apply(&ev, wait_index);
+        }
         match ev.into_published() {
-            Ok(Published { vhost, msg, queues }) => Applied {
+            Some(Published { vhost, msg, queues }) => Applied {
                 filled: self.enqueue(&vhost, msg, queues.into_iter(), wait_index),
                 deleted_queues: Vec::new(),
             },
-            Err(ev) => self.apply(&ev, wait_index),
+            None => Applied::default(),
         }
     }
 

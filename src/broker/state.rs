@@ -214,7 +214,7 @@ impl Reducer for BrokerReducer {
             .map_err(|e| ReduceError(format!("entry {}: {e}", entry.pos)))?;
         match event {
             Event::Published { .. } => {
-                let Ok(Published { vhost, msg, queues }) = event.into_published() else {
+                let Some(Published { vhost, msg, queues }) = event.into_published() else {
                     return Ok(());
                 };
                 let (msg_id, timestamp_ms) = (msg.id, msg.timestamp_ms);

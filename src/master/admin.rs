@@ -224,129 +224,33 @@ impl Master {
         }
     }
 
+    /// One management write: a dispatcher, each arm one handler below.
     fn admin_op(&mut self, op: AdminOp) -> AdminResult {
-        let access = self.broker.access.clone();
         match op {
             AdminOp::PutUser {
                 name,
                 password_hash,
                 hashing_algorithm,
                 tags,
-            } => {
-                let existed = access.users.contains_key(&name);
-                self.emit(
-                    Event::UserPut {
-                        name,
-                        password_hash,
-                        hashing_algorithm,
-                        tags,
-                    },
-                    true,
-                );
-                Ok(if existed {
-                    AdminOutcome::Done
-                } else {
-                    AdminOutcome::Created
-                })
-            }
-            AdminOp::DeleteUsers { names, must_exist } => {
-                if must_exist && names.iter().any(|n| !access.users.contains_key(n)) {
-                    return Err(AdminError::NotFound);
-                }
-                for name in names {
-                    if access.users.contains_key(&name) {
-                        self.emit(Event::UserDeleted { name: name.clone() }, true);
-                        self.close_sessions(
-                            |s| s.user == name,
-                            &format!("user '{name}' was deleted"),
-                        );
-                    }
-                }
-                Ok(AdminOutcome::Done)
-            }
+            } => Ok(self.put_user(name, password_hash, hashing_algorithm, tags)),
+            AdminOp::DeleteUsers { names, must_exist } => self.delete_users(names, must_exist),
             AdminOp::PutVhost {
                 name,
                 description,
                 tags,
                 default_queue_type,
                 acting_user,
-            } => {
-                let existed = self.broker.vhost(&name).is_some();
-                if !existed {
-                    self.emit(
-                        Event::VhostCreated {
-                            vhost: name.clone(),
-                        },
-                        true,
-                    );
-                    if let Some(user) = acting_user.filter(|u| access.users.contains_key(u)) {
-                        self.emit(
-                            Event::PermissionSet {
-                                user,
-                                vhost: name.clone(),
-                                configure: ".*".into(),
-                                write: ".*".into(),
-                                read: ".*".into(),
-                            },
-                            true,
-                        );
-                    }
-                }
-                let cur = access.vhost_meta.get(&name).cloned().unwrap_or_default();
-                self.emit(
-                    Event::VhostMetadata {
-                        vhost: name,
-                        description: description.unwrap_or(cur.description),
-                        tags: tags.unwrap_or(cur.tags),
-                        default_queue_type: default_queue_type.or(cur.default_queue_type),
-                    },
-                    true,
-                );
-                Ok(if existed {
-                    AdminOutcome::Done
-                } else {
-                    AdminOutcome::Created
-                })
-            }
-            AdminOp::DeleteVhost { name } => {
-                if self.broker.vhost(&name).is_none() {
-                    return Err(AdminError::NotFound);
-                }
-                // Clients of the vhost go first, as in RabbitMQ, so no
-                // channel is left pointing at queues that are gone.
-                self.close_sessions(|s| *s.vhost == *name, &format!("vhost '{name}' is deleted"));
-                self.emit(Event::VhostDeleted { vhost: name }, true);
-                Ok(AdminOutcome::Done)
-            }
+            } => Ok(self.put_vhost(name, description, tags, default_queue_type, acting_user)),
+            AdminOp::DeleteVhost { name } => self.delete_vhost(name),
             AdminOp::SetPermission {
                 user,
                 vhost,
                 configure,
                 write,
                 read,
-            } => {
-                if !access.users.contains_key(&user) || self.broker.vhost(&vhost).is_none() {
-                    return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
-                }
-                let existed = access.permission(&user, &vhost).is_some();
-                self.emit(
-                    Event::PermissionSet {
-                        user,
-                        vhost,
-                        configure,
-                        write,
-                        read,
-                    },
-                    true,
-                );
-                Ok(if existed {
-                    AdminOutcome::Done
-                } else {
-                    AdminOutcome::Created
-                })
-            }
+            } => self.set_permission(user, vhost, configure, write, read),
             AdminOp::ClearPermission { user, vhost } => {
-                if access.permission(&user, &vhost).is_none() {
+                if self.broker.access.permission(&user, &vhost).is_none() {
                     return Err(AdminError::NotFound);
                 }
                 self.emit(Event::PermissionCleared { user, vhost }, true);
@@ -358,58 +262,189 @@ impl Master {
                 exchange,
                 write,
                 read,
-            } => {
-                if !access.users.contains_key(&user) || self.broker.vhost(&vhost).is_none() {
-                    return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
-                }
-                let existed = access
-                    .topic_permissions
-                    .get(&user)
-                    .and_then(|m| m.get(&vhost))
-                    .is_some_and(|m| m.contains_key(&exchange));
-                self.emit(
-                    Event::TopicPermissionSet {
-                        user,
-                        vhost,
-                        exchange,
-                        write,
-                        read,
-                    },
-                    true,
-                );
-                Ok(if existed {
-                    AdminOutcome::Done
-                } else {
-                    AdminOutcome::Created
-                })
-            }
+            } => self.set_topic_permission(user, vhost, exchange, write, read),
             AdminOp::ClearTopicPermission {
                 user,
                 vhost,
                 exchange,
-            } => {
-                let has = access
-                    .topic_permissions
-                    .get(&user)
-                    .and_then(|m| m.get(&vhost))
-                    .is_some_and(|m| exchange.as_ref().is_none_or(|x| m.contains_key(x)));
-                if !has {
-                    return Err(AdminError::NotFound);
-                }
-                self.emit(
-                    Event::TopicPermissionCleared {
-                        user,
-                        vhost,
-                        exchange,
-                    },
-                    true,
-                );
-                Ok(AdminOutcome::Done)
-            }
+            } => self.clear_topic_permission(user, vhost, exchange),
             AdminOp::Import { events } => Ok(AdminOutcome::Imported {
                 skipped: self.import(events),
             }),
         }
+    }
+
+    fn put_user(
+        &mut self,
+        name: String,
+        password_hash: String,
+        hashing_algorithm: HashAlgorithm,
+        tags: Vec<String>,
+    ) -> AdminOutcome {
+        let existed = self.broker.access.users.contains_key(&name);
+        self.emit(
+            Event::UserPut {
+                name,
+                password_hash,
+                hashing_algorithm,
+                tags,
+            },
+            true,
+        );
+        created_unless(existed)
+    }
+
+    fn delete_users(&mut self, names: Vec<String>, must_exist: bool) -> AdminResult {
+        let access = self.broker.access.clone();
+        if must_exist && names.iter().any(|n| !access.users.contains_key(n)) {
+            return Err(AdminError::NotFound);
+        }
+        for name in names {
+            if access.users.contains_key(&name) {
+                self.emit(Event::UserDeleted { name: name.clone() }, true);
+                self.close_sessions(|s| s.user == name, &format!("user '{name}' was deleted"));
+            }
+        }
+        Ok(AdminOutcome::Done)
+    }
+
+    /// Create or update a vhost; its creator gets full permissions on it, as
+    /// with RabbitMQ.
+    fn put_vhost(
+        &mut self,
+        name: String,
+        description: Option<String>,
+        tags: Option<Vec<String>>,
+        default_queue_type: Option<String>,
+        acting_user: Option<String>,
+    ) -> AdminOutcome {
+        let access = self.broker.access.clone();
+        let existed = self.broker.vhost(&name).is_some();
+        if !existed {
+            self.emit(
+                Event::VhostCreated {
+                    vhost: name.clone(),
+                },
+                true,
+            );
+            if let Some(user) = acting_user.filter(|u| access.users.contains_key(u)) {
+                self.emit(
+                    Event::PermissionSet {
+                        user,
+                        vhost: name.clone(),
+                        configure: ".*".into(),
+                        write: ".*".into(),
+                        read: ".*".into(),
+                    },
+                    true,
+                );
+            }
+        }
+        let cur = access.vhost_meta.get(&name).cloned().unwrap_or_default();
+        self.emit(
+            Event::VhostMetadata {
+                vhost: name,
+                description: description.unwrap_or(cur.description),
+                tags: tags.unwrap_or(cur.tags),
+                default_queue_type: default_queue_type.or(cur.default_queue_type),
+            },
+            true,
+        );
+        created_unless(existed)
+    }
+
+    fn delete_vhost(&mut self, name: String) -> AdminResult {
+        if self.broker.vhost(&name).is_none() {
+            return Err(AdminError::NotFound);
+        }
+        // Clients of the vhost go first, as in RabbitMQ, so no
+        // channel is left pointing at queues that are gone.
+        self.close_sessions(|s| *s.vhost == *name, &format!("vhost '{name}' is deleted"));
+        self.emit(Event::VhostDeleted { vhost: name }, true);
+        Ok(AdminOutcome::Done)
+    }
+
+    fn set_permission(
+        &mut self,
+        user: String,
+        vhost: String,
+        configure: String,
+        write: String,
+        read: String,
+    ) -> AdminResult {
+        let access = &self.broker.access;
+        if !access.users.contains_key(&user) || self.broker.vhost(&vhost).is_none() {
+            return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
+        }
+        let existed = access.permission(&user, &vhost).is_some();
+        self.emit(
+            Event::PermissionSet {
+                user,
+                vhost,
+                configure,
+                write,
+                read,
+            },
+            true,
+        );
+        Ok(created_unless(existed))
+    }
+
+    fn set_topic_permission(
+        &mut self,
+        user: String,
+        vhost: String,
+        exchange: String,
+        write: String,
+        read: String,
+    ) -> AdminResult {
+        let access = &self.broker.access;
+        if !access.users.contains_key(&user) || self.broker.vhost(&vhost).is_none() {
+            return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
+        }
+        let existed = access
+            .topic_permissions
+            .get(&user)
+            .and_then(|m| m.get(&vhost))
+            .is_some_and(|m| m.contains_key(&exchange));
+        self.emit(
+            Event::TopicPermissionSet {
+                user,
+                vhost,
+                exchange,
+                write,
+                read,
+            },
+            true,
+        );
+        Ok(created_unless(existed))
+    }
+
+    fn clear_topic_permission(
+        &mut self,
+        user: String,
+        vhost: String,
+        exchange: Option<String>,
+    ) -> AdminResult {
+        let has = self
+            .broker
+            .access
+            .topic_permissions
+            .get(&user)
+            .and_then(|m| m.get(&vhost))
+            .is_some_and(|m| exchange.as_ref().is_none_or(|x| m.contains_key(x)));
+        if !has {
+            return Err(AdminError::NotFound);
+        }
+        self.emit(
+            Event::TopicPermissionCleared {
+                user,
+                vhost,
+                exchange,
+            },
+            true,
+        );
+        Ok(AdminOutcome::Done)
     }
 
     /// Apply imported events in order; returns what was skipped.
@@ -571,5 +606,15 @@ impl Master {
         );
         self.send(conn, super::inout::ToConn::CloseConnection(e));
         self.disconnect(conn);
+    }
+}
+
+/// A put's answer: 201 Created for a new object, 204 for an update (as
+/// RabbitMQ's management API answers).
+fn created_unless(existed: bool) -> AdminOutcome {
+    if existed {
+        AdminOutcome::Done
+    } else {
+        AdminOutcome::Created
     }
 }

@@ -227,6 +227,10 @@ impl Master {
         self.maybe_auto_delete(vhost, queue);
     }
 
+    /// basic.get: the head if it is stable, else a deferred retry (I1).
+    ///
+    /// One piece: like `deliver_round`, it holds the queue and the channel
+    /// borrowed together while it moves one message between them.
     fn get(&mut self, conn: ConnId, ch: u16, vhost: &str, g: mb::Get) -> AmqpResult<()> {
         let queue = self.queue_shortcut(conn, ch, g.queue.as_str())?;
         self.authorize(conn, crate::users::Perm::Read, "queue", &queue)?;

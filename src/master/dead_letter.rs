@@ -39,6 +39,38 @@ fn dead_letter_properties(
     now_ms: u64,
 ) -> BasicProperties {
     let mut headers = msg.properties.headers().clone().unwrap_or_default();
+    let entry = death_entry(msg, &headers, queue, reason, now_ms);
+    let mut deaths: Vec<AMQPValue> = match lookup(&headers, "x-death") {
+        Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
+        _ => Vec::new(),
+    };
+    add_death(&mut deaths, entry, queue, reason, now_ms);
+    headers.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(deaths)),
+    );
+    for (k, v) in [
+        ("reason", reason),
+        ("queue", queue),
+        ("exchange", &*msg.exchange),
+    ] {
+        let first = ShortString::from(format!("x-first-death-{k}"));
+        if !headers.contains_key(first.as_str()) {
+            headers.insert(first, longstr(v));
+        }
+        headers.insert(ShortString::from(format!("x-last-death-{k}")), longstr(v));
+    }
+    without_expiration(&msg.properties, headers)
+}
+
+/// A new `x-death` entry for `msg` dying in `queue` for `reason`.
+fn death_entry(
+    msg: &Message,
+    headers: &FieldTable,
+    queue: &str,
+    reason: &str,
+    now_ms: u64,
+) -> FieldTable {
     let mut entry = FieldTable::default();
     entry.insert("count".into(), AMQPValue::LongLongInt(1));
     entry.insert("reason".into(), longstr(reason));
@@ -47,7 +79,7 @@ fn dead_letter_properties(
     entry.insert("exchange".into(), longstr(&msg.exchange));
     let mut keys = vec![longstr(&msg.routing_key)];
     // CC keys are recorded; BCC keys are secret and never are (RabbitMQ).
-    if let Some(AMQPValue::FieldArray(a)) = lookup(&headers, "CC") {
+    if let Some(AMQPValue::FieldArray(a)) = lookup(headers, "CC") {
         keys.extend(a.as_slice().iter().cloned());
     }
     entry.insert(
@@ -57,10 +89,18 @@ fn dead_letter_properties(
     if let Some(exp) = msg.properties.expiration() {
         entry.insert("original-expiration".into(), longstr(exp.as_str()));
     }
-    let mut deaths: Vec<AMQPValue> = match lookup(&headers, "x-death") {
-        Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
-        _ => Vec::new(),
-    };
+    entry
+}
+
+/// Put a death first in `deaths`: the entry of the same queue and reason,
+/// counted once more and re-timed, or `entry` when there is none.
+fn add_death(
+    deaths: &mut Vec<AMQPValue>,
+    entry: FieldTable,
+    queue: &str,
+    reason: &str,
+    now_ms: u64,
+) {
     let same = |v: &AMQPValue| match v {
         AMQPValue::FieldTable(t) => {
             lookup(t, "queue").and_then(text).as_deref() == Some(queue)
@@ -83,23 +123,11 @@ fn dead_letter_properties(
     } else {
         deaths.insert(0, AMQPValue::FieldTable(entry));
     }
-    headers.insert(
-        "x-death".into(),
-        AMQPValue::FieldArray(FieldArray::from(deaths)),
-    );
-    for (k, v) in [
-        ("reason", reason),
-        ("queue", queue),
-        ("exchange", &*msg.exchange),
-    ] {
-        let first = ShortString::from(format!("x-first-death-{k}"));
-        if !headers.contains_key(first.as_str()) {
-            headers.insert(first, longstr(v));
-        }
-        headers.insert(ShortString::from(format!("x-last-death-{k}")), longstr(v));
-    }
-    // BasicProperties has no "unset": rebuild it without the expiration.
-    let p = &msg.properties;
+}
+
+/// `p` with `headers` and without its expiration (BasicProperties has no
+/// "unset", so it is rebuilt field by field).
+fn without_expiration(p: &BasicProperties, headers: FieldTable) -> BasicProperties {
     let mut out = BasicProperties::default().with_headers(headers);
     if let Some(v) = p.content_type() {
         out = out.with_content_type(v.clone());

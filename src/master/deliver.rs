@@ -112,6 +112,11 @@ impl Master {
     }
 
     /// Deliver until something stops it, and say what did.
+    ///
+    /// One piece on purpose: this is the per-message delivery loop, and it
+    /// holds the queue, its consumer ring and the chosen channel borrowed at
+    /// once (disjoint parts of the master). A helper per step would need them
+    /// all passed in, or looked up again for every message.
     fn deliver_round(&mut self, vhost: &str, queue: &str) -> Round {
         let Some(qc) = self
             .sessions

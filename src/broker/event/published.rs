@@ -45,9 +45,9 @@ impl Event {
         }
     }
 
-    /// The publish this event is, moved out (no copy of the body); any other
-    /// event is handed back as it was.
-    pub fn into_published(self) -> Result<Published, Event> {
+    /// The publish this event is, moved out (no copy of the body); None for
+    /// any other event.
+    pub fn into_published(self) -> Option<Published> {
         match self {
             Event::Published {
                 vhost,
@@ -58,7 +58,7 @@ impl Event {
                 properties,
                 body,
                 queues,
-            } => Ok(Published {
+            } => Some(Published {
                 vhost,
                 msg: Message {
                     id: msg_id,
@@ -70,7 +70,7 @@ impl Event {
                 },
                 queues,
             }),
-            other => Err(other),
+            _ => None,
         }
     }
 }

@@ -136,35 +136,7 @@ impl Master {
             arguments: d.arguments,
         };
         if let Some(x) = self.broker.exchange(vhost, &name) {
-            let cur = &x.spec;
-            let mismatch = if cur.kind != spec.kind {
-                Some((
-                    "type",
-                    spec.kind.as_str().to_string(),
-                    cur.kind.as_str().to_string(),
-                ))
-            } else if cur.durable != spec.durable {
-                Some(("durable", spec.durable.to_string(), cur.durable.to_string()))
-            } else if cur.auto_delete != spec.auto_delete {
-                Some((
-                    "auto_delete",
-                    spec.auto_delete.to_string(),
-                    cur.auto_delete.to_string(),
-                ))
-            } else if cur.internal != spec.internal {
-                Some((
-                    "internal",
-                    spec.internal.to_string(),
-                    cur.internal.to_string(),
-                ))
-            } else {
-                None
-            };
-            if let Some((arg, got, was)) = mismatch {
-                return Err(inequivalent(
-                    "exchange", arg, "exchange", &name, vhost, got, was,
-                ));
-            }
+            redeclare_matches(vhost, &name, &x.spec, &spec)?;
         } else if reserved(&name) {
             // Only new amq.* names are refused; redeclaring a predeclared one equivalently is fine.
             return Err(AmqpError::access_refused(format!(
@@ -292,4 +264,43 @@ impl Master {
         }
         Ok(())
     }
+}
+
+/// A redeclare must match the exchange's type and flags, as RabbitMQ checks
+/// them (406 PRECONDITION_FAILED, first mismatch named).
+fn redeclare_matches(
+    vhost: &str,
+    name: &str,
+    cur: &ExchangeSpec,
+    spec: &ExchangeSpec,
+) -> AmqpResult<()> {
+    let mismatch = if cur.kind != spec.kind {
+        Some((
+            "type",
+            spec.kind.as_str().to_string(),
+            cur.kind.as_str().to_string(),
+        ))
+    } else if cur.durable != spec.durable {
+        Some(("durable", spec.durable.to_string(), cur.durable.to_string()))
+    } else if cur.auto_delete != spec.auto_delete {
+        Some((
+            "auto_delete",
+            spec.auto_delete.to_string(),
+            cur.auto_delete.to_string(),
+        ))
+    } else if cur.internal != spec.internal {
+        Some((
+            "internal",
+            spec.internal.to_string(),
+            cur.internal.to_string(),
+        ))
+    } else {
+        None
+    };
+    if let Some((arg, got, was)) = mismatch {
+        return Err(inequivalent(
+            "exchange", arg, "exchange", name, vhost, got, was,
+        ));
+    }
+    Ok(())
 }

@@ -236,83 +236,9 @@ impl Master {
             metrics::counter!(crate::metrics::QUEUES_DECLARED).increment(1);
             if let Some(q) = self.broker.queue(vhost, &name) {
                 self.exclusive_check(conn, vhost, &name)?;
-                let cur = &q.spec;
-                let bad = |arg: &str, got: bool, was: bool| {
-                    inequivalent(
-                        "queue",
-                        arg,
-                        "queue",
-                        &name,
-                        vhost,
-                        got.to_string(),
-                        was.to_string(),
-                    )
-                };
-                if cur.durable != spec.durable {
-                    return Err(bad("durable", spec.durable, cur.durable));
-                }
-                if cur.auto_delete != spec.auto_delete {
-                    return Err(bad("auto_delete", spec.auto_delete, cur.auto_delete));
-                }
-                if cur.exclusive_owner.is_some() != spec.exclusive_owner.is_some() {
-                    // RabbitMQ answers an exclusive mismatch as a lock: 405.
-                    return Err(AmqpError::new(
-                        ReplyCode::ResourceLocked,
-                        format!(
-                            "cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
-                        ),
-                    ));
-                }
-                for arg in EQUIVALENCE_ARGS {
-                    let got = spec.arguments.inner().get(arg);
-                    let was = cur.arguments.inner().get(arg);
-                    // A redeclare without x-queue-type matches any type, as in RabbitMQ.
-                    if arg == "x-queue-type" && got.is_none() {
-                        continue;
-                    }
-                    if value_text(got) != value_text(was) {
-                        return Err(inequivalent(
-                            "queue",
-                            arg,
-                            "queue",
-                            &name,
-                            vhost,
-                            value_text(got),
-                            value_text(was),
-                        ));
-                    }
-                }
+                redeclare_matches(vhost, &name, &q.spec, &spec)?;
             } else {
-                validate_queue_spec(vhost, &name, &spec)?;
-                if let Some(e) = self.queue_limit_refusal(vhost, &name) {
-                    return Err(e);
-                }
-                // A new queue with a dead-letter exchange: read on the queue,
-                // write on the exchange, as RabbitMQ checks.
-                if let Some(dlx) = spec
-                    .arguments
-                    .inner()
-                    .get("x-dead-letter-exchange")
-                    .and_then(crate::broker::queue_args::text)
-                {
-                    self.authorize(conn, Perm::Read, "queue", &name)?;
-                    self.authorize(conn, Perm::Write, "exchange", &dlx)?;
-                }
-                metrics::counter!(crate::metrics::QUEUES_CREATED).increment(1);
-                let logged = spec.durable && spec.exclusive_owner.is_none();
-                if spec.exclusive_owner.is_some()
-                    && let Some(s) = self.sessions.get_mut(conn)
-                {
-                    s.exclusive_queues.push(name.clone());
-                }
-                self.emit(
-                    Event::QueueDeclared {
-                        vhost: vhost.to_string(),
-                        name: name.clone(),
-                        spec,
-                    },
-                    logged,
-                );
+                self.create_queue(conn, vhost, &name, spec)?;
             }
         }
         if let Some(chan) = self.channel_mut(conn, ch) {
@@ -336,6 +262,48 @@ impl Master {
                 })),
             );
         }
+        Ok(())
+    }
+
+    /// Create a queue a declare named (not passive, not there yet), after
+    /// the checks a new queue gets.
+    fn create_queue(
+        &mut self,
+        conn: ConnId,
+        vhost: &str,
+        name: &str,
+        spec: QueueSpec,
+    ) -> AmqpResult<()> {
+        validate_queue_spec(vhost, name, &spec)?;
+        if let Some(e) = self.queue_limit_refusal(vhost, name) {
+            return Err(e);
+        }
+        // A new queue with a dead-letter exchange: read on the queue,
+        // write on the exchange, as RabbitMQ checks.
+        if let Some(dlx) = spec
+            .arguments
+            .inner()
+            .get("x-dead-letter-exchange")
+            .and_then(crate::broker::queue_args::text)
+        {
+            self.authorize(conn, Perm::Read, "queue", name)?;
+            self.authorize(conn, Perm::Write, "exchange", &dlx)?;
+        }
+        metrics::counter!(crate::metrics::QUEUES_CREATED).increment(1);
+        let logged = spec.durable && spec.exclusive_owner.is_none();
+        if spec.exclusive_owner.is_some()
+            && let Some(s) = self.sessions.get_mut(conn)
+        {
+            s.exclusive_queues.push(name.to_string());
+        }
+        self.emit(
+            Event::QueueDeclared {
+                vhost: vhost.to_string(),
+                name: name.to_string(),
+                spec,
+            },
+            logged,
+        );
         Ok(())
     }
 
@@ -409,4 +377,55 @@ fn validate_queue_spec(vhost: &str, name: &str, spec: &QueueSpec) -> AmqpResult<
             "invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': unsupported queue type '{other}' (StableMQ supports classic, quorum and stream)"
         ))),
     }
+}
+
+/// A redeclare must match the queue's flags and arguments, as RabbitMQ
+/// checks them (406 PRECONDITION_FAILED; an exclusive mismatch is 405).
+fn redeclare_matches(vhost: &str, name: &str, cur: &QueueSpec, spec: &QueueSpec) -> AmqpResult<()> {
+    let bad = |arg: &str, got: bool, was: bool| {
+        inequivalent(
+            "queue",
+            arg,
+            "queue",
+            name,
+            vhost,
+            got.to_string(),
+            was.to_string(),
+        )
+    };
+    if cur.durable != spec.durable {
+        return Err(bad("durable", spec.durable, cur.durable));
+    }
+    if cur.auto_delete != spec.auto_delete {
+        return Err(bad("auto_delete", spec.auto_delete, cur.auto_delete));
+    }
+    if cur.exclusive_owner.is_some() != spec.exclusive_owner.is_some() {
+        // RabbitMQ answers an exclusive mismatch as a lock: 405.
+        return Err(AmqpError::new(
+            ReplyCode::ResourceLocked,
+            format!(
+                "cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
+            ),
+        ));
+    }
+    for arg in EQUIVALENCE_ARGS {
+        let got = spec.arguments.inner().get(arg);
+        let was = cur.arguments.inner().get(arg);
+        // A redeclare without x-queue-type matches any type, as in RabbitMQ.
+        if arg == "x-queue-type" && got.is_none() {
+            continue;
+        }
+        if value_text(got) != value_text(was) {
+            return Err(inequivalent(
+                "queue",
+                arg,
+                "queue",
+                name,
+                vhost,
+                value_text(got),
+                value_text(was),
+            ));
+        }
+    }
+    Ok(())
 }
