@@ -332,25 +332,10 @@ fn commit_loop(
             Ok(input) => input,
             Err(mpsc::TryRecvError::Disconnected) => break,
             Err(mpsc::TryRecvError::Empty) => {
-                if std::mem::take(&mut state_unsynced) {
-                    // Idle: make the state durable now, so the log's space
-                    // is reclaimed without waiting for more traffic.
-                    store.sync()?;
-                }
-                match reducer.as_mut() {
-                    // Idle with a window: hand it over if nothing comes soon.
-                    Some(r) if r.window_open() => match rx.recv_timeout(STATE_IDLE) {
-                        Ok(input) => input,
-                        Err(mpsc::RecvTimeoutError::Timeout) => {
-                            state_unsynced |= r.end_window(store)?;
-                            continue;
-                        }
-                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                    },
-                    _ => match rx.recv() {
-                        Ok(input) => input,
-                        Err(_) => break,
-                    },
+                match wait_idle(store, reducer.as_mut(), rx, &mut state_unsynced)? {
+                    Idle::Input(input) => input,
+                    Idle::WindowEnded => continue,
+                    Idle::Disconnected => break,
                 }
             }
         };
@@ -364,70 +349,153 @@ fn commit_loop(
             }
             Input::Close => break,
         };
-        batch.clear();
-        let mut batch_bytes = first.payload.len();
-        batch.push(first);
-        while batch.len() < BATCH_ENTRIES_MAX && batch_bytes < BATCH_BYTES_MAX {
-            match rx.try_recv() {
-                Ok(Input::Entry(entry)) => {
-                    batch_bytes += entry.payload.len();
-                    batch.push(entry);
-                }
-                // Written before this batch's commit, made durable by its fsync.
-                Ok(Input::Reduced) => {
-                    if let Some(r) = reducer.as_mut() {
-                        r.write_queued(store)?;
-                    }
-                }
-                Ok(Input::Close) => {
-                    closing = true;
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-
-        let began = Instant::now();
-        store.append(&batch)?;
-        store.sync()?;
-        note_slow("append and fsync", began, batch.len(), batch_bytes);
+        let (batch_bytes, last) = fill_batch(store, reducer.as_mut(), rx, &mut batch, first)?;
+        closing = last;
+        durable = commit_batch(store, &batch, batch_bytes, durable)?;
         state_unsynced = false;
-        let synced = store.last_position().index;
-        assert!(synced > durable, "a sync must advance the durable index");
-        durable = synced;
-        // Lazy: written now, made durable by the next batch's fsync. Recovery
-        // treats the whole surviving log as stable anyway.
-        store.set_stable_index(durable)?;
         on_stable(durable);
-        let batch_len = batch.len();
         // After the ack: the state write rides on a later fsync, like the
         // stable index, and a crash before it only means reducing again.
-        // The entries move on: a clone of a payload made from a boxed
-        // slice (`Event::encode`'s) would allocate its shared header, one
-        // allocation per entry.
         if let Some(r) = reducer.as_mut() {
-            let began = Instant::now();
-            for e in batch.drain(..) {
-                state_unsynced |= r.push(store, e)?;
-            }
-            // A reducer behind its queue holds up the next batch's fsync.
-            note_slow(
-                "hand-off to the state reducer",
-                began,
-                batch_len,
-                batch_bytes,
-            );
+            state_unsynced |= hand_off(store, r, &mut batch, batch_bytes)?;
         }
     }
-    if let Some(mut r) = reducer {
-        r.end_window(store)?;
-        // Nothing but reduced batches can come now: the log is closed.
-        while r.outstanding() > 0 {
-            r.write_next(store)?;
-        }
-        r.stop()?;
+    if let Some(r) = reducer {
+        close_reducer(store, r)?;
     }
     // Closed: make the last stable index (and state) durable too, so a clean
     // shutdown leaves meta equal to the log.
     store.sync()
+}
+
+/// What waiting for the store thread's next input brought.
+enum Idle {
+    /// An input.
+    Input(Input),
+    /// Nothing for [`STATE_IDLE`]: the reducer's window was handed over.
+    WindowEnded,
+    /// Every sender is gone.
+    Disconnected,
+}
+
+/// Wait for the next input with none queued: first make the state written
+/// since the last fsync durable, then, with a reducer window open, hand it
+/// over if nothing comes within [`STATE_IDLE`].
+fn wait_idle(
+    store: &mut dyn EventStore,
+    reducer: Option<&mut ReducerThread>,
+    rx: &mpsc::Receiver<Input>,
+    state_unsynced: &mut bool,
+) -> Result<Idle, StoreError> {
+    if std::mem::take(state_unsynced) {
+        // Idle: make the state durable now, so the log's space
+        // is reclaimed without waiting for more traffic.
+        store.sync()?;
+    }
+    Ok(match reducer {
+        // Idle with a window: hand it over if nothing comes soon.
+        Some(r) if r.window_open() => match rx.recv_timeout(STATE_IDLE) {
+            Ok(input) => Idle::Input(input),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                *state_unsynced |= r.end_window(store)?;
+                Idle::WindowEnded
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Idle::Disconnected,
+        },
+        _ => match rx.recv() {
+            Ok(input) => Idle::Input(input),
+            Err(_) => Idle::Disconnected,
+        },
+    })
+}
+
+/// Start a new batch with `first` and add what is queued already, up to
+/// [`BATCH_ENTRIES_MAX`] and [`BATCH_BYTES_MAX`]. Returns the batch's payload
+/// bytes, and whether `Close` came (the batch is then the last).
+fn fill_batch(
+    store: &mut dyn EventStore,
+    mut reducer: Option<&mut ReducerThread>,
+    rx: &mpsc::Receiver<Input>,
+    batch: &mut Vec<Entry>,
+    first: Entry,
+) -> Result<(usize, bool), StoreError> {
+    batch.clear();
+    let mut batch_bytes = first.payload.len();
+    batch.push(first);
+    while batch.len() < BATCH_ENTRIES_MAX && batch_bytes < BATCH_BYTES_MAX {
+        match rx.try_recv() {
+            Ok(Input::Entry(entry)) => {
+                batch_bytes += entry.payload.len();
+                batch.push(entry);
+            }
+            // Written before this batch's commit, made durable by its fsync.
+            Ok(Input::Reduced) => {
+                if let Some(r) = reducer.as_mut() {
+                    r.write_queued(store)?;
+                }
+            }
+            Ok(Input::Close) => return Ok((batch_bytes, true)),
+            Err(_) => break,
+        }
+    }
+    Ok((batch_bytes, false))
+}
+
+/// Append the batch and fsync once; record the new durable index (also the
+/// stable one) and return it.
+fn commit_batch(
+    store: &mut dyn EventStore,
+    batch: &[Entry],
+    batch_bytes: usize,
+    durable: u64,
+) -> Result<u64, StoreError> {
+    let began = Instant::now();
+    store.append(batch)?;
+    store.sync()?;
+    note_slow("append and fsync", began, batch.len(), batch_bytes);
+    let synced = store.last_position().index;
+    assert!(synced > durable, "a sync must advance the durable index");
+    // Lazy: written now, made durable by the next batch's fsync. Recovery
+    // treats the whole surviving log as stable anyway.
+    store.set_stable_index(synced)?;
+    Ok(synced)
+}
+
+/// Move the committed batch's entries on to the reducer (emptying `batch`);
+/// returns whether a reduced batch was written.
+fn hand_off(
+    store: &mut dyn EventStore,
+    r: &mut ReducerThread,
+    batch: &mut Vec<Entry>,
+    batch_bytes: usize,
+) -> Result<bool, StoreError> {
+    let batch_len = batch.len();
+    let mut written = false;
+    // The entries move on: a clone of a payload made from a boxed
+    // slice (`Event::encode`'s) would allocate its shared header, one
+    // allocation per entry.
+    let began = Instant::now();
+    for e in batch.drain(..) {
+        written |= r.push(store, e)?;
+    }
+    // A reducer behind its queue holds up the next batch's fsync.
+    note_slow(
+        "hand-off to the state reducer",
+        began,
+        batch_len,
+        batch_bytes,
+    );
+    Ok(written)
+}
+
+/// At close: hand over the reducer's last window, write every batch it still
+/// owes, and stop it.
+fn close_reducer(store: &mut dyn EventStore, mut r: ReducerThread) -> Result<(), StoreError> {
+    r.end_window(store)?;
+    // Nothing but reduced batches can come now: the log is closed.
+    while r.outstanding() > 0 {
+        r.write_next(store)?;
+    }
+    r.stop()?;
+    Ok(())
 }

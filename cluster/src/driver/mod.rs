@@ -31,7 +31,7 @@ use crate::position::LogPosition;
 use crate::replication::{
     Config, DiskOp, Endpoint, NodeId, Service, StoreCommand, StoreInput, StoreNode,
 };
-use crate::store::{DiskRunner, FjallStore, Reducer, StoreError};
+use crate::store::{DiskRunner, FjallStore, RecoveredStore, Reducer, StoreError};
 use crate::transport::TransportOptions;
 use crate::wire::Envelope;
 
@@ -174,29 +174,9 @@ pub async fn run_store_node_with(
     })
     .await
     .map_err(|err| StoreError::Stopped(format!("store open task: {err}")))??;
-    tracing::info!(
-        node = node_id,
-        promised = recovered.promised,
-        stable = recovered.stable,
-        last = %recovered.runs.last(),
-        joined = recovered.joined,
-        incarnation = recovered.incarnation,
-        "store node starting"
-    );
-    let mut node = StoreNode::new(
-        node_id,
-        recovered.promised,
-        recovered.stable,
-        recovered.runs,
-    )
-    .with_config(&config)
-    .with_identity(recovered.joined, recovered.incarnation);
-    let clock = Clock::start();
-    let me = Endpoint::store(node_id);
-    let mut pacer =
-        pacing::CommitPacer::new(std::time::Duration::from_micros(config.commit_interval_us));
+    let mut store_loop = StoreLoop::new(&config, node_id, runner, recovered, outbox);
     loop {
-        let mut input = tokio::select! {
+        let input = tokio::select! {
             Some(env) = inbound.recv() => {
                 if env.to.service != Service::Store {
                     continue; // a store-only node hosts no broker
@@ -206,50 +186,119 @@ pub async fn run_store_node_with(
             Some(done) = disk_rx.recv() => done,
             else => return Err(DriverError::DiskFailed),
         };
+        let stepped = store_loop.step(input);
+        let now = StoreStatus::of(&store_loop.node);
+        status.send_if_modified(|s| std::mem::replace(s, now) != now);
+        stepped?;
+    }
+}
+
+/// A running store node and what carries out its commands: the disk
+/// thread, the network and the commit pacing.
+struct StoreLoop {
+    node: StoreNode,
+    runner: DiskRunner,
+    outbox: Outbox,
+    pacer: pacing::CommitPacer,
+    clock: Clock,
+    /// The node's store endpoint, the `from` of what it sends.
+    me: Endpoint,
+}
+
+impl StoreLoop {
+    /// The node of what its disk recovered, with the cluster's settings.
+    fn new(
+        config: &Config,
+        node_id: NodeId,
+        runner: DiskRunner,
+        recovered: RecoveredStore,
+        outbox: Outbox,
+    ) -> Self {
+        tracing::info!(
+            node = node_id,
+            promised = recovered.promised,
+            stable = recovered.stable,
+            last = %recovered.runs.last(),
+            joined = recovered.joined,
+            incarnation = recovered.incarnation,
+            "store node starting"
+        );
+        let node = StoreNode::new(
+            node_id,
+            recovered.promised,
+            recovered.stable,
+            recovered.runs,
+        )
+        .with_config(config)
+        .with_identity(recovered.joined, recovered.incarnation);
+        let clock = Clock::start();
+        let me = Endpoint::store(node_id);
+        let pacer =
+            pacing::CommitPacer::new(std::time::Duration::from_micros(config.commit_interval_us));
+        StoreLoop {
+            node,
+            runner,
+            outbox,
+            pacer,
+            clock,
+            me,
+        }
+    }
+
+    /// Step the node by `input` and carry out its commands. Fails once the
+    /// disk failed (the node is silent from then on).
+    fn step(&mut self, mut input: StoreInput) -> Result<(), DriverError> {
         // A commit window already open when asked for is reported at once,
         // in the same pass: no timer, no wake-up.
         loop {
             let failed = matches!(input, StoreInput::DiskFailed);
             let mut window_now = false;
-            for cmd in node.step(clock.now_ms(), input) {
-                match cmd {
-                    StoreCommand::Send { to, msg } => outbox.send(Envelope { from: me, to, msg }),
-                    StoreCommand::AwaitCommitWindow { queued_entries } => {
-                        match pacer.window(Instant::now(), queued_entries) {
-                            Some(at) => runner.commit_window(at),
-                            None => window_now = true,
-                        }
-                    }
-                    StoreCommand::Persist(ops) => {
-                        pacer.started(Instant::now(), DiskOp::entries_in(&ops));
-                        for op in &ops {
-                            if let DiskOp::InstallSnapshot { base } = op {
-                                tracing::info!(
-                                    node = node_id,
-                                    %base,
-                                    "store caught up by snapshot from a peer"
-                                );
-                                metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "store")
-                                .increment(1);
-                            }
-                        }
-                        runner.persist(ops)
-                    }
-                    StoreCommand::Read(req) => runner.read(req),
-                    StoreCommand::ReadSnapshot(req) => runner.read_snapshot(req),
-                }
+            for cmd in self.node.step(self.clock.now_ms(), input) {
+                window_now |= self.carry_out(cmd);
             }
             if failed {
-                let now = StoreStatus::of(&node);
-                status.send_if_modified(|s| std::mem::replace(s, now) != now);
                 return Err(DriverError::DiskFailed);
             }
             if !window_now {
-                break;
+                return Ok(());
             }
             input = StoreInput::CommitWindow;
         }
-        let now = StoreStatus::of(&node);
-        status.send_if_modified(|s| std::mem::replace(s, now) != now);
+    }
+
+    /// Carry out one command of the node; true if it asked for a commit
+    /// window that is open already.
+    fn carry_out(&mut self, cmd: StoreCommand) -> bool {
+        match cmd {
+            StoreCommand::Send { to, msg } => self.outbox.send(Envelope {
+                from: self.me,
+                to,
+                msg,
+            }),
+            StoreCommand::AwaitCommitWindow { queued_entries } => {
+                match self.pacer.window(Instant::now(), queued_entries) {
+                    Some(at) => self.runner.commit_window(at),
+                    None => return true,
+                }
+            }
+            StoreCommand::Persist(ops) => {
+                self.pacer.started(Instant::now(), DiskOp::entries_in(&ops));
+                for op in &ops {
+                    if let DiskOp::InstallSnapshot { base } = op {
+                        tracing::info!(
+                            node = self.me.node,
+                            %base,
+                            "store caught up by snapshot from a peer"
+                        );
+                        metrics::counter!(crate::metrics::SNAPSHOTS_INSTALLED, "role" => "store")
+                            .increment(1);
+                    }
+                }
+                self.runner.persist(ops)
+            }
+            StoreCommand::Read(req) => self.runner.read(req),
+            StoreCommand::ReadSnapshot(req) => self.runner.read_snapshot(req),
+        }
+        false
     }
 }

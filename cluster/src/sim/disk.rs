@@ -47,109 +47,147 @@ impl DiskState {
     /// and I1 checkers report) instead of applying it.
     pub fn apply(&mut self, op: &DiskOp) -> Result<(), String> {
         match op {
-            DiskOp::Promise(epoch) => {
-                if *epoch < self.promised {
-                    return Err(format!("promise {epoch} below {}", self.promised));
-                }
-                self.promised = *epoch;
-            }
-            DiskOp::TruncateAfter(index) => {
-                if *index < self.stable || *index < self.base.index {
-                    return Err(format!(
-                        "truncate after {index} below stable {} or base {}",
-                        self.stable, self.base
-                    ));
-                }
-                self.entries
-                    .truncate(usize::try_from(index - self.base.index).unwrap_or(usize::MAX));
-            }
+            DiskOp::Promise(epoch) => self.promise(*epoch)?,
+            DiskOp::TruncateAfter(index) => self.truncate_after(*index)?,
             DiskOp::Append {
                 writer_epoch,
                 entries,
-            } => {
-                if *writer_epoch < self.promised {
-                    return Err(format!(
-                        "append from epoch {writer_epoch} below promise {}",
-                        self.promised
-                    ));
-                }
-                for entry in entries {
-                    let last = self.last();
-                    if entry.pos.index != last.index + 1
-                        || entry.pos.epoch < last.epoch
-                        || entry.pos.epoch > *writer_epoch
-                    {
-                        return Err(format!(
-                            "append {} after {last} by epoch {writer_epoch}",
-                            entry.pos
-                        ));
-                    }
-                    self.entries.push(entry.clone());
-                }
-            }
-            DiskOp::Stable(index) => {
-                if *index > self.last().index {
-                    return Err(format!("stable {index} beyond {}", self.last()));
-                }
-                self.stable = self.stable.max(*index);
-            }
-            DiskOp::Compact(pos) => {
-                // The log may only lose what is stable (I1), and the state
-                // is the log's own entries reduced.
-                if pos.index > self.stable || pos.index <= self.base.index {
-                    return Err(format!(
-                        "compact through {pos} outside (base {}, stable {}]",
-                        self.base, self.stable
-                    ));
-                }
-                let n = usize::try_from(pos.index - self.base.index).unwrap_or(usize::MAX);
-                if self.entries.get(n - 1).map(|e| e.pos) != Some(*pos) {
-                    return Err(format!("compact through {pos}, which the log lacks"));
-                }
-                for entry in self.entries.drain(..n) {
-                    reduce(&mut self.state, &entry);
-                }
-                self.base = *pos;
-            }
+            } => self.append(*writer_epoch, entries)?,
+            DiskOp::Stable(index) => self.record_stable(*index)?,
+            DiskOp::Compact(pos) => self.compact(*pos)?,
             DiskOp::StageSnapshot { base, first, pairs } => {
-                if *first {
-                    self.staging = Some((*base, State::default()));
-                }
-                match &mut self.staging {
-                    Some((staged, state)) if staged == base => {
-                        state.extend(pairs.iter().cloned());
-                    }
-                    _ => return Err(format!("a chunk of the state at {base}, not being staged")),
-                }
+                self.stage_snapshot(*base, *first, pairs)?;
             }
-            DiskOp::InstallSnapshot { base } => {
-                if base.index <= self.stable {
-                    return Err(format!(
-                        "snapshot at {base} not above stable {}",
-                        self.stable
-                    ));
-                }
-                let state = match self.staging.take() {
-                    Some((staged, state)) if staged == *base => state,
-                    _ => {
-                        return Err(format!(
-                            "installing the state at {base}, which is not staged"
-                        ));
-                    }
-                };
-                let offset = base.index - self.base.index;
-                let keep_from = usize::try_from(offset).unwrap_or(usize::MAX);
-                if self.entries.get(keep_from.wrapping_sub(1)).map(|e| e.pos) == Some(*base) {
-                    self.entries.drain(..keep_from);
-                } else {
-                    self.entries.clear();
-                }
-                self.state = state;
-                self.base = *base;
-                self.stable = base.index;
-            }
+            DiskOp::InstallSnapshot { base } => self.install_snapshot(*base)?,
             DiskOp::Joined => self.joined = true,
         }
+        Ok(())
+    }
+
+    /// [`DiskOp::Promise`]: never below the promise held.
+    fn promise(&mut self, epoch: u64) -> Result<(), String> {
+        if epoch < self.promised {
+            return Err(format!("promise {epoch} below {}", self.promised));
+        }
+        self.promised = epoch;
+        Ok(())
+    }
+
+    /// [`DiskOp::TruncateAfter`]: never below the stable index or the base.
+    fn truncate_after(&mut self, index: u64) -> Result<(), String> {
+        if index < self.stable || index < self.base.index {
+            return Err(format!(
+                "truncate after {index} below stable {} or base {}",
+                self.stable, self.base
+            ));
+        }
+        self.entries
+            .truncate(usize::try_from(index - self.base.index).unwrap_or(usize::MAX));
+        Ok(())
+    }
+
+    /// [`DiskOp::Append`]: checked against the writer's epoch (see the
+    /// module docs), each entry right after the last.
+    fn append(&mut self, writer_epoch: u64, entries: &[Entry]) -> Result<(), String> {
+        if writer_epoch < self.promised {
+            return Err(format!(
+                "append from epoch {writer_epoch} below promise {}",
+                self.promised
+            ));
+        }
+        for entry in entries {
+            let last = self.last();
+            if entry.pos.index != last.index + 1
+                || entry.pos.epoch < last.epoch
+                || entry.pos.epoch > writer_epoch
+            {
+                return Err(format!(
+                    "append {} after {last} by epoch {writer_epoch}",
+                    entry.pos
+                ));
+            }
+            self.entries.push(entry.clone());
+        }
+        Ok(())
+    }
+
+    /// [`DiskOp::Stable`]: never beyond the last entry held.
+    fn record_stable(&mut self, index: u64) -> Result<(), String> {
+        if index > self.last().index {
+            return Err(format!("stable {index} beyond {}", self.last()));
+        }
+        self.stable = self.stable.max(index);
+        Ok(())
+    }
+
+    /// [`DiskOp::Compact`]: reduce the log through `pos` into the state.
+    fn compact(&mut self, pos: LogPosition) -> Result<(), String> {
+        // The log may only lose what is stable (I1), and the state
+        // is the log's own entries reduced.
+        if pos.index > self.stable || pos.index <= self.base.index {
+            return Err(format!(
+                "compact through {pos} outside (base {}, stable {}]",
+                self.base, self.stable
+            ));
+        }
+        let n = usize::try_from(pos.index - self.base.index).unwrap_or(usize::MAX);
+        if self.entries.get(n - 1).map(|e| e.pos) != Some(pos) {
+            return Err(format!("compact through {pos}, which the log lacks"));
+        }
+        for entry in self.entries.drain(..n) {
+            reduce(&mut self.state, &entry);
+        }
+        self.base = pos;
+        Ok(())
+    }
+
+    /// [`DiskOp::StageSnapshot`]: a chunk of a peer's state at `base`
+    /// (`first`: start staging it afresh).
+    fn stage_snapshot(
+        &mut self,
+        base: LogPosition,
+        first: bool,
+        pairs: &[(Bytes, Bytes)],
+    ) -> Result<(), String> {
+        if first {
+            self.staging = Some((base, State::default()));
+        }
+        match &mut self.staging {
+            Some((staged, state)) if *staged == base => {
+                state.extend(pairs.iter().cloned());
+            }
+            _ => return Err(format!("a chunk of the state at {base}, not being staged")),
+        }
+        Ok(())
+    }
+
+    /// [`DiskOp::InstallSnapshot`]: the staged state at `base` replaces the
+    /// state, and the log keeps only what follows `base` (if it holds `base`).
+    fn install_snapshot(&mut self, base: LogPosition) -> Result<(), String> {
+        if base.index <= self.stable {
+            return Err(format!(
+                "snapshot at {base} not above stable {}",
+                self.stable
+            ));
+        }
+        let state = match self.staging.take() {
+            Some((staged, state)) if staged == base => state,
+            _ => {
+                return Err(format!(
+                    "installing the state at {base}, which is not staged"
+                ));
+            }
+        };
+        let offset = base.index - self.base.index;
+        let keep_from = usize::try_from(offset).unwrap_or(usize::MAX);
+        if self.entries.get(keep_from.wrapping_sub(1)).map(|e| e.pos) == Some(base) {
+            self.entries.drain(..keep_from);
+        } else {
+            self.entries.clear();
+        }
+        self.state = state;
+        self.base = base;
+        self.stable = base.index;
         Ok(())
     }
 

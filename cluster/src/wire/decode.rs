@@ -161,6 +161,32 @@ impl Reader {
         Ok(pairs)
     }
 
+    /// A flag: u8 0 (false) or 1 (true).
+    fn flag(&mut self, what: &'static str) -> Result<bool, WireError> {
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            tag => Err(WireError::UnknownTag { what, tag }),
+        }
+    }
+
+    /// An AppendReject's reason: its tag, then a mismatch's fields.
+    fn reject_reason(&mut self) -> Result<RejectReason, WireError> {
+        match self.u8("reason tag")? {
+            REASON_FENCED => Ok(RejectReason::Fenced),
+            REASON_MISMATCH => Ok(RejectReason::Mismatch {
+                prev: self.pos("prev")?,
+                hint: self.u64("hint")?,
+                incarnation: self.u64("incarnation")?,
+            }),
+            tag => Err(WireError::UnknownTag {
+                what: "reason",
+                tag,
+            }),
+        }
+    }
+
+    /// One message: its tag, then its fields in wire order.
     fn message(&mut self) -> Result<Message, WireError> {
         let msg = match self.u8("message tag")? {
             TAG_APPEND => Message::Append(Append {
@@ -183,24 +209,10 @@ impl Reader {
                 last: self.pos("last")?,
                 stable: self.u64("stable")?,
             },
-            TAG_APPEND_REJECT => {
-                let epoch = self.u64("epoch")?;
-                let reason = match self.u8("reason tag")? {
-                    REASON_FENCED => RejectReason::Fenced,
-                    REASON_MISMATCH => RejectReason::Mismatch {
-                        prev: self.pos("prev")?,
-                        hint: self.u64("hint")?,
-                        incarnation: self.u64("incarnation")?,
-                    },
-                    tag => {
-                        return Err(WireError::UnknownTag {
-                            what: "reason",
-                            tag,
-                        });
-                    }
-                };
-                Message::AppendReject { epoch, reason }
-            }
+            TAG_APPEND_REJECT => Message::AppendReject {
+                epoch: self.u64("epoch")?,
+                reason: self.reject_reason()?,
+            },
             TAG_FENCE => Message::Fence {
                 epoch: self.u64("epoch")?,
                 nonce: self.u64("nonce")?,
@@ -231,21 +243,12 @@ impl Reader {
                 epoch: self.u64("epoch")?,
                 entries: self.entries()?,
             },
-            TAG_SNAPSHOT_CHUNK => {
-                let base = self.pos("base")?;
-                let after = self.opt_bytes("after")?;
-                let done = match self.u8("done")? {
-                    0 => false,
-                    1 => true,
-                    tag => return Err(WireError::UnknownTag { what: "done", tag }),
-                };
-                Message::SnapshotChunk(SnapshotChunk {
-                    base,
-                    after,
-                    done,
-                    pairs: self.pairs()?,
-                })
-            }
+            TAG_SNAPSHOT_CHUNK => Message::SnapshotChunk(SnapshotChunk {
+                base: self.pos("base")?,
+                after: self.opt_bytes("after")?,
+                done: self.flag("done")?,
+                pairs: self.pairs()?,
+            }),
             TAG_SNAPSHOT_REQUEST => Message::SnapshotRequest {
                 base: self.pos("base")?,
                 after: self.opt_bytes("after")?,
@@ -255,16 +258,7 @@ impl Reader {
             },
             TAG_PRE_VOTE_REPLY => Message::PreVoteReply {
                 epoch: self.u64("epoch")?,
-                granted: match self.u8("granted")? {
-                    0 => false,
-                    1 => true,
-                    tag => {
-                        return Err(WireError::UnknownTag {
-                            what: "granted",
-                            tag,
-                        });
-                    }
-                },
+                granted: self.flag("granted")?,
                 promised: self.u64("promised")?,
             },
             tag => {

@@ -80,6 +80,39 @@ fn put_entries(out: &mut BytesMut, entries: &[Entry]) -> Result<(), WireError> {
     Ok(())
 }
 
+/// An AppendReject's reason: its tag, then a mismatch's fields.
+fn put_reject_reason(out: &mut BytesMut, reason: &RejectReason) {
+    match reason {
+        RejectReason::Fenced => out.put_u8(REASON_FENCED),
+        RejectReason::Mismatch {
+            prev,
+            hint,
+            incarnation,
+        } => {
+            out.put_u8(REASON_MISMATCH);
+            put_pos(out, *prev);
+            out.put_u64(*hint);
+            out.put_u64(*incarnation);
+        }
+    }
+}
+
+/// A snapshot chunk's pairs: u32 count, then each key and value.
+fn put_pairs(out: &mut BytesMut, pairs: &[(Bytes, Bytes)]) -> Result<(), WireError> {
+    let count = u32::try_from(pairs.len()).map_err(|_| WireError::PayloadTooLarge(pairs.len()))?;
+    out.put_u32(count);
+    for (key, value) in pairs {
+        put_bytes(out, key)?;
+        put_bytes(out, value)?;
+    }
+    Ok(())
+}
+
+/// One message: its tag, then its fields in wire order.
+///
+/// One piece on purpose: each arm writes one message's fields in the order
+/// `Reader::message` (decode.rs) reads them, so the two read side by
+/// side; splitting the arms apart would only scatter the wire format.
 fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
     match msg {
         Message::Append(Append {
@@ -109,19 +142,7 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
         Message::AppendReject { epoch, reason } => {
             out.put_u8(TAG_APPEND_REJECT);
             out.put_u64(*epoch);
-            match reason {
-                RejectReason::Fenced => out.put_u8(REASON_FENCED),
-                RejectReason::Mismatch {
-                    prev,
-                    hint,
-                    incarnation,
-                } => {
-                    out.put_u8(REASON_MISMATCH);
-                    put_pos(out, *prev);
-                    out.put_u64(*hint);
-                    out.put_u64(*incarnation);
-                }
-            }
+            put_reject_reason(out, reason);
         }
         Message::Fence { epoch, nonce } => {
             out.put_u8(TAG_FENCE);
@@ -174,13 +195,7 @@ fn put_message(out: &mut BytesMut, msg: &Message) -> Result<(), WireError> {
             put_pos(out, *base);
             put_opt_bytes(out, after.as_ref())?;
             out.put_u8(u8::from(*done));
-            let count =
-                u32::try_from(pairs.len()).map_err(|_| WireError::PayloadTooLarge(pairs.len()))?;
-            out.put_u32(count);
-            for (key, value) in pairs {
-                put_bytes(out, key)?;
-                put_bytes(out, value)?;
-            }
+            put_pairs(out, pairs)?;
         }
         Message::SnapshotRequest { base, after } => {
             out.put_u8(TAG_SNAPSHOT_REQUEST);

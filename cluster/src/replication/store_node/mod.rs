@@ -262,6 +262,7 @@ impl StoreNode {
         out
     }
 
+    /// Dispatch a received message to its handler (or drop it).
     fn receive(&mut self, now: u64, from: Endpoint, msg: Message, out: &mut Vec<StoreCommand>) {
         match msg {
             Message::Append(append) => self.on_append(now, from, append, out),
@@ -269,82 +270,18 @@ impl StoreNode {
                 epoch,
                 from: lo,
                 to,
-            } => {
-                // Only what this store knows stable: its log up to there is
-                // the stable log (it learnt `stable` only up to what an append
-                // proved it shares with the master). And only what is on disk
-                // already: the ops that made it stable may still be queued
-                // behind this read, over an older tail.
-                let to = to.min(self.stable_on_disk);
-                if lo >= 1 && lo <= self.log.base().index {
-                    // Compacted: the state up to the base instead, then the
-                    // requester asks again from the base.
-                    out.push(StoreCommand::ReadSnapshot(SnapshotRead {
-                        reply_to: from,
-                        base: LogPosition::ZERO,
-                        after: None,
-                    }));
-                } else if lo >= 1 && lo <= to {
-                    out.push(StoreCommand::Read(ReadRequest {
-                        from: lo,
-                        to,
-                        reply_to: from,
-                        epoch,
-                        stable_only: true,
-                    }));
-                }
-            }
+            } => self.on_catch_up(from, epoch, lo, to, out),
             // A store that has not joined may have promised more than it
             // knows in its lost life: it promises nothing (the candidate
             // resends, and gets an answer once it joined).
             Message::Fence { .. } if !self.joined => {}
             Message::Fence { epoch, nonce } => self.on_fence(from, epoch, nonce, out),
-            Message::PreVote { epoch } => {
-                // Leader stickiness: while a master is heard, a slave that
-                // cannot hear it must not depose it. Changes no state. A
-                // store that has not joined would not promise: no.
-                let granted = self.joined
-                    && epoch > self.promised
-                    && self
-                        .master_heard_ms
-                        .is_none_or(|at| now.saturating_sub(at) >= self.election_timeout_ms);
-                let reply = Message::PreVoteReply {
-                    epoch,
-                    granted,
-                    promised: self.promised,
-                };
-                reply_now(from, reply, out);
-            }
+            Message::PreVote { epoch } => self.on_pre_vote(now, from, epoch, out),
             Message::Fetch {
                 epoch,
                 from: lo,
                 to,
-            } => {
-                if epoch == self.promised && lo <= self.log.base().index {
-                    // The candidate needs what only the state holds now.
-                    out.push(StoreCommand::ReadSnapshot(SnapshotRead {
-                        reply_to: from,
-                        base: LogPosition::ZERO,
-                        after: None,
-                    }));
-                } else if epoch == self.promised {
-                    out.push(StoreCommand::Read(ReadRequest {
-                        from: lo,
-                        to,
-                        reply_to: from,
-                        epoch,
-                        stable_only: false,
-                    }));
-                } else if epoch < self.promised {
-                    reply_now(
-                        from,
-                        Message::FenceRefused {
-                            promised: self.promised,
-                        },
-                        out,
-                    );
-                }
-            }
+            } => self.on_fetch(from, epoch, lo, to, out),
             Message::SnapshotRequest { base, after } => {
                 out.push(StoreCommand::ReadSnapshot(SnapshotRead {
                     reply_to: from,
@@ -359,14 +296,7 @@ impl StoreNode {
             Message::SnapshotChunk(chunk) if self.is_peer(from) => {
                 self.on_snapshot_chunk(now, from, chunk, out);
             }
-            Message::JoinProbe { .. } if self.is_peer(from) => {
-                let info = Message::JoinInfo {
-                    promised: self.promised,
-                    last: self.log.last(),
-                    stable: self.stable,
-                };
-                reply_now(from, info, out);
-            }
+            Message::JoinProbe { .. } if self.is_peer(from) => self.on_join_probe(from, out),
             Message::JoinInfo { promised, last, .. } if self.is_peer(from) => {
                 self.on_join_info(now, from.node, promised, last, out);
             }
@@ -381,6 +311,100 @@ impl StoreNode {
             | Message::SnapshotChunk(SnapshotChunk { .. })
             | Message::PreVoteReply { .. } => {}
         }
+    }
+
+    /// A peer store asks for stable entries `lo..=to`: read them, or the
+    /// state instead if `lo` is compacted.
+    fn on_catch_up(
+        &self,
+        from: Endpoint,
+        epoch: u64,
+        lo: u64,
+        to: u64,
+        out: &mut Vec<StoreCommand>,
+    ) {
+        // Only what this store knows stable: its log up to there is
+        // the stable log (it learnt `stable` only up to what an append
+        // proved it shares with the master). And only what is on disk
+        // already: the ops that made it stable may still be queued
+        // behind this read, over an older tail.
+        let to = to.min(self.stable_on_disk);
+        if lo >= 1 && lo <= self.log.base().index {
+            // Compacted: the state up to the base instead, then the
+            // requester asks again from the base.
+            out.push(StoreCommand::ReadSnapshot(SnapshotRead {
+                reply_to: from,
+                base: LogPosition::ZERO,
+                after: None,
+            }));
+        } else if lo >= 1 && lo <= to {
+            out.push(StoreCommand::Read(ReadRequest {
+                from: lo,
+                to,
+                reply_to: from,
+                epoch,
+                stable_only: true,
+            }));
+        }
+    }
+
+    /// Answer a pre-vote for `epoch`, granted only if this store would
+    /// promise it and hears no master.
+    fn on_pre_vote(&self, now: u64, from: Endpoint, epoch: u64, out: &mut Vec<StoreCommand>) {
+        // Leader stickiness: while a master is heard, a slave that
+        // cannot hear it must not depose it. Changes no state. A
+        // store that has not joined would not promise: no.
+        let granted = self.joined
+            && epoch > self.promised
+            && self
+                .master_heard_ms
+                .is_none_or(|at| now.saturating_sub(at) >= self.election_timeout_ms);
+        let reply = Message::PreVoteReply {
+            epoch,
+            granted,
+            promised: self.promised,
+        };
+        reply_now(from, reply, out);
+    }
+
+    /// A candidate of `epoch` fetches entries `lo..=to` to adopt: read them
+    /// (or the state, if `lo` is compacted) when bound to its epoch, refuse
+    /// a lower epoch.
+    fn on_fetch(&self, from: Endpoint, epoch: u64, lo: u64, to: u64, out: &mut Vec<StoreCommand>) {
+        if epoch == self.promised && lo <= self.log.base().index {
+            // The candidate needs what only the state holds now.
+            out.push(StoreCommand::ReadSnapshot(SnapshotRead {
+                reply_to: from,
+                base: LogPosition::ZERO,
+                after: None,
+            }));
+        } else if epoch == self.promised {
+            out.push(StoreCommand::Read(ReadRequest {
+                from: lo,
+                to,
+                reply_to: from,
+                epoch,
+                stable_only: false,
+            }));
+        } else if epoch < self.promised {
+            reply_now(
+                from,
+                Message::FenceRefused {
+                    promised: self.promised,
+                },
+                out,
+            );
+        }
+    }
+
+    /// Tell a joining peer store what this one holds.
+    fn on_join_probe(&self, from: Endpoint, out: &mut Vec<StoreCommand>) {
+        let info = Message::JoinInfo {
+            promised: self.promised,
+            last: self.log.last(),
+            stable: self.stable,
+        };
+        reply_now(from, info, out);
     }
 
     fn on_fence(&mut self, from: Endpoint, epoch: u64, nonce: u64, out: &mut Vec<StoreCommand>) {
