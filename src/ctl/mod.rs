@@ -11,6 +11,7 @@
 //! (`list-queues`) works too.
 
 mod cluster;
+mod command;
 mod format;
 mod http;
 
@@ -18,9 +19,11 @@ pub use cluster::{render, render_rabbitmq};
 pub use format::{Formatter, Kind};
 pub use http::{Api, CtlError, enc};
 
+use command::Ctl;
+
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use std::io::{Read, Write};
+use std::io::Write;
 
 /// Flags of `stablemq ctl`.
 #[derive(Debug, Args)]
@@ -203,46 +206,25 @@ pub fn main(args: CtlArgs) -> i32 {
 
 /// Run one command and return what it prints.
 pub fn run(api: &Api, args: &CtlArgs) -> Result<String, CtlError> {
-    let v = enc(&args.vhost);
-    let f = args.formatter;
-    let list = |kind: Kind, path: String, c: &Columns| -> Result<String, CtlError> {
-        let rows = api.get(&path)?;
-        let rows = rows.as_array().cloned().unwrap_or_default();
-        let columns: Vec<String> = if c.columns.is_empty() {
-            kind.default_columns()
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        } else {
-            c.columns.clone()
-        };
-        let out = format::render(kind, &rows, &columns, f);
-        Ok(match (f, args.no_table_headers) {
-            (Formatter::Table, true) => out
-                .split_once('\n')
-                .map_or(String::new(), |(_, rest)| rest.to_string()),
-            _ => out,
-        })
+    let ctl = Ctl {
+        api,
+        args,
+        v: enc(&args.vhost),
     };
-    let done = |what: String| -> Result<String, CtlError> {
-        Ok(match f {
-            Formatter::Json => format!("{}\n", json!({"result": "ok", "message": what})),
-            Formatter::Table => format!("{what}\n"),
-        })
-    };
+    let (v, f) = (&ctl.v, args.formatter);
     match &args.command {
         CtlCommand::ClusterStatus { json } => {
             let f = if *json { Formatter::Json } else { f };
             cluster::cluster_status(api, f)
         }
-        CtlCommand::ListQueues(c) => list(Kind::Queue, format!("/api/queues/{v}"), c),
-        CtlCommand::ListExchanges(c) => list(Kind::Exchange, format!("/api/exchanges/{v}"), c),
-        CtlCommand::ListBindings(c) => list(Kind::Binding, format!("/api/bindings/{v}"), c),
-        CtlCommand::ListConnections(c) => list(Kind::Connection, "/api/connections".into(), c),
-        CtlCommand::ListUsers(c) => list(Kind::User, "/api/users".into(), c),
-        CtlCommand::ListVhosts(c) => list(Kind::Vhost, "/api/vhosts".into(), c),
+        CtlCommand::ListQueues(c) => ctl.list(Kind::Queue, format!("/api/queues/{v}"), c),
+        CtlCommand::ListExchanges(c) => ctl.list(Kind::Exchange, format!("/api/exchanges/{v}"), c),
+        CtlCommand::ListBindings(c) => ctl.list(Kind::Binding, format!("/api/bindings/{v}"), c),
+        CtlCommand::ListConnections(c) => ctl.list(Kind::Connection, "/api/connections".into(), c),
+        CtlCommand::ListUsers(c) => ctl.list(Kind::User, "/api/users".into(), c),
+        CtlCommand::ListVhosts(c) => ctl.list(Kind::Vhost, "/api/vhosts".into(), c),
         CtlCommand::ListPermissions(c) => {
-            list(Kind::Permission, format!("/api/vhosts/{v}/permissions"), c)
+            ctl.list(Kind::Permission, format!("/api/vhosts/{v}/permissions"), c)
         }
         CtlCommand::AddUser {
             name,
@@ -253,15 +235,15 @@ pub fn run(api: &Api, args: &CtlArgs) -> Result<String, CtlError> {
                 &format!("/api/users/{}", enc(name)),
                 &json!({"password": password, "tags": tags}),
             )?;
-            done(format!("Added user \"{name}\""))
+            ctl.done(format!("Added user \"{name}\""))
         }
         CtlCommand::DeleteUser { name } => {
             api.delete(&format!("/api/users/{}", enc(name)), &[])?;
-            done(format!("Deleted user \"{name}\""))
+            ctl.done(format!("Deleted user \"{name}\""))
         }
         CtlCommand::AddVhost { name } => {
             api.put(&format!("/api/vhosts/{}", enc(name)), &json!({}))?;
-            done(format!("Added vhost \"{name}\""))
+            ctl.done(format!("Added vhost \"{name}\""))
         }
         CtlCommand::SetPermissions {
             user,
@@ -273,7 +255,7 @@ pub fn run(api: &Api, args: &CtlArgs) -> Result<String, CtlError> {
                 &format!("/api/permissions/{v}/{}", enc(user)),
                 &json!({"configure": configure, "write": write, "read": read}),
             )?;
-            done(format!(
+            ctl.done(format!(
                 "Set permissions for user \"{user}\" in vhost \"{}\"",
                 args.vhost
             ))
@@ -282,28 +264,10 @@ pub fn run(api: &Api, args: &CtlArgs) -> Result<String, CtlError> {
             name,
             if_empty,
             if_unused,
-        } => {
-            let mut query = Vec::new();
-            if *if_empty {
-                query.push("if-empty=true");
-            }
-            if *if_unused {
-                query.push("if-unused=true");
-            }
-            let q = if query.is_empty() {
-                String::new()
-            } else {
-                format!("?{}", query.join("&"))
-            };
-            api.delete(&format!("/api/queues/{v}/{}{q}", enc(name)), &[])?;
-            done(format!(
-                "Deleted queue \"{name}\" in vhost \"{}\"",
-                args.vhost
-            ))
-        }
+        } => ctl.delete_queue(name, *if_empty, *if_unused),
         CtlCommand::PurgeQueue { name } => {
             api.delete(&format!("/api/queues/{v}/{}/contents", enc(name)), &[])?;
-            done(format!(
+            ctl.done(format!(
                 "Purged queue \"{name}\" in vhost \"{}\"",
                 args.vhost
             ))
@@ -313,75 +277,13 @@ pub fn run(api: &Api, args: &CtlArgs) -> Result<String, CtlError> {
                 &format!("/api/connections/{}", enc(name)),
                 &[("x-reason", explanation.as_str())],
             )?;
-            done(format!("Closed connection \"{name}\""))
+            ctl.done(format!("Closed connection \"{name}\""))
         }
-        CtlCommand::ImportDefinitions { file } => {
-            let body = read_input(file)?;
-            // Refuse what is not JSON here, with a clear message, rather than
-            // in the server's words.
-            serde_json::from_slice::<Value>(&body)
-                .map_err(|e| CtlError::Usage(format!("{file}: not a JSON file: {e}")))?;
-            api.post_raw("/api/definitions", body)?;
-            done(format!("Imported definitions from {file}"))
-        }
-        CtlCommand::ExportDefinitions { file } => {
-            let text = api.get_text("/api/definitions")?;
-            let parsed: Value = serde_json::from_str(&text).map_err(|e| CtlError::BadAnswer {
-                url: "/api/definitions".into(),
-                detail: e.to_string(),
-            })?;
-            let mut pretty = serde_json::to_string_pretty(&parsed).unwrap_or(text);
-            pretty.push('\n');
-            if file == "-" {
-                return Ok(pretty);
-            }
-            std::fs::write(file, pretty).map_err(|source| CtlError::File {
-                path: file.clone(),
-                source,
-            })?;
-            done(format!("Exported definitions to {file}"))
-        }
+        CtlCommand::ImportDefinitions { file } => ctl.import_definitions(file),
+        CtlCommand::ExportDefinitions { file } => ctl.export_definitions(file),
         CtlCommand::SetVmMemoryHighWatermark { value, amount } => {
-            let body = watermark_body(value, amount.as_deref())?;
-            match api.put("/api/stablemq/vm-memory-high-watermark", &body) {
-                Ok(()) => done(format!(
-                    "Set the memory high watermark to {}",
-                    describe(&body)
-                )),
-                // RabbitMQ answers 405 to a PUT on a path it does not route.
-                Err(e) if matches!(e.status(), Some(404 | 405)) => Err(CtlError::Usage(format!(
-                    "{e}: this node has no HTTP endpoint for the memory watermark \
-                     (RabbitMQ has none); use rabbitmqctl set_vm_memory_high_watermark there"
-                ))),
-                Err(e) => Err(e),
-            }
+            ctl.set_memory_watermark(value, amount.as_deref())
         }
-    }
-}
-
-/// The file's bytes, or stdin's for `-`.
-fn read_input(file: &str) -> Result<Vec<u8>, CtlError> {
-    if file == "-" {
-        let mut buf = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut buf)
-            .map_err(|source| CtlError::File {
-                path: "stdin".into(),
-                source,
-            })?;
-        return Ok(buf);
-    }
-    std::fs::read(file).map_err(|source| CtlError::File {
-        path: file.to_string(),
-        source,
-    })
-}
-
-fn describe(body: &Value) -> String {
-    match (body.get("fraction"), body.get("absolute")) {
-        (Some(f), _) => format!("{f} of total memory"),
-        (_, Some(a)) => format!("{a} bytes"),
-        _ => body.to_string(),
     }
 }
 

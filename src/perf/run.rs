@@ -74,7 +74,7 @@ pub async fn run(plan: &Plan, live: bool) -> Report {
     let counters = Arc::new(Counters::default());
     let (phase_tx, phase_rx) = watch::channel(Phase::Setup);
     let tasks = (plan.producers + plan.consumers) as usize;
-    let (ready_tx, mut ready_rx) = mpsc::channel(tasks);
+    let (ready_tx, ready_rx) = mpsc::channel(tasks);
     let ctx = TaskCtx {
         clock,
         counters: counters.clone(),
@@ -82,6 +82,31 @@ pub async fn run(plan: &Plan, live: bool) -> Report {
         ready: ready_tx,
         duration_ns: plan.duration_ns,
     };
+    let set = spawn_tasks(plan, ctx);
+    let mut run = Run {
+        set,
+        ready_rx,
+        phase_tx,
+        counters,
+        report,
+        clock,
+        plan,
+        live,
+    };
+    run.wait_ready(tasks).await;
+    if !run.report.errors.is_empty() {
+        let _ = run.phase_tx.send(Phase::Stop { done: false });
+        finish_tasks(&mut run.set, &mut run.report).await;
+        return run.into_report();
+    }
+    run.measure().await;
+    run.into_report()
+}
+
+/// Spawn the producers, then the consumers, each with its URI (round robin)
+/// and its share of the queues. `ctx` drops once each task has its copy.
+fn spawn_tasks(plan: &Plan, ctx: TaskCtx) -> JoinSet<Result<TaskReport, String>> {
+    let tasks = (plan.producers + plan.consumers) as usize;
     let mut set = JoinSet::new();
     for k in 0..tasks {
         let uri = plan.uris[k % plan.uris.len()].clone();
@@ -104,105 +129,190 @@ pub async fn run(plan: &Plan, live: bool) -> Report {
         }
     }
     drop(ctx);
+    set
+}
 
-    // Wait until every task is connected and subscribed.
-    let mut ready = 0;
-    let setup_deadline = tokio::time::sleep(Duration::from_secs(60));
-    tokio::pin!(setup_deadline);
-    while ready < tasks {
-        tokio::select! {
-            Some(()) = ready_rx.recv() => ready += 1,
-            Some(r) = set.join_next() => {
-                report.errors.push(match r {
-                    Ok(Err(e)) => e,
-                    Ok(Ok(_)) => "a task ended before the start".into(),
-                    Err(e) => format!("task failed: {e}"),
-                });
-                break;
-            }
-            () = &mut setup_deadline => {
-                report.errors.push("connecting the clients timed out".into());
-                break;
-            }
-        }
-    }
-    if !report.errors.is_empty() {
-        let _ = phase_tx.send(Phase::Stop { done: false });
-        finish_tasks(&mut set, &mut report).await;
-        return report;
+/// A run once its tasks are spawned.
+///
+/// The fields are in the order they drop in (the tasks before the channels
+/// to them), as the locals they were.
+struct Run<'a> {
+    /// The producer and consumer tasks.
+    set: JoinSet<Result<TaskReport, String>>,
+    /// Each task says here that it is connected and subscribed.
+    ready_rx: mpsc::Receiver<()>,
+    /// Tells the tasks to start and to stop.
+    phase_tx: watch::Sender<Phase>,
+    /// The tasks' shared totals.
+    counters: Arc<Counters>,
+    /// What the run found so far.
+    report: Report,
+    /// The run's clock.
+    clock: Clock,
+    /// What to run.
+    plan: &'a Plan,
+    /// Print each sample as it is taken.
+    live: bool,
+}
+
+/// The state of the measuring loop, from the start on.
+struct Measure {
+    /// When the start was given.
+    go_ns: u64,
+    /// When the run times out.
+    timeout_at: u64,
+    /// The time and totals of the last sample.
+    prev: (u64, Snapshot),
+    /// Producers that ended having published all they had to.
+    producers_done: u32,
+    /// When the tasks were told to stop.
+    stopped_at: Option<u64>,
+    /// The task reports merged so far.
+    ends: Ends,
+    /// Whether the tasks were aborted for not stopping.
+    aborted: bool,
+    /// CPU time and clock when the measurement ended (before the connections close).
+    cpu_end: Option<((f64, f64), u64)>,
+}
+
+impl Run<'_> {
+    /// The report, once the run is over.
+    fn into_report(self) -> Report {
+        self.report
     }
 
-    let go_ns = clock.now_ns();
-    let cpu0 = cpu_seconds();
-    let _ = phase_tx.send(Phase::Go(go_ns));
-    let timeout_at = go_ns + plan.timeout.as_nanos() as u64;
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    let mut prev = (go_ns, Snapshot::default());
-    let mut producers_done = 0;
-    let mut stopped_at: Option<u64> = None;
-    let mut ends = Ends::default();
-    let mut aborted = false;
-    // CPU time and clock when the measurement ended (before the connections close).
-    let mut cpu_end: Option<((f64, f64), u64)> = None;
-    loop {
-        tokio::select! {
-            r = set.join_next() => match r {
-                None => break,
-                Some(Ok(Ok(t))) => {
-                    if t.publish_end_ns.is_some() {
-                        producers_done += 1;
-                    }
-                    ends.add(t);
+    /// Wait until every task is connected and subscribed, or one failed, or
+    /// a minute passed (both listed as errors).
+    async fn wait_ready(&mut self, tasks: usize) {
+        let mut ready = 0;
+        let setup_deadline = tokio::time::sleep(Duration::from_secs(60));
+        tokio::pin!(setup_deadline);
+        while ready < tasks {
+            tokio::select! {
+                Some(()) = self.ready_rx.recv() => ready += 1,
+                Some(r) = self.set.join_next() => {
+                    self.report.errors.push(match r {
+                        Ok(Err(e)) => e,
+                        Ok(Ok(_)) => "a task ended before the start".into(),
+                        Err(e) => format!("task failed: {e}"),
+                    });
+                    break;
                 }
-                Some(Ok(Err(e))) => {
-                    report.errors.push(e);
-                    let _ = phase_tx.send(Phase::Stop { done: false });
-                    stopped_at.get_or_insert(clock.now_ns());
-                }
-                Some(Err(e)) => report.errors.push(format!("task failed: {e}")),
-            },
-            _ = tick.tick() => {
-                let now = clock.now_ns();
-                if cpu_end.is_none()
-                    && (stopped_at.is_some() || plan.duration_ns.is_some_and(|d| now - go_ns >= d))
-                {
-                    cpu_end = Some((cpu_seconds(), now));
-                }
-                let measuring = stopped_at.is_none()
-                    && plan.duration_ns.is_none_or(|d| now - go_ns <= d + 500_000_000);
-                if measuring && now - prev.0 >= 1_000_000_000 {
-                    let snap = counters.snapshot();
-                    let s = Sample::between((now - go_ns) as f64 / 1e9, &prev.1, &snap, now - prev.0);
-                    if live {
-                        println!("{}", report::sample_line(&s));
-                    }
-                    report.samples.push(s);
-                    prev = (now, snap);
-                }
-                let all_in = plan.consume_target.is_some_and(|target| {
-                    producers_done == plan.producers
-                        && (plan.consumers == 0 || counters.snapshot().consumed >= target)
-                });
-                if stopped_at.is_none() && all_in {
-                    let _ = phase_tx.send(Phase::Stop { done: true });
-                    stopped_at = Some(now);
-                }
-                if stopped_at.is_none() && now >= timeout_at {
-                    report.timed_out = true;
-                    let _ = phase_tx.send(Phase::Stop { done: false });
-                    stopped_at = Some(now);
-                }
-                if !aborted && stopped_at.is_some_and(|s| now - s > 10_000_000_000) {
-                    report.errors.push("tasks did not stop within 10 s; aborted".into());
-                    set.abort_all();
-                    aborted = true;
+                () = &mut setup_deadline => {
+                    self.report.errors.push("connecting the clients timed out".into());
+                    break;
                 }
             }
         }
     }
-    let (cpu1, end_ns) = cpu_end.unwrap_or_else(|| (cpu_seconds(), clock.now_ns()));
-    report.fill(&counters.snapshot(), &ends, go_ns, end_ns, cpu0, cpu1);
-    report
+
+    /// Give the start, sample the counters until every task ended, and fill
+    /// in the report.
+    async fn measure(&mut self) {
+        let go_ns = self.clock.now_ns();
+        let cpu0 = cpu_seconds();
+        let _ = self.phase_tx.send(Phase::Go(go_ns));
+        let timeout_at = go_ns + self.plan.timeout.as_nanos() as u64;
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        let mut m = Measure {
+            go_ns,
+            timeout_at,
+            prev: (go_ns, Snapshot::default()),
+            producers_done: 0,
+            stopped_at: None,
+            ends: Ends::default(),
+            aborted: false,
+            cpu_end: None,
+        };
+        loop {
+            tokio::select! {
+                r = self.set.join_next() => match r {
+                    None => break,
+                    Some(r) => self.on_task_end(r, &mut m),
+                },
+                _ = tick.tick() => self.on_tick(&mut m),
+            }
+        }
+        let clock = self.clock;
+        let (cpu1, end_ns) = m.cpu_end.unwrap_or_else(|| (cpu_seconds(), clock.now_ns()));
+        self.report.fill(
+            &self.counters.snapshot(),
+            &m.ends,
+            go_ns,
+            end_ns,
+            cpu0,
+            cpu1,
+        );
+    }
+
+    /// A task ended: merge its report, or list its error (and stop the others).
+    fn on_task_end(
+        &mut self,
+        r: Result<Result<TaskReport, String>, tokio::task::JoinError>,
+        m: &mut Measure,
+    ) {
+        match r {
+            Ok(Ok(t)) => {
+                if t.publish_end_ns.is_some() {
+                    m.producers_done += 1;
+                }
+                m.ends.add(t);
+            }
+            Ok(Err(e)) => {
+                self.report.errors.push(e);
+                let _ = self.phase_tx.send(Phase::Stop { done: false });
+                m.stopped_at.get_or_insert(self.clock.now_ns());
+            }
+            Err(e) => self.report.errors.push(format!("task failed: {e}")),
+        }
+    }
+
+    /// Every 10 ms: note the end of the measurement, take the second's
+    /// sample, and stop the tasks on completion, timeout, or (abort) when
+    /// they do not stop.
+    fn on_tick(&mut self, m: &mut Measure) {
+        let plan = self.plan;
+        let go_ns = m.go_ns;
+        let now = self.clock.now_ns();
+        if m.cpu_end.is_none()
+            && (m.stopped_at.is_some() || plan.duration_ns.is_some_and(|d| now - go_ns >= d))
+        {
+            m.cpu_end = Some((cpu_seconds(), now));
+        }
+        let measuring = m.stopped_at.is_none()
+            && plan
+                .duration_ns
+                .is_none_or(|d| now - go_ns <= d + 500_000_000);
+        if measuring && now - m.prev.0 >= 1_000_000_000 {
+            let snap = self.counters.snapshot();
+            let s = Sample::between((now - go_ns) as f64 / 1e9, &m.prev.1, &snap, now - m.prev.0);
+            if self.live {
+                println!("{}", report::sample_line(&s));
+            }
+            self.report.samples.push(s);
+            m.prev = (now, snap);
+        }
+        let all_in = plan.consume_target.is_some_and(|target| {
+            m.producers_done == plan.producers
+                && (plan.consumers == 0 || self.counters.snapshot().consumed >= target)
+        });
+        if m.stopped_at.is_none() && all_in {
+            let _ = self.phase_tx.send(Phase::Stop { done: true });
+            m.stopped_at = Some(now);
+        }
+        if m.stopped_at.is_none() && now >= m.timeout_at {
+            self.report.timed_out = true;
+            let _ = self.phase_tx.send(Phase::Stop { done: false });
+            m.stopped_at = Some(now);
+        }
+        if !m.aborted && m.stopped_at.is_some_and(|s| now - s > 10_000_000_000) {
+            self.report
+                .errors
+                .push("tasks did not stop within 10 s; aborted".into());
+            self.set.abort_all();
+            m.aborted = true;
+        }
+    }
 }
 
 /// Collect what is left of the tasks after an early stop.

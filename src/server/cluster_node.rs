@@ -2,7 +2,7 @@
 //! and its broker's replication driver, from the `[cluster]` config section.
 
 use super::master_task::Backend;
-use crate::config::{ClusterConfig, NodeRole};
+use crate::config::{ClusterConfig, NodeConfig, NodeRole};
 use crate::metrics as m;
 use stablemq_cluster::driver::{
     BrokerNodeDriver, BrokerStatus, NodeNet, StoreStatus, run_store_node_with,
@@ -59,26 +59,7 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
         quorum = repl.quorum(),
         "cluster node starting"
     );
-    // A restarted peer must hear the master well within an election timeout,
-    // or it campaigns needlessly: redial at least 5 times a second.
-    let cookie = cluster.cookie().map_err(ServeError::Other)?;
-    let tls = cluster.tls().map_err(ServeError::Other)?;
-    match (&cookie, &tls) {
-        (None, None) => tracing::warn!(
-            "no [cluster] cookie_file and no TLS: node-to-node traffic is not \
-             authenticated, so anyone who can reach the cluster port can join the replication"
-        ),
-        (Some(_), None) => tracing::info!(
-            "node-to-node traffic is authenticated by the cluster cookie, not encrypted"
-        ),
-        (_, Some(_)) => tracing::info!("node-to-node traffic uses mutual TLS"),
-    }
-    let opts = TransportOptions {
-        backoff_max: std::time::Duration::from_millis(200),
-        cookie,
-        tls,
-        ..TransportOptions::default()
-    };
+    let opts = transport_options(cluster)?;
     let net = NodeNet::start(me.id, listener, cluster.peers(), opts);
     let heard = net.heard.clone();
     let (store, store_status) = if me.runs(NodeRole::Store) {
@@ -121,16 +102,8 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
     } else {
         (None, None, None)
     };
-    let amqp_addrs = cluster
-        .nodes
-        .iter()
-        .filter_map(|n| Some((n.id, n.amqp_addr?)))
-        .collect();
-    let stream_addrs = cluster
-        .nodes
-        .iter()
-        .filter_map(|n| Some((n.id, n.stream_addr?)))
-        .collect();
+    let amqp_addrs = addresses(cluster, |n| n.amqp_addr);
+    let stream_addrs = addresses(cluster, |n| n.stream_addr);
     Ok(ClusterNode {
         stream_addrs,
         driver,
@@ -142,6 +115,43 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
         store_status,
         heard,
     })
+}
+
+/// The node-to-node transport's options: the cookie and TLS of the
+/// `[cluster]` section (with a log line saying what protects the traffic).
+fn transport_options(cluster: &ClusterConfig) -> Result<TransportOptions, ServeError> {
+    // A restarted peer must hear the master well within an election timeout,
+    // or it campaigns needlessly: redial at least 5 times a second.
+    let cookie = cluster.cookie().map_err(ServeError::Other)?;
+    let tls = cluster.tls().map_err(ServeError::Other)?;
+    match (&cookie, &tls) {
+        (None, None) => tracing::warn!(
+            "no [cluster] cookie_file and no TLS: node-to-node traffic is not \
+             authenticated, so anyone who can reach the cluster port can join the replication"
+        ),
+        (Some(_), None) => tracing::info!(
+            "node-to-node traffic is authenticated by the cluster cookie, not encrypted"
+        ),
+        (_, Some(_)) => tracing::info!("node-to-node traffic uses mutual TLS"),
+    }
+    Ok(TransportOptions {
+        backoff_max: std::time::Duration::from_millis(200),
+        cookie,
+        tls,
+        ..TransportOptions::default()
+    })
+}
+
+/// Every node's address of one kind (`addr` of its config), by node id.
+fn addresses(
+    cluster: &ClusterConfig,
+    addr: impl Fn(&NodeConfig) -> Option<SocketAddr>,
+) -> HashMap<NodeId, SocketAddr> {
+    cluster
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.id, addr(n)?)))
+        .collect()
 }
 
 /// Keep the role, epoch and slave lag gauges current. The lag needs the

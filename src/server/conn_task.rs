@@ -37,15 +37,7 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
     }
     conn.set_users(users);
     conn.set_cluster_name(cluster_name);
-    let mut rbuf = BytesMut::with_capacity(64 * 1024);
-    let mut decoder = Decoder::default();
-    let mut wbuf = BytesMut::with_capacity(64 * 1024);
-    let mut actions = Vec::with_capacity(64);
-    // What one pass (one socket read, usually) has for the master: sent
-    // together once the pass's actions are carried out.
-    let mut inputs: Vec<Input> = Vec::new();
-    let mut inbox: Vec<Vec<ToConn>> = Vec::with_capacity(64);
-    let mut enc = Encoder::default();
+    let mut b = Buffers::new();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut reading = true;
     let mut outbox_open = true;
@@ -56,87 +48,54 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
     let mut shutdown_changed = std::pin::pin!(shutdown.changed());
     loop {
         tokio::select! {
-            r = rd.read_buf(&mut rbuf), if reading && !conn.is_blocked() => {
+            r = rd.read_buf(&mut b.rbuf), if reading && !conn.is_blocked() => {
                 let now = Instant::now();
                 match r {
                     Ok(0) | Err(_) => {
                         reading = false;
-                        conn.on_eof(&mut actions);
+                        conn.on_eof(&mut b.actions);
                     }
                     Ok(n) => {
                         traffic.stats().received(n);
-                        let before = actions.len();
-                        decode_all(&mut conn, &mut rbuf, &mut decoder, now, &mut actions);
-                        traffic.stats().frames(actions.len().saturating_sub(before).max(1));
+                        let before = b.actions.len();
+                        decode_all(&mut conn, &mut b.rbuf, &mut b.decoder, now, &mut b.actions);
+                        traffic.stats().frames(b.actions.len().saturating_sub(before).max(1));
                     }
                 }
             }
-            n = out_rx.recv_many(&mut inbox, 64), if outbox_open => {
+            n = out_rx.recv_many(&mut b.inbox, 64), if outbox_open => {
                 if n == 0 {
                     // The master dropped us (it closed the connection); the close
                     // handshake goes on without it.
                     outbox_open = false;
                 }
-                // Each batch is one dispatch's messages for us, in order.
-                for batch in inbox.drain(..) {
-                    for m in batch {
-                        conn.on_master(m, &mut actions);
-                    }
-                }
+                b.deliver_inbox(&mut conn);
             }
-            _ = tick.tick() => conn.on_tick(Instant::now(), &mut actions),
+            _ = tick.tick() => conn.on_tick(Instant::now(), &mut b.actions),
             r = &mut shutdown_changed, if !shutting_down => {
                 shutting_down = true;
                 if r.is_ok() {
-                    conn.shutdown(Instant::now(), &mut actions);
+                    conn.shutdown(Instant::now(), &mut b.actions);
                 }
             }
         }
-        let mut close = false;
-        let frame_max = conn.frame_max();
-        let mut pass = actions.drain(..);
-        while let Some(a) = pass.next() {
-            match a {
-                // Acks the encoder holds back came first: a frame written
-                // here (a channel's close-ok) must not overtake them.
-                Action::Write(f) => {
-                    enc.flush(&mut wbuf);
-                    encode_frame(&f, &mut wbuf)
-                }
-                Action::WriteRaw(b) => wbuf.extend_from_slice(&b),
-                Action::Out(m) => enc.push(m, frame_max, &mut wbuf),
-                Action::ToMaster(i) => {
-                    // A batch leaves with its buffer: the next one is sized
-                    // once for what this pass can hold, not grown (a grown
-                    // Vec copies what it holds each time it doubles).
-                    if inputs.capacity() == 0 {
-                        inputs.reserve_exact(pass.len() + 1);
-                    }
-                    inputs.push(i)
-                }
-                Action::Close => close = true,
-            }
-        }
+        let mut close = b.carry_out(conn.frame_max());
         // Sent before anything of this pass is written, as each input was
         // sent before the write when they went one by one.
-        if !inputs.is_empty() && send_inputs(&master, &credit, &mut inputs).await.is_err() {
+        if !b.inputs.is_empty() && send_inputs(&master, &credit, &mut b.inputs).await.is_err() {
             close = true;
         }
-        enc.flush(&mut wbuf);
-        if !wbuf.is_empty() {
-            traffic.stats().sending(wbuf.len());
-            if wr.write_all(&wbuf).await.is_err() {
-                let mut tail = Vec::new();
-                conn.on_eof(&mut tail);
-                for a in tail {
-                    if let Action::ToMaster(i) = a {
-                        let _ = master.send(MasterMsg::Input(i)).await;
-                    }
+        b.enc.flush(&mut b.wbuf);
+        if !b.wbuf.is_empty() {
+            traffic.stats().sending(b.wbuf.len());
+            if wr.write_all(&b.wbuf).await.is_err() {
+                for i in eof_inputs(&mut conn) {
+                    let _ = master.send(MasterMsg::Input(i)).await;
                 }
                 break;
             }
-            traffic.stats().sent(wbuf.len());
-            wbuf.clear();
+            traffic.stats().sent(b.wbuf.len());
+            b.wbuf.clear();
             conn.note_sent(Instant::now());
         }
         if close || conn.is_closed() {
@@ -148,6 +107,91 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
     let _ = master
         .send(MasterMsg::Input(Input::Disconnected { conn: id }))
         .await;
+}
+
+/// One connection's buffers, kept across the passes of its loop (fields of
+/// one local: no cost over separate ones).
+struct Buffers {
+    /// Bytes read and not decoded yet.
+    rbuf: BytesMut,
+    /// The frame decoder (it holds a frame's parts until it is whole).
+    decoder: Decoder,
+    /// Bytes to write at the end of the pass.
+    wbuf: BytesMut,
+    /// What the connection asks of this pass.
+    actions: Vec<Action>,
+    /// What one pass (one socket read, usually) has for the master: sent
+    /// together once the pass's actions are carried out.
+    inputs: Vec<Input>,
+    /// The master's messages, a batch per dispatch.
+    inbox: Vec<Vec<ToConn>>,
+    /// Encodes the master's messages into `wbuf`.
+    enc: Encoder,
+}
+
+impl Buffers {
+    /// Empty buffers of their usual sizes.
+    fn new() -> Buffers {
+        Buffers {
+            rbuf: BytesMut::with_capacity(64 * 1024),
+            decoder: Decoder::default(),
+            wbuf: BytesMut::with_capacity(64 * 1024),
+            actions: Vec::with_capacity(64),
+            inputs: Vec::new(),
+            inbox: Vec::with_capacity(64),
+            enc: Encoder::default(),
+        }
+    }
+
+    /// The master's messages received in one go, to the connection.
+    fn deliver_inbox(&mut self, conn: &mut Connection) {
+        // Each batch is one dispatch's messages for us, in order.
+        for batch in self.inbox.drain(..) {
+            for m in batch {
+                conn.on_master(m, &mut self.actions);
+            }
+        }
+    }
+
+    /// Carry out the pass's actions: frames into `wbuf`, inputs into
+    /// `inputs`. True if one of them closes the connection.
+    fn carry_out(&mut self, frame_max: u32) -> bool {
+        let mut close = false;
+        let mut pass = self.actions.drain(..);
+        while let Some(a) = pass.next() {
+            match a {
+                // Acks the encoder holds back came first: a frame written
+                // here (a channel's close-ok) must not overtake them.
+                Action::Write(f) => {
+                    self.enc.flush(&mut self.wbuf);
+                    encode_frame(&f, &mut self.wbuf)
+                }
+                Action::WriteRaw(b) => self.wbuf.extend_from_slice(&b),
+                Action::Out(m) => self.enc.push(m, frame_max, &mut self.wbuf),
+                Action::ToMaster(i) => {
+                    // A batch leaves with its buffer: the next one is sized
+                    // once for what this pass can hold, not grown (a grown
+                    // Vec copies what it holds each time it doubles).
+                    if self.inputs.capacity() == 0 {
+                        self.inputs.reserve_exact(pass.len() + 1);
+                    }
+                    self.inputs.push(i)
+                }
+                Action::Close => close = true,
+            }
+        }
+        close
+    }
+}
+
+/// What the master must still hear of a connection whose socket failed.
+fn eof_inputs(conn: &mut Connection) -> impl Iterator<Item = Input> {
+    let mut tail = Vec::new();
+    conn.on_eof(&mut tail);
+    tail.into_iter().filter_map(|a| match a {
+        Action::ToMaster(i) => Some(i),
+        _ => None,
+    })
 }
 
 /// The master task is gone (the node is stopping).

@@ -7,6 +7,7 @@ mod cluster_node;
 mod conn_task;
 mod listen;
 mod master_task;
+mod nodes;
 pub(crate) mod outbox;
 mod proxy;
 mod replica;
@@ -16,7 +17,7 @@ mod socket;
 mod stream;
 
 use crate::config::Config;
-use crate::management::{Listener, NodeStatusSource, Peer};
+use crate::management::{Listener, NodeStatusSource};
 use crate::master::Master;
 use master_task::Backend;
 pub(crate) use master_task::MasterMsg;
@@ -90,7 +91,21 @@ pub enum ServeError {
 const MASTER_QUEUE: usize = 8192;
 
 /// Run the broker until SIGTERM or SIGINT.
-pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
+pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
+    prepare_node(&opts)?;
+    // The master task's queue exists before anything that talks to it: the
+    // management API and the Prometheus endpoint read broker state through it.
+    let master = mpsc::channel::<MasterMsg>(MASTER_QUEUE);
+    let _metrics = start_metrics(&opts, master.0.clone()).await?;
+    let Some(cluster) = opts.config.cluster.clone() else {
+        return nodes::serve_single(opts, master).await;
+    };
+    nodes::serve_cluster(opts, &cluster, master).await
+}
+
+/// What every node sets up first: its data directory, the body store, the
+/// client TLS certificate, and the metrics' start time.
+fn prepare_node(opts: &ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&opts.data_dir)
         .map_err(|e| ServeError::Other(format!("create {}: {e}", opts.data_dir.display())))?;
     // The body store exists before any broker is built (restore pages too).
@@ -102,123 +117,7 @@ pub async fn serve(mut opts: ServeOptions) -> Result<(), ServeError> {
         crate::tls::install(crate::tls::ServerTls::load(tls)?);
     }
     crate::metrics::started();
-    // The master task's queue exists before anything that talks to it: the
-    // management API and the Prometheus endpoint read broker state through it.
-    let master = mpsc::channel::<MasterMsg>(MASTER_QUEUE);
-    let _metrics = start_metrics(&opts, master.0.clone()).await?;
-    let Some(cluster) = opts.config.cluster.clone() else {
-        let (core, backend) = recover_local(&opts)?;
-        let users = watch::channel(core.broker().access.clone());
-        let local_stable = match &backend {
-            Backend::Local { stable, .. } => Some(stable.clone()),
-            Backend::Replicated { .. } => None,
-        };
-        let source = NodeStatusSource {
-            me: Peer {
-                id: 1,
-                name: crate::metrics::node_name(None),
-                roles: vec!["broker".into(), "store".into()],
-                management_addr: opts.management_addr,
-            },
-            broker: None,
-            store: None,
-            local_stable,
-            heard: None,
-            peers: Vec::new(),
-            data_dir: opts.data_dir.clone(),
-            disk_free_limit: opts.config.disk_free_limit_bytes,
-        };
-        let amqp_port = Some(opts.amqp_port);
-        let api_addr = opts.management_addr;
-        let _api = start_management(
-            &opts,
-            api_addr,
-            amqp_port,
-            source,
-            master.0.clone(),
-            &users.0,
-        )
-        .await?;
-        return run_broker(opts, core, backend, Router::Local, None, master, users.0).await;
-    };
-    let node = cluster_node::start(&cluster, &opts.data_dir).await?;
-    let me = cluster.me();
-    let peer_of = |n: &crate::config::NodeConfig| Peer {
-        id: n.id,
-        name: crate::metrics::node_name(Some(n.id)),
-        roles: n
-            .roles
-            .iter()
-            .map(|r| format!("{r:?}").to_lowercase())
-            .collect(),
-        management_addr: n.management_addr,
-    };
-    let source = NodeStatusSource {
-        me: peer_of(me),
-        broker: node.status.clone(),
-        store: node.store_status.clone(),
-        local_stable: None,
-        heard: Some(node.heard.clone()),
-        peers: cluster
-            .nodes
-            .iter()
-            .filter(|n| n.id != me.id)
-            .map(peer_of)
-            .collect(),
-        data_dir: opts.data_dir.clone(),
-        disk_free_limit: opts.config.disk_free_limit_bytes,
-    };
-    let api_addr = match opts.management_off {
-        true => None,
-        false => opts.management_addr.or(me.management_addr),
-    };
-    let amqp_port = me.amqp_addr.map(|a| a.port());
-    // A slave's replica has no users until the log reaches it; its API
-    // answers 401 until then.
-    let users = watch::channel(Arc::new(crate::users::AccessTable::default()));
-    let _api = start_management(
-        &opts,
-        api_addr,
-        amqp_port,
-        source,
-        master.0.clone(),
-        &users.0,
-    )
-    .await?;
-    let (Some(backend), Some(status), Some(amqp)) = (node.backend, node.status, me.amqp_addr)
-    else {
-        // A store-only node: no AMQP, no broker state; queries of broker
-        // state fail at once (503) with nobody reading the queue.
-        drop(master);
-        tracing::info!(node = me.id, "store-only node running");
-        wait_for_signal().await?;
-        if let Some(store) = node.store {
-            store.abort();
-            let _ = store.await;
-        }
-        return Ok(());
-    };
-    opts.amqp_ips = vec![amqp.ip()];
-    opts.amqp_port = amqp.port();
-    opts.ipv6_optional = false;
-    if let Some(stream) = me.stream_addr {
-        opts.stream_port = stream.port();
-        opts.stream_port_optional = false;
-    }
-    // Until this node wins an election it is a slave: a replica built from the
-    // stable entries it is sent, and every client proxied to the master.
-    let core = Core::Following(crate::broker::Broker::new());
-    let router = Router::Cluster {
-        me: me.id,
-        serving: node.serving,
-        status,
-        amqp_addrs: Arc::new(node.amqp_addrs),
-        stream_addrs: Arc::new(node.stream_addrs),
-    };
-    let driver = node.driver;
-    let result = run_broker(opts, core, backend, router, node.store, master, users.0).await;
-    drop(driver);
-    result
+    Ok(())
 }
 
 /// Serve the management API on `addr`, if any, and over HTTPS on the

@@ -20,7 +20,7 @@ use stablemq_protocol::{AMQPClass, Frame, decode_frame, encode_frame};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -55,18 +55,9 @@ pub(super) async fn run<S: IntoHalves>(
         mut status,
     } = to;
     let client_ip = Some(client.peer.ip());
-    let up = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(upstream)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(err)) => {
-            tracing::warn!(%upstream, %err, "cannot reach the master; dropping client");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(%upstream, "master did not answer; dropping client");
-            return;
-        }
+    let Some(up) = connect_master(upstream).await else {
+        return;
     };
-    let _ = up.set_nodelay(true);
     let (mut crd, mut cwr) = client.stream.into_halves();
     let (mut urd, mut uwr) = up.into_split();
     let mut cbuf = BytesMut::with_capacity(64 * 1024);
@@ -83,13 +74,7 @@ pub(super) async fn run<S: IntoHalves>(
                         match check_login(&config, client_ip, &cbuf) {
                             Login::NeedMore => continue,
                             Login::Pass => login_checked = true,
-                            Login::Refuse(text) => {
-                                let mut out = BytesMut::new();
-                                encode_frame(&close_frame(ReplyCode::AccessRefused, &text), &mut out);
-                                let _ = cwr.write_all(&out).await;
-                                let _ = cwr.shutdown().await;
-                                return;
-                            }
+                            Login::Refuse(text) => return refuse_login(&mut cwr, &text).await,
                         }
                     }
                     if uwr.write_all(&cbuf).await.is_err() {
@@ -126,6 +111,42 @@ pub(super) async fn run<S: IntoHalves>(
     drop(uwr);
     drop(urd);
     let Some(reason) = reason else { return };
+    close_forced(&mut crd, &mut cwr, reason).await;
+}
+
+/// Connect to the master's AMQP address, or log why not (the client is then
+/// dropped).
+async fn connect_master(upstream: SocketAddr) -> Option<TcpStream> {
+    let up = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(upstream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(err)) => {
+            tracing::warn!(%upstream, %err, "cannot reach the master; dropping client");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(%upstream, "master did not answer; dropping client");
+            return None;
+        }
+    };
+    let _ = up.set_nodelay(true);
+    Some(up)
+}
+
+/// Close a client the loopback rule refuses: 403 with `text`, then hang up.
+async fn refuse_login<W: AsyncWrite + Unpin>(cwr: &mut W, text: &str) {
+    let mut out = BytesMut::new();
+    encode_frame(&close_frame(ReplyCode::AccessRefused, text), &mut out);
+    let _ = cwr.write_all(&out).await;
+    let _ = cwr.shutdown().await;
+}
+
+/// Close the client with 320 CONNECTION_FORCED and `reason`, after the last
+/// whole frame it was sent.
+async fn close_forced<R, W>(crd: &mut R, cwr: &mut W, reason: &str)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut out = BytesMut::new();
     encode_frame(
         &close_frame(

@@ -9,6 +9,8 @@ use stablemq_protocol::methods::{basic, channel as mch, connection as mconn};
 use stablemq_protocol::{AMQPClass, Frame, Publish};
 
 impl Connection {
+    /// A frame of an open connection: channel 0's, or one for a channel,
+    /// as the channel's state has it.
     pub(super) fn open_frame(&mut self, frame: Frame, out: &mut Vec<Action>) {
         let ch = frame.channel();
         if ch == 0 {
@@ -22,78 +24,11 @@ impl Connection {
             return self.close_connection(&e, out);
         }
         let Some(slot) = self.channels.get_mut(&ch) else {
-            return match frame {
-                Frame::Method {
-                    method: AMQPClass::Channel(mch::AMQPMethod::Open(_)),
-                    ..
-                } => {
-                    // RabbitMQ limits how many channels are open, not their numbers.
-                    if self.channel_max != 0 && self.channels.len() >= usize::from(self.channel_max)
-                    {
-                        let e = AmqpError::new(
-                            ReplyCode::NotAllowed,
-                            format!(
-                                "number of channels opened ({}) has reached the negotiated channel_max ({})",
-                                self.channels.len(),
-                                self.channel_max
-                            ),
-                        )
-                        .on(20, 10);
-                        return self.close_connection(&e, out);
-                    }
-                    self.channels.insert(
-                        ch,
-                        Slot {
-                            state: SlotState::Open,
-                            content: None,
-                        },
-                    );
-                    out.push(Action::ToMaster(Input::ChannelOpen { conn: self.id, ch }));
-                }
-                other => {
-                    let (cid, mid) = method_ids(&other);
-                    let e = AmqpError::new(ReplyCode::ChannelError, "expected 'channel.open'")
-                        .on(cid, mid);
-                    self.close_connection(&e, out)
-                }
-            };
+            return self.unopened_channel_frame(ch, frame, out);
         };
         match slot.state {
             SlotState::ClosingByClient => {}
-            SlotState::ClosingByServer => {
-                if let Frame::Method {
-                    method: AMQPClass::Channel(m),
-                    ..
-                } = frame
-                {
-                    match m {
-                        mch::AMQPMethod::CloseOk(_) => {
-                            self.channels.remove(&ch);
-                        }
-                        // A crossing close: answer it, and keep waiting for the
-                        // close-ok to ours, which the client still sends (RabbitMQ
-                        // waits for it too). Dropping the slot here would make that
-                        // close-ok a frame on an unopened channel: 504 for the whole
-                        // connection (amqp091-go's TestChannelExceptionWithCloseIssue43).
-                        mch::AMQPMethod::Close(_) => {
-                            out.push(self.method(
-                                ch,
-                                AMQPClass::Channel(mch::AMQPMethod::CloseOk(mch::CloseOk {})),
-                            ));
-                        }
-                        // A client that never sent that close-ok reuses the number.
-                        mch::AMQPMethod::Open(open) => {
-                            self.channels.remove(&ch);
-                            let frame = Frame::Method {
-                                channel: ch,
-                                method: AMQPClass::Channel(mch::AMQPMethod::Open(open)),
-                            };
-                            self.open_frame(frame, out);
-                        }
-                        _ => {}
-                    }
-                }
-            }
+            SlotState::ClosingByServer => self.closing_channel_frame(ch, frame, out),
             SlotState::Open => {
                 if slot.content.is_some() {
                     return self.content_frame(ch, frame, out);
@@ -111,6 +46,82 @@ impl Connection {
                         self.close_connection(&e, out)
                     }
                 }
+            }
+        }
+    }
+
+    /// A frame for channel `ch`, which is not open: channel.open opens it
+    /// (within channel_max), anything else closes the connection.
+    fn unopened_channel_frame(&mut self, ch: u16, frame: Frame, out: &mut Vec<Action>) {
+        match frame {
+            Frame::Method {
+                method: AMQPClass::Channel(mch::AMQPMethod::Open(_)),
+                ..
+            } => {
+                // RabbitMQ limits how many channels are open, not their numbers.
+                if self.channel_max != 0 && self.channels.len() >= usize::from(self.channel_max) {
+                    let e = AmqpError::new(
+                        ReplyCode::NotAllowed,
+                        format!(
+                            "number of channels opened ({}) has reached the negotiated channel_max ({})",
+                            self.channels.len(),
+                            self.channel_max
+                        ),
+                    )
+                    .on(20, 10);
+                    return self.close_connection(&e, out);
+                }
+                self.channels.insert(
+                    ch,
+                    Slot {
+                        state: SlotState::Open,
+                        content: None,
+                    },
+                );
+                out.push(Action::ToMaster(Input::ChannelOpen { conn: self.id, ch }));
+            }
+            other => {
+                let (cid, mid) = method_ids(&other);
+                let e =
+                    AmqpError::new(ReplyCode::ChannelError, "expected 'channel.open'").on(cid, mid);
+                self.close_connection(&e, out)
+            }
+        }
+    }
+
+    /// A frame for channel `ch`, which the server closed: only channel
+    /// methods count, until the client's close-ok.
+    fn closing_channel_frame(&mut self, ch: u16, frame: Frame, out: &mut Vec<Action>) {
+        if let Frame::Method {
+            method: AMQPClass::Channel(m),
+            ..
+        } = frame
+        {
+            match m {
+                mch::AMQPMethod::CloseOk(_) => {
+                    self.channels.remove(&ch);
+                }
+                // A crossing close: answer it, and keep waiting for the
+                // close-ok to ours, which the client still sends (RabbitMQ
+                // waits for it too). Dropping the slot here would make that
+                // close-ok a frame on an unopened channel: 504 for the whole
+                // connection (amqp091-go's TestChannelExceptionWithCloseIssue43).
+                mch::AMQPMethod::Close(_) => {
+                    out.push(self.method(
+                        ch,
+                        AMQPClass::Channel(mch::AMQPMethod::CloseOk(mch::CloseOk {})),
+                    ));
+                }
+                // A client that never sent that close-ok reuses the number.
+                mch::AMQPMethod::Open(open) => {
+                    self.channels.remove(&ch);
+                    let frame = Frame::Method {
+                        channel: ch,
+                        method: AMQPClass::Channel(mch::AMQPMethod::Open(open)),
+                    };
+                    self.open_frame(frame, out);
+                }
+                _ => {}
             }
         }
     }

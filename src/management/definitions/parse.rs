@@ -21,10 +21,65 @@ pub fn load_file(path: &std::path::Path) -> Result<(Vec<Event>, Vec<String>), St
 /// entries carry no vhost and users, vhosts and permissions are ignored.
 /// A malformed entry fails the whole import (400), as in RabbitMQ.
 pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<String>), String> {
-    let mut events = Vec::new();
-    let mut not_imported = Vec::new();
-    let list = |key: &str| -> Result<Vec<&Map<String, Value>>, String> {
-        match doc.get(key) {
+    let mut import = Import {
+        doc,
+        only_vhost,
+        events: Vec::new(),
+        not_imported: Vec::new(),
+    };
+    if only_vhost.is_none() {
+        import.users()?;
+        import.vhosts()?;
+        import.permissions()?;
+        import.topic_permissions()?;
+        import.global_parameters()?;
+    }
+    import.parameters()?;
+    // Before queues and exchanges, as RabbitMQ orders it, so they are
+    // declared with their policy in place.
+    import.policies()?;
+    import.queues()?;
+    import.exchanges()?;
+    import.bindings()?;
+    Ok((import.events, import.not_imported))
+}
+
+/// A definitions document being read, section by section, into events.
+struct Import<'a> {
+    /// The whole document.
+    doc: &'a Value,
+    /// The vhost of the per-vhost form, whose entries carry none.
+    only_vhost: Option<&'a str>,
+    /// The events so far, in import order.
+    events: Vec<Event>,
+    /// The entries StableMQ does not import, said.
+    not_imported: Vec<String>,
+}
+
+/// The string field `k` of an entry, or the error naming the entry.
+fn str_field(m: &Map<String, Value>, k: &str) -> Result<String, String> {
+    m.get(k)
+        .and_then(Value::as_str)
+        .map(String::from)
+        .ok_or(format!(
+            "missing or invalid '{k}' in {}",
+            Value::Object(m.clone())
+        ))
+}
+
+/// The boolean field `k` of an entry (`true`, or the string `"true"`), else `default`.
+fn bool_field(m: &Map<String, Value>, k: &str, default: bool) -> bool {
+    match m.get(k) {
+        Some(Value::Bool(x)) => *x,
+        Some(Value::String(x)) => x == "true",
+        _ => default,
+    }
+}
+
+impl<'a> Import<'a> {
+    /// The entries of the section `key`: none if it is absent or null.
+    fn list(&self, key: &str) -> Result<Vec<&'a Map<String, Value>>, String> {
+        match self.doc.get(key) {
             None | Some(Value::Null) => Ok(Vec::new()),
             Some(Value::Array(a)) => a
                 .iter()
@@ -35,35 +90,24 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
                 .collect(),
             Some(_) => Err(format!("'{key}' must be a list")),
         }
-    };
-    let s = |m: &Map<String, Value>, k: &str| -> Result<String, String> {
-        m.get(k)
-            .and_then(Value::as_str)
-            .map(String::from)
-            .ok_or(format!(
-                "missing or invalid '{k}' in {}",
-                Value::Object(m.clone())
-            ))
-    };
-    let vhost_of = |m: &Map<String, Value>| -> Result<String, String> {
-        match only_vhost {
+    }
+
+    /// An entry's vhost: the per-vhost form's own, else its `vhost` field.
+    fn vhost_of(&self, m: &Map<String, Value>) -> Result<String, String> {
+        match self.only_vhost {
             Some(v) => Ok(v.to_string()),
-            None => s(m, "vhost"),
+            None => str_field(m, "vhost"),
         }
-    };
-    let b = |m: &Map<String, Value>, k: &str, default: bool| -> bool {
-        match m.get(k) {
-            Some(Value::Bool(x)) => *x,
-            Some(Value::String(x)) => x == "true",
-            _ => default,
-        }
-    };
-    if only_vhost.is_none() {
-        for u in list("users")? {
+    }
+
+    /// The `users` section, each user with the limits it names.
+    fn users(&mut self) -> Result<(), String> {
+        let s = str_field;
+        for u in self.list("users")? {
             let (password_hash, hashing_algorithm, tags) = user_fields(u)
                 .map_err(|e| format!("user {}: {e:?}", s(u, "name").unwrap_or_default()))?;
             let name = s(u, "name")?;
-            events.push(Event::UserPut {
+            self.events.push(Event::UserPut {
                 name: name.clone(),
                 password_hash,
                 hashing_algorithm,
@@ -77,20 +121,26 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
             {
                 crate::users::limits::validate(limits)
                     .map_err(|e| format!("limits of user '{name}': {e}"))?;
-                events.push(Event::UserLimitsSet {
+                self.events.push(Event::UserLimitsSet {
                     name,
                     value: Value::Object(limits.clone()).to_string(),
                 });
             }
         }
-        for v in list("vhosts")? {
+        Ok(())
+    }
+
+    /// The `vhosts` section: each vhost, its metadata and its limits.
+    fn vhosts(&mut self) -> Result<(), String> {
+        let s = str_field;
+        for v in self.list("vhosts")? {
             let name = s(v, "name")?;
             let meta = v.get("metadata").and_then(Value::as_object);
             let get = |k: &str| v.get(k).or_else(|| meta.and_then(|m| m.get(k)));
-            events.push(Event::VhostCreated {
+            self.events.push(Event::VhostCreated {
                 vhost: name.clone(),
             });
-            events.push(Event::VhostMetadata {
+            self.events.push(Event::VhostMetadata {
                 vhost: name,
                 description: get("description")
                     .and_then(Value::as_str)
@@ -114,12 +164,18 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
                     l,
                 )
                 .map_err(|e| format!("limits of vhost '{vhost}': {e}"))?;
-                events.push(ev);
+                self.events.push(ev);
             }
         }
-        for p in list("permissions")? {
+        Ok(())
+    }
+
+    /// The `permissions` section.
+    fn permissions(&mut self) -> Result<(), String> {
+        let s = str_field;
+        for p in self.list("permissions")? {
             let re = |k: &str| s(p, k).and_then(|x| regex(&x).map_err(|e| format!("{e:?}")));
-            events.push(Event::PermissionSet {
+            self.events.push(Event::PermissionSet {
                 user: s(p, "user")?,
                 vhost: s(p, "vhost")?,
                 configure: re("configure")?,
@@ -127,9 +183,15 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
                 read: re("read")?,
             });
         }
-        for p in list("topic_permissions")? {
+        Ok(())
+    }
+
+    /// The `topic_permissions` section.
+    fn topic_permissions(&mut self) -> Result<(), String> {
+        let s = str_field;
+        for p in self.list("topic_permissions")? {
             let re = |k: &str| s(p, k).and_then(|x| topic_regex(&x).map_err(|e| format!("{e:?}")));
-            events.push(Event::TopicPermissionSet {
+            self.events.push(Event::TopicPermissionSet {
                 user: s(p, "user")?,
                 vhost: s(p, "vhost")?,
                 exchange: s(p, "exchange")?,
@@ -137,92 +199,127 @@ pub fn parse(doc: &Value, only_vhost: Option<&str>) -> Result<(Vec<Event>, Vec<S
                 read: re("read")?,
             });
         }
-        for g in list("global_parameters")? {
+        Ok(())
+    }
+
+    /// The `global_parameters` section.
+    fn global_parameters(&mut self) -> Result<(), String> {
+        for g in self.list("global_parameters")? {
             // Every one, internal_cluster_id and cluster_name included:
             // RabbitMQ 3.10's import replaces its own with the file's.
             let value = g.get("value").cloned().unwrap_or(Value::Null);
-            events.push(Event::GlobalParameterSet {
-                name: s(g, "name")?,
+            self.events.push(Event::GlobalParameterSet {
+                name: str_field(g, "name")?,
                 value: value.to_string(),
             });
         }
+        Ok(())
     }
-    for p in list("parameters")? {
-        let (vhost, component, name) = (vhost_of(p)?, s(p, "component")?, s(p, "name")?);
-        let value = p.get("value").cloned().unwrap_or(Value::Null);
-        match crate::management::parameters::parameter_event(&vhost, &component, &name, &value) {
-            Ok(ev) => events.push(ev),
-            // A component of a plugin StableMQ lacks: said, not dropped silently.
-            Err(e) => not_imported.push(format!(
-                "parameter '{name}' of component '{component}' in vhost '{vhost}': {}",
-                e.to_string().trim()
-            )),
+
+    /// The `parameters` section: those of a component StableMQ lacks are
+    /// listed as not imported.
+    fn parameters(&mut self) -> Result<(), String> {
+        let s = str_field;
+        for p in self.list("parameters")? {
+            let (vhost, component, name) = (self.vhost_of(p)?, s(p, "component")?, s(p, "name")?);
+            let value = p.get("value").cloned().unwrap_or(Value::Null);
+            match crate::management::parameters::parameter_event(&vhost, &component, &name, &value)
+            {
+                Ok(ev) => self.events.push(ev),
+                // A component of a plugin StableMQ lacks: said, not dropped silently.
+                Err(e) => self.not_imported.push(format!(
+                    "parameter '{name}' of component '{component}' in vhost '{vhost}': {}",
+                    e.to_string().trim()
+                )),
+            }
         }
+        Ok(())
     }
-    // Before queues and exchanges, as RabbitMQ orders it, so they are
-    // declared with their policy in place.
-    for p in list("policies")? {
-        let name = s(p, "name")?;
-        let vhost = vhost_of(p)?;
-        let ev = crate::management::policies::policy_event(&vhost, &name, p)
-            .map_err(|e| format!("policy '{name}' in vhost '{vhost}': {}", e.0))?;
-        events.push(ev);
-    }
-    for q in list("queues")? {
-        events.push(Event::QueueDeclared {
-            vhost: vhost_of(q)?,
-            name: s(q, "name")?,
-            spec: QueueSpec {
-                durable: b(q, "durable", true),
-                auto_delete: b(q, "auto_delete", false),
-                exclusive_owner: None,
-                arguments: arguments(q.get("arguments"))?,
-            },
-        });
-    }
-    for x in list("exchanges")? {
-        let name = s(x, "name")?;
-        let kind_text = s(x, "type")?;
-        let Some(kind) = ExchangeKind::parse(&kind_text) else {
-            not_imported.push(format!(
-                "exchange '{name}' in vhost '{}': type '{kind_text}' is not supported",
-                vhost_of(x)?
-            ));
-            continue;
-        };
-        if name.is_empty() || name.starts_with("amq.") {
-            continue;
+
+    /// The `policies` section.
+    fn policies(&mut self) -> Result<(), String> {
+        for p in self.list("policies")? {
+            let name = str_field(p, "name")?;
+            let vhost = self.vhost_of(p)?;
+            let ev = crate::management::policies::policy_event(&vhost, &name, p)
+                .map_err(|e| format!("policy '{name}' in vhost '{vhost}': {}", e.0))?;
+            self.events.push(ev);
         }
-        events.push(Event::ExchangeDeclared {
-            vhost: vhost_of(x)?,
-            name,
-            spec: ExchangeSpec {
-                kind,
-                durable: b(x, "durable", true),
-                auto_delete: b(x, "auto_delete", false),
-                internal: b(x, "internal", false),
-                arguments: arguments(x.get("arguments"))?,
-            },
-        });
+        Ok(())
     }
-    for bd in list("bindings")? {
-        let dest = s(bd, "destination")?;
-        let destination = match s(bd, "destination_type")?.as_str() {
-            "queue" => Destination::Queue(dest),
-            "exchange" => Destination::Exchange(dest),
-            other => return Err(format!("invalid destination_type '{other}'")),
-        };
-        events.push(Event::Bound {
-            vhost: vhost_of(bd)?,
-            binding: Binding {
-                source: s(bd, "source")?,
-                destination,
-                routing_key: s(bd, "routing_key").unwrap_or_default(),
-                arguments: arguments(bd.get("arguments"))?,
-            },
-        });
+
+    /// The `queues` section.
+    fn queues(&mut self) -> Result<(), String> {
+        let b = bool_field;
+        for q in self.list("queues")? {
+            self.events.push(Event::QueueDeclared {
+                vhost: self.vhost_of(q)?,
+                name: str_field(q, "name")?,
+                spec: QueueSpec {
+                    durable: b(q, "durable", true),
+                    auto_delete: b(q, "auto_delete", false),
+                    exclusive_owner: None,
+                    arguments: arguments(q.get("arguments"))?,
+                },
+            });
+        }
+        Ok(())
     }
-    Ok((events, not_imported))
+
+    /// The `exchanges` section: those of a type StableMQ lacks are listed as
+    /// not imported, the default and `amq.*` ones skipped.
+    fn exchanges(&mut self) -> Result<(), String> {
+        let (s, b) = (str_field, bool_field);
+        for x in self.list("exchanges")? {
+            let name = s(x, "name")?;
+            let kind_text = s(x, "type")?;
+            let Some(kind) = ExchangeKind::parse(&kind_text) else {
+                self.not_imported.push(format!(
+                    "exchange '{name}' in vhost '{}': type '{kind_text}' is not supported",
+                    self.vhost_of(x)?
+                ));
+                continue;
+            };
+            if name.is_empty() || name.starts_with("amq.") {
+                continue;
+            }
+            self.events.push(Event::ExchangeDeclared {
+                vhost: self.vhost_of(x)?,
+                name,
+                spec: ExchangeSpec {
+                    kind,
+                    durable: b(x, "durable", true),
+                    auto_delete: b(x, "auto_delete", false),
+                    internal: b(x, "internal", false),
+                    arguments: arguments(x.get("arguments"))?,
+                },
+            });
+        }
+        Ok(())
+    }
+
+    /// The `bindings` section.
+    fn bindings(&mut self) -> Result<(), String> {
+        let s = str_field;
+        for bd in self.list("bindings")? {
+            let dest = s(bd, "destination")?;
+            let destination = match s(bd, "destination_type")?.as_str() {
+                "queue" => Destination::Queue(dest),
+                "exchange" => Destination::Exchange(dest),
+                other => return Err(format!("invalid destination_type '{other}'")),
+            };
+            self.events.push(Event::Bound {
+                vhost: self.vhost_of(bd)?,
+                binding: Binding {
+                    source: s(bd, "source")?,
+                    destination,
+                    routing_key: s(bd, "routing_key").unwrap_or_default(),
+                    arguments: arguments(bd.get("arguments"))?,
+                },
+            });
+        }
+        Ok(())
+    }
 }
 
 /// JSON arguments as an AMQP table, as RabbitMQ's management plugin reads

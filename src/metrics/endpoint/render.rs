@@ -5,7 +5,20 @@ use crate::metrics::text::{Exposition, Kind};
 
 /// Write every scrape-time family.
 pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool) {
-    use crate::metrics::*;
+    render_identity(e, n, per_object);
+    let consumers: usize = s.channels.iter().map(|c| c.consumers).sum();
+    render_totals(e, s, consumers);
+    render_queues(e, s, per_object);
+    render_streams(e, s, per_object);
+    render_connections(e, s, per_object);
+    render_channels(e, s, per_object, consumers);
+    render_node(e, n);
+    render_message_sizes(e, n);
+}
+
+/// The identity and build info families, each one sample of value 1.
+fn render_identity(e: &mut Exposition, n: &NodeFacts, per_object: bool) {
+    use crate::metrics::{BUILD_INFO, IDENTITY};
     let endpoint = if per_object {
         "per-object"
     } else {
@@ -46,7 +59,14 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
         ],
         1.0,
     );
-    let consumers: usize = s.channels.iter().map(|c| c.consumers).sum();
+}
+
+/// The node-wide object counts (`consumers` summed over the channels) and the
+/// publishers and consumers per protocol.
+fn render_totals(e: &mut Exposition, s: &Snapshot, consumers: usize) {
+    use crate::metrics::{
+        CHANNELS, CONNECTIONS, CONSUMERS, GLOBAL_CONSUMERS, GLOBAL_PUBLISHERS, QUEUES,
+    };
     e.single(
         CONNECTIONS,
         Kind::Gauge,
@@ -85,7 +105,11 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
         let label = [("protocol", p.protocol.label())];
         e.sample(GLOBAL_CONSUMERS, &label, p.consumers as f64);
     }
+}
 
+/// The queue depth and consumer families: one series per queue, or the sum.
+fn render_queues(e: &mut Exposition, s: &Snapshot, per_object: bool) {
+    use crate::metrics::{QUEUE_CONSUMERS, QUEUE_MESSAGES, QUEUE_READY, QUEUE_UNACKED};
     type Field = fn(&QueueSample) -> usize;
     let queue_families: [(&str, &str, Field); 4] = [
         (
@@ -119,7 +143,15 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
             e.sample(name, &[], s.queues.iter().map(field).sum::<usize>() as f64);
         }
     }
-    render_streams(e, s, per_object);
+}
+
+/// The connection traffic families: one series per connection, or the sum.
+fn render_connections(e: &mut Exposition, s: &Snapshot, per_object: bool) {
+    use crate::metrics::{
+        CONNECTION_CHANNELS, CONNECTION_INCOMING_BYTES, CONNECTION_INCOMING_PACKETS,
+        CONNECTION_OUTGOING_BYTES, CONNECTION_OUTGOING_PACKETS, CONNECTION_PENDING_PACKETS,
+        CONNECTION_REDUCTIONS,
+    };
     type ConnField = fn(&ConnectionSample) -> u64;
     let connection_families: [(&str, Kind, &str, ConnField); 7] = [
         (
@@ -177,7 +209,11 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
             e.sample(name, &[], total as f64);
         }
     }
+}
 
+/// The consumers per channel: one series per channel, or `consumers`, their sum.
+fn render_channels(e: &mut Exposition, s: &Snapshot, per_object: bool, consumers: usize) {
+    use crate::metrics::CHANNEL_CONSUMERS;
     e.family(CHANNEL_CONSUMERS, Kind::Gauge, "Consumers on a channel");
     if per_object {
         for c in &s.channels {
@@ -186,7 +222,14 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
     } else {
         e.sample(CHANNEL_CONSUMERS, &[], consumers as f64);
     }
+}
 
+/// The node's resources (memory, disk, descriptors), its uptime and alarms.
+fn render_node(e: &mut Exposition, n: &NodeFacts) {
+    use crate::metrics::{
+        ALARMS_DISK, ALARMS_FDS, ALARMS_MEMORY, DISK_FREE, DISK_FREE_LIMIT, MAX_FDS,
+        MAX_TCP_SOCKETS, MEMORY_LIMIT, OPEN_FDS, OPEN_TCP_SOCKETS, RSS, UPTIME,
+    };
     e.single(RSS, Kind::Gauge, "Memory used in bytes", n.rss as f64);
     e.single(
         MEMORY_LIMIT,
@@ -251,7 +294,11 @@ pub fn render(e: &mut Exposition, s: &Snapshot, n: &NodeFacts, per_object: bool)
         "is 1 if VM memory watermark alarm is in effect",
         flag(n.alarms.0),
     );
+}
 
+/// The message size histogram: cumulative buckets, then the sum and count.
+fn render_message_sizes(e: &mut Exposition, n: &NodeFacts) {
+    use crate::metrics::{MESSAGE_SIZE, SIZE_BUCKETS};
     e.family(
         MESSAGE_SIZE,
         Kind::Histogram,

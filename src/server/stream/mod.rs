@@ -174,6 +174,8 @@ struct Task {
     paused: bool,
 }
 
+/// The connection's task: register with the master, then move bytes,
+/// master messages and ticks through the connection until it closes.
 async fn run(
     ctx: ConnContext,
     id: u64,
@@ -191,28 +193,8 @@ async fn run(
     {
         return;
     }
-    let props = &ctx.config.server_properties;
-    let cluster_name = ctx.cluster_name.borrow().clone();
-    let me = advertised.brokers.get(usize::from(advertised.leader));
-    let config = StreamConnectionConfig {
-        server_properties: server_properties(&props.product, &props.version, &cluster_name),
-        advertised_host: me.map(|b| b.host.clone()),
-        advertised_port: me.and_then(|b| u16::try_from(b.port).ok()),
-        ..StreamConnectionConfig::default()
-    };
     let mut shutdown = ctx.shutdown.clone();
-    let mut t = Task {
-        conn: StreamConnection::new(config, Instant::now()),
-        bridge: Bridge::new(id, advertised),
-        ctx,
-        id,
-        peer,
-        local,
-        wbuf: BytesMut::with_capacity(64 * 1024),
-        to_master: Vec::new(),
-        to_conn: Vec::new(),
-        paused: false,
-    };
+    let mut t = Task::new(ctx, id, peer, local, advertised);
     let (mut rd, mut wr) = sock.into_split();
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut inbox: Vec<Vec<ToConn>> = Vec::with_capacity(64);
@@ -231,10 +213,7 @@ async fn run(
             },
             n = out_rx.recv_many(&mut inbox, 64), if outbox_open => {
                 outbox_open = n > 0;
-                for m in inbox.drain(..).flatten() {
-                    t.bridge.on_master(m, &mut t.to_master, &mut t.to_conn);
-                }
-                t.bridge.flush(t.conn.frame_max(), &mut t.to_conn);
+                t.on_master(&mut inbox);
             }
             _ = tick.tick() => t.conn.tick(now),
             r = &mut shutdown_changed, if !shutting_down => {
@@ -247,17 +226,7 @@ async fn run(
                 }
             }
         }
-        let paused = t.bridge.alarmed() && t.conn.is_open() && t.conn.has_publishers();
-        if paused != t.paused {
-            t.paused = paused;
-            let what = match paused {
-                true => "blocked by a resource alarm",
-                false => "unblocked",
-            };
-            tracing::info!(conn = t.id, "stream connection {what}");
-            t.conn
-                .handle(sc::Input::ReadingPaused(paused), Instant::now());
-        }
+        t.update_paused();
         let closed = t.settle();
         if !t.to_master.is_empty()
             && super::conn_task::send_inputs(&t.ctx.master_tx, &t.ctx.credit, &mut t.to_master)
@@ -285,6 +254,63 @@ async fn run(
 }
 
 impl Task {
+    /// A new client's connection, advertising this node's server properties
+    /// and `advertised`'s leader as its host.
+    fn new(
+        ctx: ConnContext,
+        id: u64,
+        peer: SocketAddr,
+        local: SocketAddr,
+        advertised: Advertised,
+    ) -> Task {
+        let props = &ctx.config.server_properties;
+        let cluster_name = ctx.cluster_name.borrow().clone();
+        let me = advertised.brokers.get(usize::from(advertised.leader));
+        let config = StreamConnectionConfig {
+            server_properties: server_properties(&props.product, &props.version, &cluster_name),
+            advertised_host: me.map(|b| b.host.clone()),
+            advertised_port: me.and_then(|b| u16::try_from(b.port).ok()),
+            ..StreamConnectionConfig::default()
+        };
+        Task {
+            conn: StreamConnection::new(config, Instant::now()),
+            bridge: Bridge::new(id, advertised),
+            ctx,
+            id,
+            peer,
+            local,
+            wbuf: BytesMut::with_capacity(64 * 1024),
+            to_master: Vec::new(),
+            to_conn: Vec::new(),
+            paused: false,
+        }
+    }
+
+    /// The master's messages received in one go, through the bridge.
+    fn on_master(&mut self, inbox: &mut Vec<Vec<ToConn>>) {
+        for m in inbox.drain(..).flatten() {
+            self.bridge
+                .on_master(m, &mut self.to_master, &mut self.to_conn);
+        }
+        self.bridge.flush(self.conn.frame_max(), &mut self.to_conn);
+    }
+
+    /// Stop (or resume) reading the socket as a resource alarm starts (or
+    /// ends) for a connection that publishes, and tell the connection.
+    fn update_paused(&mut self) {
+        let paused = self.bridge.alarmed() && self.conn.is_open() && self.conn.has_publishers();
+        if paused != self.paused {
+            self.paused = paused;
+            let what = match paused {
+                true => "blocked by a resource alarm",
+                false => "unblocked",
+            };
+            tracing::info!(conn = self.id, "stream connection {what}");
+            self.conn
+                .handle(sc::Input::ReadingPaused(paused), Instant::now());
+        }
+    }
+
     /// Carry out the connection's actions: they lead to inputs for it
     /// (answers known at once, authentication), which lead to more actions,
     /// until it settles. True once the connection is over.

@@ -53,7 +53,25 @@ pub(super) enum Outcome<'a> {
     Tracked(Result<Option<u64>, ()>),
 }
 
+/// What the bridge does with a request.
+enum Handling {
+    /// Ask the master, on the control channel, after the requests before it.
+    Ask(OpKind),
+    /// Answer at once: the master has nothing to add, or StableMQ does not
+    /// support the request.
+    Answer(Reply),
+    /// Subscribe, on a channel of the subscription's own.
+    Subscribe {
+        subscription_id: u8,
+        stream: String,
+        offset: OffsetSpec,
+        credit: u16,
+    },
+}
+
 impl Bridge {
+    /// One of the client's requests: asked of the master in turn, answered
+    /// at once, or (a subscription) started.
     pub(super) fn on_request(
         &mut self,
         correlation_id: u32,
@@ -61,111 +79,103 @@ impl Bridge {
         master: &mut Vec<Input>,
         conn: &mut Vec<sc::Input>,
     ) {
-        let reply = |reply| sc::Input::Reply {
-            correlation_id,
-            reply,
-        };
-        let kind = match request {
+        match self.handling(request) {
+            Handling::Ask(kind) => {
+                self.ops.push_back(ControlOp {
+                    correlation_id,
+                    kind,
+                });
+                self.next_op(master);
+            }
+            Handling::Answer(reply) => conn.push(sc::Input::Reply {
+                correlation_id,
+                reply,
+            }),
+            Handling::Subscribe {
+                subscription_id,
+                stream,
+                offset,
+                credit,
+            } => self.subscribe(
+                correlation_id,
+                subscription_id,
+                stream,
+                offset,
+                credit,
+                master,
+            ),
+        }
+    }
+
+    /// How a request is handled, and the control op or the answer it makes.
+    fn handling(&self, request: Request) -> Handling {
+        match request {
             Request::CreateStream { stream, arguments } => match stream_arguments(&arguments) {
-                Ok(arguments) => OpKind::Create {
+                Ok(arguments) => Handling::Ask(OpKind::Create {
                     stream,
                     arguments,
                     probed: false,
-                },
-                Err(()) => {
-                    conn.push(reply(Reply::Code(ResponseCode::PreconditionFailed)));
-                    return;
-                }
+                }),
+                Err(()) => Handling::Answer(Reply::Code(ResponseCode::PreconditionFailed)),
             },
-            Request::DeleteStream { stream } => OpKind::Delete {
+            Request::DeleteStream { stream } => Handling::Ask(OpKind::Delete {
                 stream,
                 probed: false,
-            },
+            }),
             // As RabbitMQ: no new publisher while a resource alarm lasts.
             Request::DeclarePublisher { .. } if self.alarm => {
-                conn.push(reply(Reply::Code(ResponseCode::PreconditionFailed)));
-                return;
+                Handling::Answer(Reply::Code(ResponseCode::PreconditionFailed))
             }
             Request::DeclarePublisher {
                 stream,
                 publisher_id,
                 reference,
-            } => OpKind::DeclarePublisher {
+            } => Handling::Ask(OpKind::DeclarePublisher {
                 stream,
                 publisher_id,
                 reference,
                 probed: false,
-            },
+            }),
             // Nothing to ask the master: answered at once.
             Request::Metadata { streams } if streams.is_empty() => {
-                conn.push(reply(Reply::Metadata {
+                Handling::Answer(Reply::Metadata {
                     brokers: self.advertised.brokers.clone(),
                     streams: Vec::new(),
-                }));
-                return;
+                })
             }
-            Request::Metadata { streams } => OpKind::Metadata {
+            Request::Metadata { streams } => Handling::Ask(OpKind::Metadata {
                 todo: streams.into(),
                 done: Vec::new(),
-            },
+            }),
             Request::Subscribe {
                 subscription_id,
                 stream,
                 offset,
                 credit,
                 ..
-            } => {
-                self.subscribe(
-                    correlation_id,
-                    subscription_id,
-                    stream,
-                    offset,
-                    credit,
-                    master,
-                );
-                return;
-            }
-            Request::QueryOffset { reference, stream } => OpKind::Query {
+            } => Handling::Subscribe {
+                subscription_id,
+                stream,
+                offset,
+                credit,
+            },
+            Request::QueryOffset { reference, stream } => Handling::Ask(OpKind::Query {
                 stream,
                 kind: Tracking::Offset,
                 reference,
-            },
-            Request::QueryPublisherSequence { reference, stream } => OpKind::Query {
+            }),
+            Request::QueryPublisherSequence { reference, stream } => Handling::Ask(OpKind::Query {
                 stream,
                 kind: Tracking::Sequence,
                 reference,
-            },
-            Request::Route { .. } | Request::Partitions { .. } => {
-                conn.push(reply(Reply::Streams {
-                    code: ResponseCode::StreamDoesNotExist,
-                    streams: Vec::new(),
-                }));
-                return;
-            }
-            Request::StreamStats { .. } => {
-                conn.push(reply(Reply::Stats {
-                    code: ResponseCode::InternalError,
-                    stats: Vec::new(),
-                }));
-                return;
-            }
-            Request::ResolveOffsetSpec { .. } => {
-                conn.push(reply(Reply::Offset {
-                    code: ResponseCode::InternalError,
-                    offset: 0,
-                }));
-                return;
-            }
-            Request::CreateSuperStream { .. } | Request::DeleteSuperStream { .. } => {
-                conn.push(reply(Reply::Code(ResponseCode::InternalError)));
-                return;
-            }
-        };
-        self.ops.push_back(ControlOp {
-            correlation_id,
-            kind,
-        });
-        self.next_op(master);
+            }),
+            r @ (Request::Route { .. }
+            | Request::Partitions { .. }
+            | Request::StreamStats { .. }
+            | Request::ResolveOffsetSpec { .. }
+            | Request::CreateSuperStream { .. }
+            | Request::DeleteSuperStream { .. }) => Handling::Answer(unsupported_reply(&r)),
+        }
     }
 
     /// Start the next control request if none is waiting for its answer.
@@ -342,6 +352,27 @@ impl Bridge {
             .map(|b| b.reference)
             .filter(|r| *r != self.advertised.leader)
             .collect()
+    }
+}
+
+/// The answer to a request StableMQ does not support: super streams (no
+/// routes or partitions), stream stats, offset specs.
+fn unsupported_reply(request: &Request) -> Reply {
+    match request {
+        Request::Route { .. } | Request::Partitions { .. } => Reply::Streams {
+            code: ResponseCode::StreamDoesNotExist,
+            streams: Vec::new(),
+        },
+        Request::StreamStats { .. } => Reply::Stats {
+            code: ResponseCode::InternalError,
+            stats: Vec::new(),
+        },
+        Request::ResolveOffsetSpec { .. } => Reply::Offset {
+            code: ResponseCode::InternalError,
+            offset: 0,
+        },
+        // Create and delete super stream.
+        _ => Reply::Code(ResponseCode::InternalError),
     }
 }
 

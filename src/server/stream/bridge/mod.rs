@@ -40,7 +40,8 @@ use bytes::Bytes;
 use stablemq_protocol::methods::{basic, channel, confirm, queue};
 use stablemq_protocol::stream::conn::{self as sc, Reply, Request};
 use stablemq_protocol::stream::{
-    Broker, ChunkBuilder, Entry, OffsetSpec, PublishingError, ResponseCode, StreamMetadata,
+    Broker, ChunkBuilder, Entry, OffsetSpec, PublishedMessage, PublishingError, ResponseCode,
+    StreamMetadata,
 };
 use stablemq_protocol::{AMQPClass, AMQPValue, BasicProperties, FieldTable, Publish, ShortString};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -153,37 +154,7 @@ impl Bridge {
                 stream,
                 messages,
                 ..
-            } => {
-                let mut last = None;
-                for m in messages {
-                    if let Some(d) = self.dedup.get(&publisher_id) {
-                        if m.publishing_id <= d.last {
-                            // A duplicate: confirmed, not stored (RabbitMQ).
-                            self.confirms
-                                .entry(publisher_id)
-                                .or_default()
-                                .push(m.publishing_id);
-                            continue;
-                        }
-                        last = Some(m.publishing_id);
-                    }
-                    self.publish(publisher_id, &stream, m.publishing_id, m.entry, master);
-                }
-                if let (Some(value), Some(d)) = (last, self.dedup.get_mut(&publisher_id)) {
-                    d.last = value;
-                    // Logged after the messages, on their channel.
-                    master.push(Input::StreamTrack {
-                        conn: self.conn,
-                        ch: PUBLISH,
-                        op: TrackOp::Store {
-                            stream: stream.to_string(),
-                            kind: Tracking::Sequence,
-                            reference: d.reference.clone(),
-                            value,
-                        },
-                    });
-                }
-            }
+            } => self.on_publish(publisher_id, &stream, messages, master),
             sc::Action::DeletePublisher { publisher_id, .. } => {
                 self.dedup.remove(&publisher_id);
             }
@@ -191,48 +162,11 @@ impl Bridge {
                 reference,
                 stream,
                 offset,
-            } => {
-                self.ensure_control(master);
-                master.push(Input::StreamTrack {
-                    conn: self.conn,
-                    ch: CONTROL,
-                    op: TrackOp::Store {
-                        stream,
-                        kind: Tracking::Offset,
-                        reference,
-                        value: offset,
-                    },
-                });
-            }
+            } => self.store_offset(reference, stream, offset, master),
             sc::Action::Unsubscribe {
                 subscription_id, ..
-            } => {
-                if let Some(s) = self.subs.remove(&subscription_id) {
-                    self.channels.remove(&s.channel);
-                    self.closing.insert(s.channel);
-                    master.push(Input::ChannelClose {
-                        conn: self.conn,
-                        ch: s.channel,
-                    });
-                }
-            }
-            sc::Action::WriteChunk { head, .. } => {
-                // The deliver frame's subscription id follows its size, key
-                // and version.
-                if let Some(&id) = head.get(8)
-                    && let Some(s) = self.subs.get_mut(&id)
-                    && let Some(tag) = s.in_flight.pop_front()
-                {
-                    master.push(method(
-                        self.conn,
-                        s.channel,
-                        AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
-                            delivery_tag: tag,
-                            multiple: true,
-                        })),
-                    ));
-                }
-            }
+            } => self.unsubscribe(subscription_id, master),
+            sc::Action::WriteChunk { head, .. } => self.ack_written_chunk(&head, master),
             sc::Action::Credit {
                 subscription_id,
                 credit,
@@ -242,6 +176,100 @@ impl Bridge {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A publish frame's messages: each stored, or confirmed at once if its
+    /// publisher already published its publishing id; then the publisher's
+    /// new last id logged.
+    fn on_publish(
+        &mut self,
+        publisher_id: u8,
+        stream: &Arc<str>,
+        messages: Vec<PublishedMessage>,
+        master: &mut Vec<Input>,
+    ) {
+        let mut last = None;
+        for m in messages {
+            if let Some(d) = self.dedup.get(&publisher_id) {
+                if m.publishing_id <= d.last {
+                    // A duplicate: confirmed, not stored (RabbitMQ).
+                    self.confirms
+                        .entry(publisher_id)
+                        .or_default()
+                        .push(m.publishing_id);
+                    continue;
+                }
+                last = Some(m.publishing_id);
+            }
+            self.publish(publisher_id, stream, m.publishing_id, m.entry, master);
+        }
+        if let (Some(value), Some(d)) = (last, self.dedup.get_mut(&publisher_id)) {
+            d.last = value;
+            // Logged after the messages, on their channel.
+            master.push(Input::StreamTrack {
+                conn: self.conn,
+                ch: PUBLISH,
+                op: TrackOp::Store {
+                    stream: stream.to_string(),
+                    kind: Tracking::Sequence,
+                    reference: d.reference.clone(),
+                    value,
+                },
+            });
+        }
+    }
+
+    /// A consumer's offset, stored through the control channel.
+    fn store_offset(
+        &mut self,
+        reference: String,
+        stream: String,
+        offset: u64,
+        master: &mut Vec<Input>,
+    ) {
+        self.ensure_control(master);
+        master.push(Input::StreamTrack {
+            conn: self.conn,
+            ch: CONTROL,
+            op: TrackOp::Store {
+                stream,
+                kind: Tracking::Offset,
+                reference,
+                value: offset,
+            },
+        });
+    }
+
+    /// The client ended a subscription: close its channel.
+    fn unsubscribe(&mut self, subscription_id: u8, master: &mut Vec<Input>) {
+        if let Some(s) = self.subs.remove(&subscription_id) {
+            self.channels.remove(&s.channel);
+            self.closing.insert(s.channel);
+            master.push(Input::ChannelClose {
+                conn: self.conn,
+                ch: s.channel,
+            });
+        }
+    }
+
+    /// A chunk was written: ack its messages (up to its last delivery tag),
+    /// which moves its subscription's window.
+    fn ack_written_chunk(&mut self, head: &[u8], master: &mut Vec<Input>) {
+        // The deliver frame's subscription id follows its size, key
+        // and version.
+        if let Some(&id) = head.get(8)
+            && let Some(s) = self.subs.get_mut(&id)
+            && let Some(tag) = s.in_flight.pop_front()
+        {
+            master.push(method(
+                self.conn,
+                s.channel,
+                AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
+                    delivery_tag: tag,
+                    multiple: true,
+                })),
+            ));
         }
     }
 
