@@ -11,6 +11,7 @@
 
 pub mod backlog;
 pub mod cluster;
+pub mod common;
 pub mod jepsen;
 pub mod netns;
 pub mod pki;

@@ -1,6 +1,6 @@
 //! Resource alarms (connection.blocked) and listening on IPv6 loopback.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use std::time::{Duration, Instant};

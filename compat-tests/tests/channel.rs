@@ -1,7 +1,7 @@
 //! AMQP class `channel`: open, close, reuse of ids, flow, and isolation of channel
 //! errors, as RabbitMQ does them.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use lapin::options::{BasicQosOptions, ChannelFlowOptions, QueueDeclareOptions};

@@ -19,7 +19,7 @@
 //! duplicates (a batch whose confirms were lost is published again, a delivery
 //! whose ack was lost comes again) are reported, as at-least-once allows.
 
-mod common;
+use compat_tests::common;
 
 use common::confirmed::*;
 use compat_tests::cluster::Cluster;

@@ -9,7 +9,7 @@
 //! These also run against RabbitMQ 3.10 (`STABLEMQ_TEST_EXTERNAL_URI`): it
 //! may confirm some publishes before its close-ok, never after.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use std::time::Duration;

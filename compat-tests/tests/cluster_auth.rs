@@ -5,7 +5,7 @@
 //! once its cookie is fixed it catches up and can carry a failover. And the
 //! same cluster with mutual TLS between nodes replicates and fails over.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use compat_tests::cluster::Cluster;

@@ -1,7 +1,7 @@
 //! AMQP class `confirm` (RabbitMQ's publisher confirms extension), as RabbitMQ
 //! does it.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};

@@ -1,7 +1,7 @@
 //! AMQP class `connection`: handshake, authentication, vhost access, server
 //! properties, tuning, heartbeats and close, as RabbitMQ does them.
 
-mod common;
+use compat_tests::common;
 
 use std::time::Duration;
 

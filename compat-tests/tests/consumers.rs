@@ -7,7 +7,7 @@
 //! Consumer priorities and single active consumer were checked against RabbitMQ 3.10.
 //! The consumer timeout test encodes RabbitMQ 3.12+ (see there) and fails on 3.10.
 
-mod common;
+use compat_tests::common;
 
 use std::time::Duration;
 

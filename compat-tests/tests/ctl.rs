@@ -8,7 +8,7 @@
 //! `scripts/rabbitmq-node.sh start`). RabbitMQ refreshes its queue statistics
 //! every 5 seconds, so list checks poll until they hold.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};

@@ -7,7 +7,7 @@
 //! Checked against RabbitMQ 3.10; `x_last_death_headers_name_the_most_recent_death`
 //! encodes 3.13+ behaviour and fails on 3.10 (see there).
 
-mod common;
+use compat_tests::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -7,7 +7,7 @@
 //! Clients know every node's URI and nothing about roles: whichever node they
 //! reach serves them (a slave proxies to the master).
 
-mod common;
+use compat_tests::common;
 
 use common::confirmed::*;
 use compat_tests::cluster::Cluster;

@@ -11,7 +11,7 @@
 //! its TCP connect, but nothing answers its protocol header until another
 //! connection closes (ranch stops accepting), and then it is served.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use lapin::types::AMQPValue;

@@ -15,7 +15,7 @@
 //! Either way, after a kill -9 and a restart, every confirmed message is read
 //! back with its body intact (no confirm for an event not on disk).
 
-mod common;
+use compat_tests::common;
 
 use common::confirmed::{WAIT, assert_no_loss, blocking};
 use compat_tests::{binary_path, free_port};

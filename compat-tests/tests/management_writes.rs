@@ -5,7 +5,7 @@
 //! These also run against RabbitMQ 3.10: set `STABLEMQ_TEST_EXTERNAL_URI`
 //! and `STABLEMQ_TEST_EXTERNAL_MANAGEMENT_PORT`.
 
-mod common;
+use compat_tests::common;
 mod http;
 
 use common::*;

@@ -10,7 +10,7 @@
 //! rabbitmq_federation scripts/rabbitmq-node.sh start ...`): without them
 //! RabbitMQ refuses those components, as StableMQ refuses unknown ones.
 
-mod common;
+use compat_tests::common;
 mod http;
 
 use common::*;

@@ -8,7 +8,7 @@
 //! `STABLEMQ_TEST_EXTERNAL_MANAGEMENT_PORT`); RabbitMQ applies policies
 //! asynchronously, so effects are polled for.
 
-mod common;
+use compat_tests::common;
 mod http;
 
 use common::*;

@@ -10,7 +10,7 @@
 //! both counted. Checked against RabbitMQ 3.10, except the two tests marked as
 //! encoding 4.x behaviour, which fail on 3.10.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use lapin::message::BasicGetMessage;

@@ -4,7 +4,7 @@
 //!
 //! Checked against RabbitMQ 3.10.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions};

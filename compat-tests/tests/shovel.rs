@@ -4,7 +4,7 @@
 //! properties, a refused message stays at the source, and a shovel killed
 //! with SIGKILL part-way loses nothing when run again.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use lapin::options::{BasicAckOptions, QueueDeclareOptions};

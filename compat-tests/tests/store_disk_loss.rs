@@ -7,7 +7,7 @@
 //! loss of another node with the wiped one in the quorum: every confirmed
 //! message is consumed afterwards (I1).
 
-mod common;
+use compat_tests::common;
 
 use common::confirmed::*;
 use compat_tests::cluster::Cluster;

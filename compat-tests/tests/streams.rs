@@ -7,7 +7,7 @@
 //! and offsets that survive a SIGKILL restart and a failover of the master
 //! of a 3-node cluster.
 
-mod common;
+use compat_tests::common;
 mod http;
 
 use common::confirmed::blocking;

@@ -5,7 +5,7 @@
 //!
 //! Checked against RabbitMQ 3.10.
 
-mod common;
+use compat_tests::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! AMQP class `tx`: transactional publishes and acks, as RabbitMQ does them.
 
-mod common;
+use compat_tests::common;
 
 use common::*;
 use lapin::Channel;

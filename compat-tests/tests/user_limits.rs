@@ -8,7 +8,7 @@
 //! counts connections asynchronously, so a connection allowed after another
 //! closed is polled for.
 
-mod common;
+use compat_tests::common;
 mod http;
 
 use common::*;

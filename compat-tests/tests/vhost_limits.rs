@@ -7,7 +7,7 @@
 //! `STABLEMQ_TEST_EXTERNAL_MANAGEMENT_PORT`). RabbitMQ counts connections
 //! asynchronously, so a connection allowed after another closed is polled for.
 
-mod common;
+use compat_tests::common;
 mod http;
 
 use common::*;

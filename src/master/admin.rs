@@ -364,6 +364,15 @@ impl Master {
         Ok(AdminOutcome::Done)
     }
 
+    /// A permission names a user and a vhost that both exist (400 otherwise,
+    /// as RabbitMQ's API answers).
+    fn user_and_vhost_exist(&self, user: &str, vhost: &str) -> Result<(), AdminError> {
+        if !self.broker.access.users.contains_key(user) || self.broker.vhost(vhost).is_none() {
+            return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
+        }
+        Ok(())
+    }
+
     fn set_permission(
         &mut self,
         user: String,
@@ -372,10 +381,8 @@ impl Master {
         write: String,
         read: String,
     ) -> AdminResult {
+        self.user_and_vhost_exist(&user, &vhost)?;
         let access = &self.broker.access;
-        if !access.users.contains_key(&user) || self.broker.vhost(&vhost).is_none() {
-            return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
-        }
         let existed = access.permission(&user, &vhost).is_some();
         self.emit(
             Event::PermissionSet {
@@ -398,10 +405,8 @@ impl Master {
         write: String,
         read: String,
     ) -> AdminResult {
+        self.user_and_vhost_exist(&user, &vhost)?;
         let access = &self.broker.access;
-        if !access.users.contains_key(&user) || self.broker.vhost(&vhost).is_none() {
-            return Err(AdminError::BadRequest("vhost_or_user_not_found".into()));
-        }
         let existed = access
             .topic_permissions
             .get(&user)

@@ -353,8 +353,9 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Whether the source queue has no message ready (`--exit-when-empty`).
-    async fn source_is_empty(&self) -> Result<bool, ShovelError> {
+    /// The source queue's ready messages, by a passive declare on the probe
+    /// channel; `what` names the step in an error.
+    async fn source_count(&self, what: &'static str) -> Result<u32, ShovelError> {
         let q = self
             .src_probe
             .queue_declare(
@@ -363,11 +364,16 @@ impl<'a> Session<'a> {
                 FieldTable::default(),
             )
             .await
-            .map_err(
-                self.plan
-                    .src_err("check the source queue (passive declare)"),
-            )?;
-        Ok(q.message_count() == 0)
+            .map_err(self.plan.src_err(what))?;
+        Ok(q.message_count())
+    }
+
+    /// Whether the source queue has no message ready (`--exit-when-empty`).
+    async fn source_is_empty(&self) -> Result<bool, ShovelError> {
+        Ok(self
+            .source_count("check the source queue (passive declare)")
+            .await?
+            == 0)
     }
 
     /// Stop consuming, count what is left at the source, and close both
@@ -381,19 +387,9 @@ impl<'a> Session<'a> {
             .basic_cancel("stablemq-shovel".into(), BasicCancelOptions::default())
             .await;
         let _ = self.src_ch.close(200, "OK".into()).await;
-        let q = self
-            .src_probe
-            .queue_declare(
-                self.plan.args.src_queue.as_str().into(),
-                passive(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(
-                self.plan
-                    .src_err("count the source queue (passive declare)"),
-            )?;
-        report.source_remaining = q.message_count();
+        report.source_remaining = self
+            .source_count("count the source queue (passive declare)")
+            .await?;
         let _ = self.dest.close(200, "OK".into()).await;
         let _ = self.src.close(200, "OK".into()).await;
         Ok(())

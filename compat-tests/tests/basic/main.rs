@@ -2,8 +2,7 @@
 //! qos, as RabbitMQ does them.
 
 mod ack;
-#[path = "../common/mod.rs"]
-mod common;
+use compat_tests::common;
 mod consume;
 mod publish;
 mod qos;

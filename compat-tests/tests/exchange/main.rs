@@ -1,8 +1,7 @@
 //! AMQP class `exchange`: declare, delete, bind, and the routing of the four
 //! built-in exchange types, as RabbitMQ does them.
 
-#[path = "../common/mod.rs"]
-mod common;
+use compat_tests::common;
 mod declare;
 mod routing;
 

@@ -7,8 +7,7 @@
 //! `STABLEMQ_TEST_EXTERNAL_MANAGEMENT_PORT` to its management port; the tests
 //! then create their users and vhost through RabbitMQ's API.
 
-#[path = "../common/mod.rs"]
-mod common;
+use compat_tests::common;
 #[path = "../http/mod.rs"]
 mod http;
 

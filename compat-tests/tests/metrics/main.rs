@@ -2,8 +2,7 @@
 //! labels, fed by real traffic, on `/metrics` (aggregated) and
 //! `/metrics/per-object`.
 
-#[path = "../common/mod.rs"]
-mod common;
+use compat_tests::common;
 mod families;
 mod streams;
 

@@ -2,8 +2,7 @@
 //! quorum), bind, unbind, purge and delete, as RabbitMQ does them, and the
 //! empty name that means the channel's last declared queue.
 
-#[path = "../common/mod.rs"]
-mod common;
+use compat_tests::common;
 
 mod declare;
 mod lifecycle;

@@ -5,8 +5,7 @@
 //! API, reload on SIGHUP and through the API, and bad TLS input with a
 //! bystander that keeps working (`bad_input.rs`).
 
-#[path = "../common/mod.rs"]
-mod common;
+use compat_tests::common;
 
 mod bad_input;
 mod client;

@@ -61,10 +61,7 @@ fn str_field(m: &Map<String, Value>, k: &str) -> Result<String, String> {
     m.get(k)
         .and_then(Value::as_str)
         .map(String::from)
-        .ok_or(format!(
-            "missing or invalid '{k}' in {}",
-            Value::Object(m.clone())
-        ))
+        .ok_or_else(|| format!("missing or invalid '{k}' in {}", Value::Object(m.clone())))
 }
 
 /// The boolean field `k` of an entry (`true`, or the string `"true"`), else `default`.
@@ -85,7 +82,7 @@ impl<'a> Import<'a> {
                 .iter()
                 .map(|v| {
                     v.as_object()
-                        .ok_or(format!("'{key}' entries must be objects"))
+                        .ok_or_else(|| format!("'{key}' entries must be objects"))
                 })
                 .collect(),
             Some(_) => Err(format!("'{key}' must be a list")),

@@ -1,4 +1,5 @@
-//! Helpers shared by the per-class lapin tests.
+//! Helpers shared by the end-to-end tests (lapin clients, raw AMQP frames,
+//! confirmed publishes): compiled once here, not once per test binary.
 //!
 //! Every wait is bounded by [`WAIT`], so a broker that never answers fails the test
 //! instead of hanging it. Errors are checked by their AMQP reply code, the number a
@@ -26,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[allow(unused_imports)] // not every test file configures the broker
-pub use compat_tests::{Broker, BrokerOptions};
+pub use crate::{Broker, BrokerOptions};
 use futures_lite::{Stream, StreamExt};
 use lapin::message::{BasicGetMessage, BasicReturnMessage, Delivery};
 use lapin::options::{

@@ -3,7 +3,7 @@
 //! a round whose confirms it lost, a consumer that reads a queue back from
 //! any node, and the check that every confirmed id came back.
 
-use compat_tests::cluster::Cluster;
+use crate::cluster::Cluster;
 use futures_lite::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
