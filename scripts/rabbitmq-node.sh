@@ -225,7 +225,7 @@ rm -rf "$DIR/mnesia" "$DIR/log" "$DIR/home" "$DIR/plugins-expand"
 mkdir -p "$DIR"/{mnesia,log,home}
 # Dependencies (management_agent, web_dispatch; stream_common) are enabled with
 # each plugin. RABBITMQ_EXTRA_PLUGINS (comma-separated, e.g.
-# rabbitmq_shovel,rabbitmq_federation) adds plugins: compat-tests/tests/parameters.rs
+# rabbitmq_shovel,rabbitmq_federation) adds plugins: compat-tests/tests/access/parameters.rs
 # needs those two.
 plugins=()
 [[ $MGMT -eq 1 ]] && plugins+=(rabbitmq_management)

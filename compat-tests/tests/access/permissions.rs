@@ -7,8 +7,8 @@
 //! A refusal is 403 ACCESS_REFUSED on the channel, or 530 NOT_ALLOWED at
 //! connection.open for a vhost without permissions.
 
+use crate::http;
 use compat_tests::common;
-mod http;
 
 use common::*;
 use http::Api;

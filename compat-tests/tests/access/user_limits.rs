@@ -8,8 +8,8 @@
 //! counts connections asynchronously, so a connection allowed after another
 //! closed is polled for.
 
+use crate::http;
 use compat_tests::common;
-mod http;
 
 use common::*;
 use http::{Api, enc};

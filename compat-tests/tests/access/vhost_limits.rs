@@ -7,8 +7,8 @@
 //! `STABLEMQ_TEST_EXTERNAL_MANAGEMENT_PORT`). RabbitMQ counts connections
 //! asynchronously, so a connection allowed after another closed is polled for.
 
+use crate::http;
 use compat_tests::common;
-mod http;
 
 use common::*;
 use http::{Api, enc};

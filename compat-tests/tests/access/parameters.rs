@@ -10,8 +10,8 @@
 //! rabbitmq_federation scripts/rabbitmq-node.sh start ...`): without them
 //! RabbitMQ refuses those components, as StableMQ refuses unknown ones.
 
+use crate::http;
 use compat_tests::common;
-mod http;
 
 use common::*;
 use http::{Api, enc};

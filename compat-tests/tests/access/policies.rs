@@ -8,8 +8,8 @@
 //! `STABLEMQ_TEST_EXTERNAL_MANAGEMENT_PORT`); RabbitMQ applies policies
 //! asynchronously, so effects are polled for.
 
+use crate::http;
 use compat_tests::common;
-mod http;
 
 use common::*;
 use http::{Api, enc};
