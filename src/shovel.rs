@@ -23,13 +23,16 @@ use serde::Serialize;
 use std::time::Duration;
 
 mod session;
+mod tls;
 
 pub use session::run;
 
 /// Flags of `stablemq shovel`.
 #[derive(Debug, Clone, Args)]
 pub struct ShovelArgs {
-    /// Source broker, e.g. amqp://guest:guest@old-rabbit:5672/%2f.
+    /// Source broker, e.g. amqp://guest:guest@old-rabbit:5672/%2f, or
+    /// amqps:// with RabbitMQ's TLS query parameters (`cacertfile`,
+    /// `certfile`, `keyfile`).
     #[arg(long)]
     pub src_uri: String,
     /// Queue to drain on the source broker.
@@ -50,6 +53,10 @@ pub struct ShovelArgs {
     /// (import the definitions first); the shovel checks before moving anything.
     #[arg(long)]
     pub dest_queue: Option<String>,
+    /// CA bundle (PEM) for an amqps:// URI without `cacertfile`
+    /// [default: the system's CA store].
+    #[arg(long)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// Unacked messages the source may hand the shovel at once.
     #[arg(long, default_value_t = 1000)]
     pub prefetch: u16,
@@ -272,6 +279,7 @@ mod tests {
             dest_exchange: x.map(Into::into),
             dest_routing_key: rk.map(Into::into),
             dest_queue: dest_queue.map(Into::into),
+            tls_ca_file: None,
             prefetch: 10,
             confirm_window: 10,
             exit_when_empty: true,

@@ -83,6 +83,8 @@ impl Cluster {
 
     /// Like [`Cluster::start_example_tuned`], with `sections(i)` (whole TOML
     /// sections, e.g. a `[tls]` of its own) appended to node `i`'s config.
+    /// Lines of `sections(i)` before its first `[table]` are top-level keys
+    /// (e.g. `auth_mechanisms`): they go at the top of the file.
     pub fn start_example_sections(
         store_only: Option<usize>,
         cluster_lines: &str,
@@ -151,8 +153,16 @@ impl Cluster {
                     1,
                 );
             }
-            text.push('\n');
-            text.push_str(&sections(id as usize - 1));
+            let extra = sections(id as usize - 1);
+            let (top, tables): (Vec<&str>, Vec<&str>) = {
+                let lines: Vec<&str> = extra.lines().collect();
+                let first_table = lines
+                    .iter()
+                    .position(|l| l.trim_start().starts_with('['))
+                    .unwrap_or(lines.len());
+                (lines[..first_table].to_vec(), lines[first_table..].to_vec())
+            };
+            text = format!("{}\n{text}\n{}\n", top.join("\n"), tables.join("\n"));
             let config = dir.path().join(format!("node{id}.toml"));
             std::fs::write(&config, text).expect("write config");
             nodes.push(ClusterNode {

@@ -61,6 +61,19 @@ impl CtlError {
     }
 }
 
+/// The TLS settings of an `https://` API whose certificate chains to the
+/// CA bundle `ca_file` (PEM), as `rabbitmqadmin --ssl-ca-cert-file` has it.
+pub fn trusting(ca_file: &std::path::Path) -> Result<ureq::tls::TlsConfig, CtlError> {
+    let certs = stablemq_cluster::transport::pem::read_certs("CA", ca_file)
+        .map_err(|e| CtlError::Usage(format!("--tls-ca-file: {e}")))?;
+    let roots = certs
+        .iter()
+        .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned());
+    Ok(ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::from(roots))
+        .build())
+}
+
 /// A management API with one user's credentials.
 pub struct Api {
     base: String,
@@ -75,13 +88,27 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 impl Api {
     /// A client of the API at `base` (e.g. `http://127.0.0.1:15672`).
     pub fn new(base: &str, user: &str, password: &str) -> Api {
+        Api::with_tls(base, user, password, None)
+    }
+
+    /// A client of the API at `base`, which may be `https://`: its
+    /// certificate is checked against the PEM bundle `ca_file` if given, else
+    /// against Mozilla's roots (the `webpki-roots` crate), as browsers would.
+    pub fn with_tls(
+        base: &str,
+        user: &str,
+        password: &str,
+        tls: Option<ureq::tls::TlsConfig>,
+    ) -> Api {
         use base64::Engine;
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        let agent = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .timeout_global(Some(REQUEST_TIMEOUT))
-            .http_status_as_error(false)
-            .build()
-            .into();
+            .http_status_as_error(false);
+        if let Some(tls) = tls {
+            config = config.tls_config(tls);
+        }
+        let agent = config.build().into();
         Api {
             base: base.trim_end_matches('/').to_string(),
             authorization: format!("Basic {token}"),

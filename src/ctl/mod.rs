@@ -31,6 +31,10 @@ pub struct CtlArgs {
     /// Management API of any node (StableMQ or RabbitMQ).
     #[arg(long, global = true, default_value = "http://127.0.0.1:15672")]
     pub url: String,
+    /// CA bundle (PEM) that an `https://` --url's certificate must chain
+    /// to [default: Mozilla's roots].
+    #[arg(long, global = true)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// User with the administrator tag (monitoring is enough for lists).
     #[arg(long, global = true, default_value = "guest")]
     pub user: String,
@@ -186,7 +190,14 @@ pub struct Columns {
 
 /// Run a ctl command; returns the exit code.
 pub fn main(args: CtlArgs) -> i32 {
-    let api = Api::new(&args.url, &args.user, &args.password);
+    let tls = match args.tls_ca_file.as_deref().map(http::trusting).transpose() {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("stablemq ctl: {e}");
+            return 2;
+        }
+    };
+    let api = Api::with_tls(&args.url, &args.user, &args.password, tls);
     match run(&api, &args) {
         Ok(out) => {
             // A closed pipe (`| head`) is not an error worth a panic.

@@ -4,8 +4,7 @@
 //! a TLS session goes through tokio-rustls's `AsyncRead`/`AsyncWrite`. The
 //! broker's certificate is checked against `--tls-ca-file`.
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
@@ -24,15 +23,7 @@ static CONNECTOR: OnceLock<TlsConnector> = OnceLock::new();
 
 /// Trust the CA certificates in `ca_file` (PEM) for `amqps://` URIs.
 pub fn trust_ca_file(ca_file: &Path) -> Result<(), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(ca_file)
-        .map_err(|e| format!("{}: {e}", ca_file.display()))?;
-    for c in certs {
-        let c = c.map_err(|e| format!("{}: {e}", ca_file.display()))?;
-        roots
-            .add(c)
-            .map_err(|e| format!("{}: {e}", ca_file.display()))?;
-    }
+    let roots = stablemq_cluster::transport::pem::read_roots(ca_file).map_err(|e| e.to_string())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

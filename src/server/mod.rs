@@ -5,6 +5,7 @@
 mod amqps;
 mod cluster_node;
 mod conn_task;
+mod forwarded;
 mod listen;
 mod master_task;
 mod nodes;
@@ -22,8 +23,7 @@ use crate::master::Master;
 use master_task::Backend;
 pub(crate) use master_task::MasterMsg;
 use replica::Core;
-use route::{ConnContext, Router, route_client};
-use socket::ClientSocket;
+use route::{ConnContext, Router};
 use stablemq_cluster::{FjallStore, LocalLog};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -427,7 +427,7 @@ async fn run_broker(
                 let _ = sock.set_nodelay(true);
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
                 match front {
-                    listen::Front::Amqp => conns.spawn(route_client(ctx.clone(), id, ClientSocket::plain(sock, peer))),
+                    listen::Front::Amqp => conns.spawn(route::route_plain(ctx.clone(), id, sock, peer)),
                     listen::Front::Amqps(tls) => conns.spawn(amqps::serve_client(tls, ctx.clone(), id, sock, peer)),
                     listen::Front::Stream => conns.spawn(stream::serve_client(ctx.clone(), id, sock, peer)),
                 };

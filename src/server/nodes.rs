@@ -103,11 +103,28 @@ pub(super) async fn serve_cluster(
         status,
         amqp_addrs: Arc::new(node.amqp_addrs),
         stream_addrs: Arc::new(node.stream_addrs),
+        trust: Arc::new(forwarding_trust(cluster)?),
     };
     let driver = node.driver;
     let result = run_broker(opts, core, backend, router, node.store, master, users.0).await;
     drop(driver);
     result
+}
+
+/// Whose forwarded clients a cluster node believes: its peers' addresses,
+/// with the cluster cookie if there is one.
+fn forwarding_trust(
+    cluster: &crate::config::ClusterConfig,
+) -> Result<super::forwarded::Trust, ServeError> {
+    let nodes = cluster
+        .nodes
+        .iter()
+        .flat_map(|n| [Some(n.cluster_addr), n.amqp_addr])
+        .flatten()
+        .map(|a| a.ip())
+        .collect();
+    let cookie = cluster.cookie().map_err(ServeError::Other)?;
+    Ok(super::forwarded::Trust { nodes, cookie })
 }
 
 /// What `/api/nodes` and `/api/overview` report of a cluster node: this

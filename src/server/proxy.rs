@@ -7,18 +7,23 @@
 //! 320 CONNECTION_FORCED after the last whole frame, never in the middle of one,
 //! so the client sees what it sees when RabbitMQ closes a connection, and
 //! reconnects.
+//!
+//! Before the client's first byte it writes a PROXY header (`forwarded.rs`)
+//! with the client's address and TLS session, so the master applies the
+//! loopback rule to the client, not to this node, and can offer SASL
+//! EXTERNAL to a client whose certificate this node verified.
 
+use super::forwarded::{self, Forwarded};
 use super::socket::{ClientSocket, IntoHalves};
-use crate::config::Config;
 use crate::error::ReplyCode;
 use bytes::{Buf, BytesMut};
 use stablemq_cluster::driver::BrokerStatus;
 use stablemq_cluster::replication::NodeId;
+use stablemq_cluster::transport::auth::Cookie;
 use stablemq_protocol::methods::connection as mconn;
 use stablemq_protocol::types::ShortString;
-use stablemq_protocol::{AMQPClass, Frame, decode_frame, encode_frame};
+use stablemq_protocol::{AMQPClass, Frame, encode_frame};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -38,6 +43,8 @@ pub(super) struct Upstream {
     pub(super) master: NodeId,
     /// The broker driver's status.
     pub(super) status: watch::Receiver<BrokerStatus>,
+    /// The cluster cookie that signs the forwarding header.
+    pub(super) cookie: Option<Cookie>,
 }
 
 /// Forward `client` to the master until either side closes, the master
@@ -47,36 +54,34 @@ pub(super) async fn run<S: IntoHalves>(
     client: ClientSocket<S>,
     to: Upstream,
     mut shutdown: watch::Receiver<bool>,
-    config: Arc<Config>,
 ) {
     let Upstream {
         addr: upstream,
         master: master_id,
         mut status,
+        cookie,
     } = to;
-    let client_ip = Some(client.peer.ip());
-    let Some(up) = connect_master(upstream).await else {
+    let Some(mut up) = connect_master(upstream).await else {
         return;
     };
+    let me = Forwarded {
+        peer: client.peer,
+        local: client.local.unwrap_or(client.peer),
+        tls: client.tls,
+    };
+    let head = forwarded::header(&me, cookie.as_ref(), super::master_task::now_ms());
+    if up.write_all(&head).await.is_err() {
+        tracing::warn!(%upstream, "the master closed the connection; dropping client");
+        return;
+    }
     let (mut crd, mut cwr) = client.stream.into_halves();
     let (mut urd, mut uwr) = up.into_split();
     let mut cbuf = BytesMut::with_capacity(64 * 1024);
     let mut ubuf = BytesMut::with_capacity(64 * 1024);
-    // Until the client's start-ok is seen, its bytes are held back: the master
-    // sees the proxy's address, not the client's, so the loopback-only rule
-    // for users like guest is applied here, as RabbitMQ applies it.
-    let mut login_checked = false;
     let reason = loop {
         tokio::select! {
             r = crd.read_buf(&mut cbuf) => match r {
                 Ok(n) if n > 0 => {
-                    if !login_checked {
-                        match check_login(&config, client_ip, &cbuf) {
-                            Login::NeedMore => continue,
-                            Login::Pass => login_checked = true,
-                            Login::Refuse(text) => return refuse_login(&mut cwr, &text).await,
-                        }
-                    }
                     if uwr.write_all(&cbuf).await.is_err() {
                         break Some("the master closed the connection");
                     }
@@ -130,14 +135,6 @@ async fn connect_master(upstream: SocketAddr) -> Option<TcpStream> {
     };
     let _ = up.set_nodelay(true);
     Some(up)
-}
-
-/// Close a client the loopback rule refuses: 403 with `text`, then hang up.
-async fn refuse_login<W: AsyncWrite + Unpin>(cwr: &mut W, text: &str) {
-    let mut out = BytesMut::new();
-    encode_frame(&close_frame(ReplyCode::AccessRefused, text), &mut out);
-    let _ = cwr.write_all(&out).await;
-    let _ = cwr.shutdown().await;
 }
 
 /// Close the client with 320 CONNECTION_FORCED and `reason`, after the last
@@ -202,52 +199,6 @@ fn close_frame(code: ReplyCode, text: &str) -> Frame {
     }
 }
 
-/// What the proxy does with a client's first bytes.
-#[derive(Debug, PartialEq)]
-enum Login {
-    /// The protocol header and start-ok are not all here yet.
-    NeedMore,
-    /// Forward everything from now on.
-    Pass,
-    /// Close the client with 403 and this text.
-    Refuse(String),
-}
-
-/// Apply `loopback_users` to a client the master cannot see: look at the
-/// protocol header and the first frame (start-ok). Anything unexpected passes,
-/// and the master answers it as it would any client.
-fn check_login(config: &Config, client: Option<std::net::IpAddr>, buf: &[u8]) -> Login {
-    let Some(ip) = client else { return Login::Pass };
-    if crate::auth::is_loopback(ip) || config.loopback_users.is_empty() {
-        return Login::Pass;
-    }
-    if buf.len() < 8 {
-        return Login::NeedMore;
-    }
-    if &buf[..4] != b"AMQP" {
-        return Login::Pass;
-    }
-    let mut rest = BytesMut::from(&buf[8..]);
-    let frame = match decode_frame(&mut rest, 1 << 20) {
-        Ok(Some(f)) => f,
-        Ok(None) => return Login::NeedMore,
-        Err(_) => return Login::Pass,
-    };
-    let Frame::Method {
-        method: AMQPClass::Connection(mconn::AMQPMethod::StartOk(s)),
-        ..
-    } = frame
-    else {
-        return Login::Pass;
-    };
-    match crate::auth::parse_response(s.mechanism.as_str(), s.response.as_bytes()) {
-        Ok((user, _)) if config.loopback_users.contains(&user) => Login::Refuse(format!(
-            "ACCESS_REFUSED - user '{user}' can only connect via localhost"
-        )),
-        _ => Login::Pass,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,47 +215,5 @@ mod tests {
         assert_eq!(whole_frames(&two[..3]), 0);
         assert_eq!(whole_frames(b"AMQP\x00\x00\x09\x01"), 8);
         assert_eq!(whole_frames(b"AMQP\x00"), 0);
-    }
-
-    fn start_ok(user: &str) -> BytesMut {
-        let mut out = BytesMut::from(&b"AMQP\x00\x00\x09\x01"[..]);
-        let start_ok = mconn::StartOk {
-            client_properties: Default::default(),
-            mechanism: "PLAIN".into(),
-            response: format!("\0{user}\0secret").into(),
-            locale: "en_US".into(),
-        };
-        let method = AMQPClass::Connection(mconn::AMQPMethod::StartOk(start_ok));
-        encode_frame(&Frame::Method { channel: 0, method }, &mut out);
-        out
-    }
-
-    #[test]
-    fn loopback_users_are_refused_from_afar_even_through_a_slave() {
-        let config = Config::default();
-        let far: std::net::IpAddr = "192.0.2.7".parse().unwrap();
-        let near: std::net::IpAddr = "127.0.0.1".parse().unwrap();
-        let guest = start_ok("guest");
-        assert_eq!(
-            check_login(&config, Some(far), &guest),
-            Login::Refuse("ACCESS_REFUSED - user 'guest' can only connect via localhost".into())
-        );
-        assert_eq!(check_login(&config, Some(near), &guest), Login::Pass);
-        assert_eq!(
-            check_login(&config, Some(far), &start_ok("alice")),
-            Login::Pass
-        );
-        assert_eq!(
-            check_login(&config, Some(far), &guest[..guest.len() - 1]),
-            Login::NeedMore
-        );
-        assert_eq!(
-            check_login(&config, Some(far), &guest[..5]),
-            Login::NeedMore
-        );
-        assert_eq!(
-            check_login(&config, Some(far), b"GET / HTTP/1.1\r\n"),
-            Login::Pass
-        );
     }
 }

@@ -4,7 +4,7 @@
 
 use super::master_task::{self, MasterMsg};
 use super::socket::{ClientSocket, IntoHalves};
-use super::{conn_task, proxy};
+use super::{conn_task, forwarded, proxy};
 use crate::config::Config;
 use stablemq_cluster::driver::BrokerStatus;
 use stablemq_cluster::replication::NodeId;
@@ -26,6 +26,9 @@ pub(super) enum Router {
         status: watch::Receiver<BrokerStatus>,
         amqp_addrs: Arc<HashMap<NodeId, SocketAddr>>,
         stream_addrs: Arc<HashMap<NodeId, SocketAddr>>,
+        /// Whose forwarded clients this node believes, and the cookie its
+        /// own forwarding headers are signed with (`forwarded.rs`).
+        trust: Arc<forwarded::Trust>,
     },
 }
 
@@ -60,6 +63,35 @@ pub(super) async fn admit(ctx: &ConnContext) -> Option<super::slots::Slot> {
     }
 }
 
+/// A client of the plain AMQP port. On a cluster node it may be one a
+/// slave forwards, announced by a PROXY header (`forwarded.rs`): it is then
+/// served as the client it stands for, with that client's address and TLS
+/// session. A header not to be believed closes the connection.
+pub(super) async fn route_plain(
+    ctx: ConnContext,
+    id: u64,
+    mut sock: tokio::net::TcpStream,
+    peer: SocketAddr,
+) {
+    let Router::Cluster { trust, .. } = &ctx.router else {
+        return route_client(ctx, id, ClientSocket::plain(sock, peer)).await;
+    };
+    let within = Duration::from_millis(ctx.config.handshake_timeout_ms);
+    match forwarded::take(&mut sock, peer.ip(), trust, within).await {
+        Ok(None) => route_client(ctx, id, ClientSocket::plain(sock, peer)).await,
+        Ok(Some(f)) => {
+            let client = ClientSocket {
+                stream: sock,
+                peer: f.peer,
+                local: Some(f.local),
+                tls: f.tls,
+            };
+            route_client(ctx, id, client).await
+        }
+        Err(e) => tracing::warn!(conn = id, %peer, "client closed: {e}"),
+    }
+}
+
 pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock: ClientSocket<S>) {
     let Some(_slot) = admit(&ctx).await else {
         return;
@@ -69,6 +101,7 @@ pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock:
         serving,
         status,
         amqp_addrs,
+        trust,
         ..
     } = &ctx.router
     {
@@ -83,8 +116,9 @@ pub(super) async fn route_client<S: IntoHalves>(ctx: ConnContext, id: u64, sock:
                             addr,
                             master,
                             status,
+                            cookie: trust.cookie.clone(),
                         };
-                        proxy::run(sock, to, ctx.shutdown.clone(), ctx.config.clone()).await
+                        proxy::run(sock, to, ctx.shutdown.clone()).await
                     }
                     None => {
                         tracing::warn!(master, "no AMQP address for the master; dropping client")

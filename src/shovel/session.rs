@@ -44,10 +44,21 @@ async fn oldest_confirm(
     }
 }
 
-/// Connect to the broker at `uri`, naming the connection `name`.
-async fn connect(uri: &str, name: &str) -> Result<Connection, lapin::Error> {
+/// Connect to the broker at `uri`, naming the connection `name`; over TLS
+/// with `tls` (an `amqps://` URI).
+async fn connect(
+    uri: &str,
+    name: &str,
+    tls: Option<lapin::tcp::OwnedTLSConfig>,
+) -> Result<Connection, lapin::Error> {
     let props = ConnectionProperties::default().with_connection_name(name.into());
-    Connection::connect(uri, props).await
+    match tls {
+        None => Connection::connect(uri, props).await,
+        Some(tls) => {
+            let runtime = lapin::runtime::default_runtime()?;
+            Connection::connect_with_config(uri, props, tls, runtime).await
+        }
+    }
 }
 
 /// The options of a passive queue declare (does the queue exist, how full).
@@ -155,12 +166,19 @@ struct Progress {
 impl<'a> Session<'a> {
     /// Connect to both brokers and open the channels.
     async fn open(plan: &'a Plan<'a>) -> Result<Session<'a>, ShovelError> {
-        let src = connect(&plan.args.src_uri, "stablemq shovel (source)")
+        let ca = plan.args.tls_ca_file.as_deref();
+        let src_tls = super::tls::for_uri(&plan.args.src_uri, ca)?;
+        let dest_tls = super::tls::for_uri(&plan.args.dest_uri, ca)?;
+        let src = connect(&plan.args.src_uri, "stablemq shovel (source)", src_tls)
             .await
             .map_err(plan.src_err("connect"))?;
-        let dest = connect(&plan.args.dest_uri, "stablemq shovel (destination)")
-            .await
-            .map_err(plan.dest_err("connect"))?;
+        let dest = connect(
+            &plan.args.dest_uri,
+            "stablemq shovel (destination)",
+            dest_tls,
+        )
+        .await
+        .map_err(plan.dest_err("connect"))?;
         let src_ch = src
             .create_channel()
             .await

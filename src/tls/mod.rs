@@ -16,56 +16,15 @@
 pub mod peer;
 
 use crate::config::{TlsConfig, Verify};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
-use std::path::Path;
+use stablemq_cluster::transport::pem::{read_certs, read_key, read_roots};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio_rustls::TlsAcceptor;
 
 pub use peer::{PeerCert, TlsInfo};
-
-/// A TLS setting that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// A PEM file could not be read or holds nothing usable.
-    #[error("{what} {path}: {reason}")]
-    File {
-        /// Which file (certificate, key, CA).
-        what: &'static str,
-        /// Its path.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// rustls refused the combination (a key that does not match, say).
-    #[error("TLS configuration: {0}")]
-    Config(#[from] rustls::Error),
-    /// The CA file holds no certificate rustls accepts as a root.
-    #[error("TLS CA: {0}")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
-}
-
-fn file_error(what: &'static str, path: &Path, reason: impl ToString) -> TlsError {
-    TlsError::File {
-        what,
-        path: path.display().to_string(),
-        reason: reason.to_string(),
-    }
-}
-
-fn certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| file_error(what, path, e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_error(what, path, e))?;
-    if certs.is_empty() {
-        return Err(file_error(what, path, "no certificate in the file"));
-    }
-    Ok(certs)
-}
+pub use stablemq_cluster::transport::pem::TlsError;
 
 /// The two rustls configurations one certificate serves: AMQP (no ALPN) and
 /// HTTP (ALPN `http/1.1`, which browsers and curl offer).
@@ -78,18 +37,14 @@ struct Built {
 
 fn build(settings: &TlsConfig) -> Result<Built, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = certs("certificate", &settings.cert_file)?;
-    let key = PrivateKeyDer::from_pem_file(&settings.key_file)
-        .map_err(|e| file_error("key", &settings.key_file, e))?;
+    let chain = read_certs("certificate", &settings.cert_file)?;
+    let key = read_key(&settings.key_file)?;
     let versions = [&rustls::version::TLS13, &rustls::version::TLS12];
     let builder =
         ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions)?;
     let builder = match (settings.verify, &settings.ca_file) {
         (Verify::VerifyPeer, Some(ca)) => {
-            let mut roots = RootCertStore::empty();
-            for c in certs("CA", ca)? {
-                roots.add(c).map_err(|e| file_error("CA", ca, e))?;
-            }
+            let roots = read_roots(ca)?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let verifier = if settings.fail_if_no_peer_cert {
                 verifier.build()?

@@ -9,7 +9,7 @@ use crate::config::CertLoginFrom;
 use rustls::ServerConnection;
 
 /// A verified client certificate.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PeerCert {
     /// The subject, as `CN=name,O=org`.
     pub subject: String,
@@ -23,7 +23,7 @@ pub struct PeerCert {
 }
 
 /// A client connection's TLS session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TlsInfo {
     /// `tlsv1.3` or `tlsv1.2`, as RabbitMQ writes it.
     pub protocol: String,

@@ -50,6 +50,7 @@ use crate::wire::{self, Envelope, MAX_FRAME_DEFAULT};
 
 pub mod auth;
 mod heard;
+pub mod pem;
 pub mod tls;
 pub use auth::{AuthError, Cookie};
 pub use heard::Heard;

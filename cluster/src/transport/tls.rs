@@ -17,33 +17,13 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{ClientConfig, ServerConfig};
+
+pub use super::pem::{TlsError, read_certs, read_key, read_roots};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
-
-/// A TLS setting that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// A PEM file could not be read or holds nothing usable.
-    #[error("{what} {path}: {reason}")]
-    File {
-        /// Which file (certificate, key, CA).
-        what: &'static str,
-        /// Its path.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// rustls refused the combination (a key that does not match, say).
-    #[error("TLS configuration: {0}")]
-    Config(#[from] rustls::Error),
-    /// The CA file holds no certificate rustls accepts as a root.
-    #[error("TLS CA: {0}")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
-}
 
 /// Both sides' TLS configuration of one node.
 #[derive(Clone)]
@@ -58,25 +38,6 @@ impl std::fmt::Debug for TlsConfig {
     }
 }
 
-fn file_error(what: &'static str, path: &Path, reason: impl ToString) -> TlsError {
-    TlsError::File {
-        what,
-        path: path.display().to_string(),
-        reason: reason.to_string(),
-    }
-}
-
-fn certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| file_error(what, path, e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_error(what, path, e))?;
-    if certs.is_empty() {
-        return Err(file_error(what, path, "no certificate in the file"));
-    }
-    Ok(certs)
-}
-
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -84,13 +45,9 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 impl TlsConfig {
     /// Load this node's certificate chain and key and the cluster CA (PEM).
     pub fn from_pem_files(cert: &Path, key: &Path, ca: &Path) -> Result<TlsConfig, TlsError> {
-        let chain = certs("certificate", cert)?;
-        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error("key", key, e))?;
-        let mut roots = RootCertStore::empty();
-        for c in certs("CA", ca)? {
-            roots.add(c).map_err(|e| file_error("CA", ca, e))?;
-        }
-        let roots = Arc::new(roots);
+        let chain = read_certs("certificate", cert)?;
+        let key = read_key(key)?;
+        let roots = Arc::new(read_roots(ca)?);
         let verifier =
             WebPkiClientVerifier::builder_with_provider(roots.clone(), provider()).build()?;
         let mut server = ServerConfig::builder_with_provider(provider())

@@ -219,6 +219,128 @@ fn the_management_api_answers_over_https() {
             .is_some_and(|l| l.iter().any(|x| x["protocol"] == "https")),
         "{v}"
     );
+    // `stablemq ctl` over HTTPS, trusting the test's CA.
+    let url = format!("https://localhost:{https}");
+    let ctl = |extra: &[&std::ffi::OsStr]| {
+        Command::new("timeout")
+            .arg("30")
+            .arg(compat_tests::binary_path())
+            .args(["ctl", "--url", &url])
+            .args(extra)
+            .args(["list_vhosts", "--formatter", "json"])
+            .output()
+            .expect("run stablemq ctl")
+    };
+    let out = ctl(&["--tls-ca-file".as_ref(), pki.ca.cert_file.as_os_str()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("\"/\""),
+        "ctl over https: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without the CA the certificate is not trusted, and ctl says so.
+    let out = ctl(&[]);
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(
+        !out.status.success() && err.contains("certificate"),
+        "ctl trusted an unknown CA: {err}"
+    );
+}
+
+/// `stablemq shovel` from an AMQPS source: RabbitMQ's TLS query parameters
+/// in the URI (`cacertfile`, `certfile`, `keyfile`) with SASL EXTERNAL, and
+/// `--tls-ca-file` with a password; `verify=verify_none` is refused.
+#[tokio::test]
+async fn shovel_moves_messages_from_an_amqps_source() {
+    use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+    let pki = Pki::new();
+    let top = "auth_mechanisms = [\"PLAIN\", \"AMQPLAIN\", \"EXTERNAL\"]";
+    let src = TlsBroker::start_top(&pki, top, &pki.verify_peer_lines(false));
+    src.add_user("alice");
+    let dest = compat_tests::Broker::start();
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    for b in [&src.broker, &dest] {
+        let conn = connect(b).await;
+        let ch = conn.create_channel().await.expect("channel");
+        ch.queue_declare("shv".into(), durable, Default::default())
+            .await
+            .expect("declare");
+    }
+    let source = &src.broker;
+    let fill = |n: u32| async move {
+        let conn = connect(source).await;
+        let ch = conn.create_channel().await.expect("channel");
+        ch.confirm_select(Default::default())
+            .await
+            .expect("confirms");
+        for i in 0..n {
+            let body = i.to_string();
+            ch.basic_publish(
+                "".into(),
+                "shv".into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                Default::default(),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirm");
+        }
+    };
+    let shovel = |src_uri: String, extra: &[&str]| {
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg(compat_tests::binary_path())
+            .args(["shovel", "--src-uri", &src_uri, "--src-queue", "shv"])
+            .args(["--dest-uri", &dest.uri(), "--exit-when-empty", "--json"])
+            .args(extra)
+            .output()
+            .expect("run stablemq shovel");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    fill(300).await;
+    let (ca, cert, key) = (
+        pki.ca.cert_file.display(),
+        pki.alice.cert.display(),
+        pki.alice.key.display(),
+    );
+    let uri = format!(
+        "amqps://localhost:{}/%2f?auth_mechanism=external&cacertfile={ca}&certfile={cert}&keyfile={key}",
+        src.amqps_port
+    );
+    let (code, out) = shovel(uri, &[]);
+    assert!(
+        code == Some(0) && out.contains("\"moved\":300"),
+        "shovel with EXTERNAL over amqps: {out}\n{}",
+        src.broker.log()
+    );
+    fill(100).await;
+    let uri = format!("amqps://guest:guest@localhost:{}/%2f", src.amqps_port);
+    let ca_flag = pki.ca.cert_file.display().to_string();
+    let (code, out) = shovel(uri.clone(), &["--tls-ca-file", &ca_flag]);
+    assert!(
+        code == Some(0) && out.contains("\"moved\":100"),
+        "shovel with --tls-ca-file: {out}"
+    );
+    let (code, out) = shovel(format!("{uri}?verify=verify_none"), &[]);
+    assert!(
+        code == Some(2) && out.contains("verify_none is not supported"),
+        "{out}"
+    );
+    // Without a CA for a private one, the handshake fails with a clear error.
+    let (code, out) = shovel(uri, &[]);
+    assert!(
+        code == Some(1) && out.to_lowercase().contains("certificate"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
