@@ -204,6 +204,9 @@ fn max_id(dir: &Path, name: &str) -> u64 {
 enum Start {
     /// On the master (the first address): its connection dies with it.
     Master,
+    /// On a slave (the first address), which proxies it to the master and
+    /// closes it with 320 when the master dies.
+    Slave,
     /// Wherever the client's own choice lands: the Java client shuffles its
     /// address list before every connection attempt, so it starts on the
     /// master or on a slave, and the test reports which.
@@ -218,7 +221,10 @@ async fn recovers_across_master_kill(client: Client, start: Start, queue: &str) 
     // The first node's address first; the others follow, as a client
     // configured with the whole cluster has them.
     // The master's address first (the Java client shuffles the list anyway).
-    let order = [master, slave, (master + 2) % 3];
+    let order = match start {
+        Start::Slave => [slave, master, (master + 2) % 3],
+        _ => [master, slave, (master + 2) % 3],
+    };
     let tmp = tempfile::tempdir().expect("temp dir");
     let mut program = Program::start(client, &cluster, &order, tmp.path(), queue);
     blocking(|| {
@@ -315,4 +321,9 @@ async fn java_client_recovers_across_a_master_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn aio_pika_connect_robust_on_the_master_recovers_across_its_kill() {
     recovers_across_master_kill(Client::AioPika, Start::Master, "recovery.aio-pika").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn aio_pika_connect_robust_through_a_slave_recovers_across_the_master_kill() {
+    recovers_across_master_kill(Client::AioPika, Start::Slave, "recovery.aio-pika-slave").await;
 }
