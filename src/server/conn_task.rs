@@ -8,7 +8,7 @@ use crate::amqp::encode::Encoder;
 use crate::master::inout::{ConnId, Input, ToConn};
 use bytes::BytesMut;
 use stablemq_protocol::{Decoder, check_protocol_header, encode_frame};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -38,7 +38,10 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
     conn.set_users(users);
     conn.set_cluster_name(cluster_name);
     let mut b = Buffers::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    // The connection's clocks (handshake timeout, heartbeats, close): ticked
+    // as often as its state needs (`tick_every`), re-armed when that changes.
+    let mut tick_every = conn.tick_every();
+    let mut tick = tokio::time::interval(tick_every);
     let mut reading = true;
     let mut outbox_open = true;
     let mut shutting_down = false;
@@ -101,6 +104,11 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
         if close || conn.is_closed() {
             break;
         }
+        if conn.tick_every() != tick_every {
+            tick_every = conn.tick_every();
+            let first = tokio::time::Instant::now() + tick_every;
+            tick = tokio::time::interval_at(first, tick_every);
+        }
     }
     let _ = wr.shutdown().await;
     // Make sure the master forgets us even if we left without a clean close.
@@ -136,9 +144,12 @@ impl Buffers {
             rbuf: BytesMut::with_capacity(64 * 1024),
             decoder: Decoder::default(),
             wbuf: BytesMut::with_capacity(64 * 1024),
-            actions: Vec::with_capacity(64),
+            // Small at first, grown by the load and kept (a Vec reused pass
+            // after pass): an idle connection should not hold room for 64
+            // actions of 152 bytes.
+            actions: Vec::with_capacity(8),
             inputs: Vec::new(),
-            inbox: Vec::with_capacity(64),
+            inbox: Vec::with_capacity(8),
             enc: Encoder::default(),
         }
     }
@@ -321,7 +332,7 @@ mod tests {
         let mut inputs = vec![disconnected(1), disconnected(2)];
         let send = send_inputs(&tx, &credit, &mut inputs);
         tokio::pin!(send);
-        let waited = tokio::time::timeout(Duration::from_millis(100), &mut send).await;
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(100), &mut send).await;
         assert!(waited.is_err(), "sent without credit");
         assert!(rx.try_recv().is_err());
         drop(held);

@@ -478,3 +478,27 @@ fn the_handshake_timeout_is_configurable() {
     // Closed without a connection.close, as RabbitMQ does.
     assert!(matches!(out.as_slice(), [Action::Close]), "{out:?}");
 }
+
+/// An idle open connection is ticked a quarter heartbeat apart, never more
+/// often than every 500 ms, and rarely without heartbeats; the handshake and
+/// the close are ticked often, for their second-scale timeouts.
+#[test]
+fn the_tick_follows_what_the_connection_waits_for() {
+    let t0 = Instant::now();
+    let mut k = Connection::new(
+        1,
+        "127.0.0.1".parse().unwrap(),
+        Arc::new(Config::default()),
+        t0,
+    );
+    assert_eq!(k.tick_every(), Duration::from_millis(500), "handshake");
+    k.phase = Phase::Open;
+    k.heartbeat = 60;
+    assert_eq!(k.tick_every(), Duration::from_secs(15));
+    k.heartbeat = 1;
+    assert_eq!(k.tick_every(), Duration::from_millis(500));
+    k.heartbeat = 0;
+    assert_eq!(k.tick_every(), Duration::from_secs(60));
+    k.phase = Phase::Closing;
+    assert_eq!(k.tick_every(), Duration::from_millis(500));
+}
