@@ -10,16 +10,26 @@
 //!   implicit effects (bindings going with their queue, no-ops for missing
 //!   objects, policies picked per object) are the very same code (I4), and a new
 //!   event variant needs no change here. The price: definition churn stays in
-//!   the state (see docs/replication.md, "What the state does not do yet").
+//!   the state (docs/architecture.md, "Limits").
 //! - `m` + u16 length + vhost + u16 length + queue + message id (u64
 //!   big-endian): one queued message, per queue it reached. Length prefixes,
 //!   not separators, because AMQP names may contain any byte: the prefix of
 //!   one queue can then never be the prefix of another.
+//! - `f` + u16 length + vhost + u16 length + queue: a stream's newest
+//!   retention cut (`StreamTruncated`, without its message ids), so a
+//!   restore numbers the stream's entries from its first offset. Its entries
+//!   are its queue's messages (`m` keys), which the cut deleted.
+//! - `t` + vhost + queue (as above) + `o` or `s` + reference: a stream's
+//!   tracked reference (`StreamTracked`: a consumer's stored offset, a
+//!   publisher's sequence), its newest value only. Both are events a client
+//!   makes as often as it likes: kept as definitions (by log index) they
+//!   would grow the state for ever; keyed by what they name, the newest
+//!   overwrites the last. (States written before 2026-12-04 hold them as
+//!   definitions, which a restore replays first: still correct.)
 //! - `x`: the highest message id ever published (u64 big-endian).
 //!
-//! A stream's entries are its queue's messages (`m` keys); a retention cut
-//! (`StreamTruncated`) deletes them and is kept as a definition, so a
-//! restore numbers the rest from its first offset (`broker::stream`).
+//! Keys sort `d` < `f` < `m` < `t` < `x`, which is the order a restore
+//! applies them in: declarations, cuts, entries, tracking.
 //!
 //! The reducer keeps the definitions in memory (a [`Broker`] that never holds
 //! messages) so it knows which routed queues exist and what TTL they impose,
@@ -45,9 +55,15 @@ use stablemq_protocol::{BasicProperties, ByteString};
 use super::Broker;
 use super::event::{Event, Published};
 use super::message::{Message, QueuedMessage};
+use keys::{KeyArena, parse_message_key, queue_prefix};
 
 const DEFINITION_TAG: u8 = b'd';
+/// Between the definitions (which declare the streams) and the messages
+/// (which a stream numbers from its first offset), in key order.
+const STREAM_FIRST_TAG: u8 = b'f';
 const MESSAGE_TAG: u8 = b'm';
+/// After the messages: tracking needs only its stream to exist.
+const TRACKING_TAG: u8 = b't';
 const MAX_MSG_ID_KEY: &[u8] = b"x";
 /// Bumped when [`StoredMessage`]'s encoding changes, so an old state is refused.
 const MESSAGE_FORMAT_VERSION: u8 = 1;
@@ -98,31 +114,6 @@ pub struct BrokerReducer {
     values: BytesMut,
 }
 
-/// Message keys cut from one shared buffer: each is a `Bytes` slice of it,
-/// so a key costs no allocation of its own, one per [`KeyArena::CHUNK`] of
-/// keys. A publish's key lives until the batch's flush, a removal's until it
-/// is looked up or written, so a chunk is soon free again.
-#[derive(Default)]
-struct KeyArena(BytesMut);
-
-impl KeyArena {
-    const CHUNK: usize = 16 * 1024;
-
-    /// The key of `queue`'s copy of message `id` ([`put_message_key`]).
-    fn message_key(&mut self, vhost: &str, queue: &str, id: u64) -> Result<Bytes, ReduceError> {
-        let len = 13 + vhost.len() + queue.len();
-        if self.0.capacity() < len {
-            self.0.reserve(len.max(Self::CHUNK));
-        }
-        if let Err(e) = put_message_key(&mut self.0, vhost, queue, id) {
-            // No half key in front of the next one.
-            self.0.clear();
-            return Err(e);
-        }
-        Ok(self.0.split().freeze())
-    }
-}
-
 /// One queue's copy of a message published in the current batch.
 struct PendingCopy {
     /// Held in the map's slot, not behind an `Arc` of its own: a clone per
@@ -168,6 +159,19 @@ impl BrokerReducer {
         Ok(())
     }
 
+    /// Whether `queue` is a stream now (the definitions so far).
+    fn is_stream(&self, vhost: &str, queue: &str) -> bool {
+        self.stream_of(vhost, queue).is_some()
+    }
+
+    /// `queue`'s stream as the definitions so far leave it: its cut and
+    /// its tracking, never its entries.
+    fn stream_of(&self, vhost: &str, queue: &str) -> Option<&crate::broker::stream::StreamLog> {
+        self.defs
+            .queue(vhost, queue)
+            .and_then(|q| q.stream.as_ref())
+    }
+
     /// Apply a definition event to `defs` and keep it, as the log payload,
     /// under its log index.
     fn put_definition(
@@ -181,6 +185,12 @@ impl BrokerReducer {
             let prefix = queue_prefix(&vhost, &q.name)?.freeze();
             self.pending.retain(|key, _| !key.starts_with(&prefix));
             out.push(StateOp::DeletePrefix { prefix });
+            // A stream declared again later starts with no cut and no
+            // tracking of the old one's.
+            for tag in [STREAM_FIRST_TAG, TRACKING_TAG] {
+                let prefix = keys::tagged_prefix(tag, &vhost, &q.name)?;
+                out.push(StateOp::DeletePrefix { prefix });
+            }
         }
         let mut key = BytesMut::with_capacity(9);
         key.put_u8(DEFINITION_TAG);
@@ -195,8 +205,16 @@ impl BrokerReducer {
 
 impl Reducer for BrokerReducer {
     fn restore(&mut self, state: &dyn StateRead) -> Result<(), ReduceError> {
-        let (defs, max) = restore_definitions(&self.config_vhosts, state)
+        let (mut defs, max) = restore_definitions(&self.config_vhosts, state)
             .map_err(|e| ReduceError(e.to_string()))?;
+        // Cuts and tracking too: the next ones are stored as apply leaves
+        // them after these (a sequence never goes back).
+        for tag in [STREAM_FIRST_TAG, TRACKING_TAG] {
+            let pairs = state
+                .scan_prefix(&[tag])
+                .map_err(|e| ReduceError(e.to_string()))?;
+            apply_events(&mut defs, pairs).map_err(|e| ReduceError(e.to_string()))?;
+        }
         self.defs = defs;
         self.max_msg_id = max;
         self.batch_floor = max;
@@ -268,16 +286,83 @@ impl Reducer for BrokerReducer {
                 msg_ids,
             } => self.remove_copies(&vhost, &queue, &msg_ids, out)?,
             Event::StreamTruncated {
-                ref vhost,
-                ref queue,
-                ref msg_ids,
-                ..
+                vhost,
+                queue,
+                first_offset,
+                msg_ids,
             } => {
-                // The entries go, and the event stays as a definition: a
-                // restore replays it before the messages, so they are
-                // numbered from its first offset.
-                self.remove_copies(vhost, queue, msg_ids, out)?;
-                self.put_definition(&event, entry, out)?;
+                // The entries go, and the cut stays, under its stream's key
+                // (`f`): a restore applies it before the messages, so they
+                // are numbered from its first offset.
+                self.remove_copies(&vhost, &queue, &msg_ids, out)?;
+                // As apply: a cut of no stream does nothing.
+                if !self.is_stream(&vhost, &queue) {
+                    return Ok(());
+                }
+                // Stored as apply leaves the stream (a cut below the first
+                // offset does nothing), so a restore comes to the same.
+                self.defs.apply(
+                    &Event::StreamTruncated {
+                        vhost: vhost.clone(),
+                        queue: queue.clone(),
+                        first_offset,
+                        msg_ids: Vec::new(),
+                    },
+                    0,
+                );
+                let first_offset = self
+                    .stream_of(&vhost, &queue)
+                    .map_or(first_offset, |s| s.first_offset());
+                let key = keys::stream_first_key(&vhost, &queue)?;
+                let cut = Event::StreamTruncated {
+                    vhost,
+                    queue,
+                    first_offset,
+                    msg_ids: Vec::new(),
+                };
+                out.push(StateOp::Put {
+                    key,
+                    value: cut.encode(),
+                });
+            }
+            Event::StreamTracked {
+                vhost,
+                queue,
+                kind,
+                reference,
+                value,
+            } => {
+                // As apply: tracking of no stream does nothing.
+                if !self.is_stream(&vhost, &queue) {
+                    return Ok(());
+                }
+                let key = keys::tracking_key(&vhost, &queue, kind, &reference)?;
+                let mut tracked = Event::StreamTracked {
+                    vhost,
+                    queue,
+                    kind,
+                    reference,
+                    value,
+                };
+                self.defs.apply(&tracked, 0);
+                // Stored as apply leaves it (a sequence never goes back).
+                if let Event::StreamTracked {
+                    vhost,
+                    queue,
+                    reference,
+                    value,
+                    ..
+                } = &mut tracked
+                    && let Some(now) = self
+                        .stream_of(vhost, queue)
+                        .and_then(|s| s.tracked(kind, reference))
+                {
+                    *value = now;
+                }
+                out.push(StateOp::Put {
+                    key,
+                    value: tracked.encode(),
+                });
             }
             definition => self.put_definition(&definition, entry, out)?,
         }
@@ -309,6 +394,7 @@ impl Reducer for BrokerReducer {
 pub fn restore(config_vhosts: &[String], state: &dyn StateRead) -> Result<Broker, RestoreError> {
     let (mut broker, max) = restore_definitions(config_vhosts, state)?;
     broker.max_msg_id = max;
+    apply_events(&mut broker, state.scan_prefix(&[STREAM_FIRST_TAG])?)?;
     // A page at a time: queues page out what is over their RAM budget as
     // they fill, so a backlog longer than RAM is never held whole.
     let mut after: Option<Bytes> = None;
@@ -320,12 +406,25 @@ pub fn restore(config_vhosts: &[String], state: &dyn StateRead) -> Result<Broker
         after = Some(last.clone());
         restore_messages(&mut broker, page)?;
     }
+    apply_events(&mut broker, state.scan_prefix(&[TRACKING_TAG])?)?;
     Ok(broker)
 }
 
+/// Apply the events stored as the values of `pairs` (definitions, cuts,
+/// tracking), in their order.
+fn apply_events(broker: &mut Broker, pairs: Vec<(Bytes, Bytes)>) -> Result<(), RestoreError> {
+    for (key, value) in pairs {
+        let event = Event::decode(&value)
+            .map_err(|e| RestoreError::Corrupt(format!("event at {key:?}: {e}")))?;
+        broker.apply(&event, 0);
+    }
+    Ok(())
+}
+
 /// [`restore`] from a state that arrives in chunks, in key order (a store's
-/// snapshot streamed to a slave): definitions (`d`) sort before messages
-/// (`m`) and the highest id (`x`) comes last, so each chunk is applied as it
+/// snapshot streamed to a slave): definitions (`d`) and cuts (`f`) sort
+/// before messages (`m`), tracking (`t`) after them and the highest id (`x`)
+/// comes last, so each chunk is applied as it
 /// comes and the whole state is never held at once, only the broker it
 /// makes (whose queues page out what is over their RAM budget as they fill).
 pub struct RestoreBuilder {
@@ -358,10 +457,8 @@ impl RestoreBuilder {
                 )));
             }
             match key.first() {
-                Some(&DEFINITION_TAG) => {
-                    let event = Event::decode(&value)
-                        .map_err(|e| RestoreError::Corrupt(format!("definition {key:?}: {e}")))?;
-                    self.broker.apply(&event, 0);
+                Some(&DEFINITION_TAG | &STREAM_FIRST_TAG | &TRACKING_TAG) => {
+                    apply_events(&mut self.broker, vec![(key.clone(), value)])?
                 }
                 Some(&MESSAGE_TAG) => {
                     restore_messages(&mut self.broker, vec![(key.clone(), value)])?
@@ -379,7 +476,7 @@ impl RestoreBuilder {
                         })?;
                     self.broker.max_msg_id = max;
                 }
-                // [`restore`] reads only these three: anything else is not
+                // [`restore`] reads only these: anything else is not
                 // part of the broker.
                 _ => {}
             }
@@ -438,11 +535,7 @@ fn restore_definitions(
             0,
         );
     }
-    for (key, value) in state.scan_prefix(&[DEFINITION_TAG])? {
-        let event = Event::decode(&value)
-            .map_err(|e| RestoreError::Corrupt(format!("definition {key:?}: {e}")))?;
-        broker.apply(&event, 0);
-    }
+    apply_events(&mut broker, state.scan_prefix(&[DEFINITION_TAG])?)?;
     let max =
         match state.get(MAX_MSG_ID_KEY)? {
             None => 0,
@@ -451,58 +544,6 @@ fn restore_definitions(
             })?,
         };
     Ok((broker, max))
-}
-
-fn put_name(out: &mut impl BufMut, name: &str) -> Result<(), ReduceError> {
-    let len = u16::try_from(name.len())
-        .map_err(|_| ReduceError(format!("name of {} bytes", name.len())))?;
-    out.put_u16(len);
-    out.put_slice(name.as_bytes());
-    Ok(())
-}
-
-fn queue_prefix(vhost: &str, queue: &str) -> Result<BytesMut, ReduceError> {
-    let mut key = BytesMut::with_capacity(5 + vhost.len() + queue.len() + 8);
-    put_queue_prefix(&mut key, vhost, queue)?;
-    Ok(key)
-}
-
-/// The prefix every message key of one queue starts with.
-fn put_queue_prefix(out: &mut impl BufMut, vhost: &str, queue: &str) -> Result<(), ReduceError> {
-    out.put_u8(MESSAGE_TAG);
-    put_name(out, vhost)?;
-    put_name(out, queue)
-}
-
-/// The state key of a queue's copy of a message, appended to `out`: the
-/// queue's prefix, then the id (big-endian, so a queue's keys sort in
-/// publish order).
-fn put_message_key(
-    out: &mut impl BufMut,
-    vhost: &str,
-    queue: &str,
-    id: u64,
-) -> Result<(), ReduceError> {
-    put_queue_prefix(out, vhost, queue)?;
-    out.put_u64(id);
-    Ok(())
-}
-
-fn parse_message_key(key: &[u8]) -> Result<(String, String, u64), RestoreError> {
-    let corrupt = || RestoreError::Corrupt(format!("message key {key:?}"));
-    let rest = key.strip_prefix(&[MESSAGE_TAG]).ok_or_else(corrupt)?;
-    let take_name = |rest: &[u8]| -> Result<(String, usize), RestoreError> {
-        let (len, tail) = rest.split_first_chunk::<2>().ok_or_else(corrupt)?;
-        let len = usize::from(u16::from_be_bytes(*len));
-        let name = tail.get(..len).ok_or_else(corrupt)?;
-        let name = String::from_utf8(name.to_vec()).map_err(|_| corrupt())?;
-        Ok((name, 2 + len))
-    };
-    let (vhost, used) = take_name(rest)?;
-    let rest = &rest[used..];
-    let (queue, used) = take_name(rest)?;
-    let id: [u8; 8] = rest[used..].try_into().map_err(|_| corrupt())?;
-    Ok((vhost, queue, u64::from_be_bytes(id)))
 }
 
 /// [`StoredMessage`]'s encoding, written from borrowed fields (no copy of the
@@ -562,5 +603,6 @@ fn decode_message(b: &[u8]) -> Result<StoredMessage, RestoreError> {
     }
 }
 
+mod keys;
 #[cfg(test)]
 mod tests;

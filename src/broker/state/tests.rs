@@ -2,6 +2,7 @@
 //! batch boundaries, reducer restarts and split points, the state plus the
 //! log suffix gives the same broker as applying the whole log (I4).
 
+use super::keys::put_message_key;
 use super::*;
 use crate::broker::event::{Binding, Destination, ExchangeKind, ExchangeSpec, QueueSpec, Tracking};
 use proptest::prelude::*;
@@ -594,4 +595,88 @@ fn values_cut_from_one_arena_are_whole_and_share_its_chunk() {
         (&db.body[..], db.expires_at_ms),
         (&b"second body"[..], Some(7))
     );
+}
+
+/// A stream declared with `x-queue-type: stream`.
+fn stream_declared(name: &str) -> Event {
+    let mut arguments = FieldTable::default();
+    arguments.insert(
+        ShortString::from("x-queue-type"),
+        AMQPValue::LongString("stream".into()),
+    );
+    Event::QueueDeclared {
+        vhost: "/".into(),
+        name: name.into(),
+        spec: QueueSpec {
+            durable: true,
+            auto_delete: false,
+            exclusive_owner: None,
+            arguments,
+        },
+    }
+}
+
+/// Stored offsets and publisher sequences are written as often as clients
+/// like: the state keeps the newest value per reference, not every event
+/// (as definitions by log index it grew by one key per store-offset), and a
+/// stream deleted and declared again keeps none of the old one's tracking or
+/// cut.
+#[test]
+fn tracking_and_cuts_keep_one_key_each_and_go_with_their_stream() {
+    let track = |reference: &str, value: u64| Event::StreamTracked {
+        vhost: "/".into(),
+        queue: "s".into(),
+        kind: Tracking::Offset,
+        reference: reference.into(),
+        value,
+    };
+    let cut = |first_offset: u64| Event::StreamTruncated {
+        vhost: "/".into(),
+        queue: "s".into(),
+        first_offset,
+        msg_ids: Vec::new(),
+    };
+    let mut events = vec![stream_declared("s")];
+    for v in 0..500 {
+        events.push(track("reader", v));
+    }
+    events.push(track("other", 7));
+    events.push(cut(3));
+    events.push(cut(5));
+    let store = materialize(&events, &[(64, false), (7, true)], 0);
+    let state = state_of(&store);
+    let tagged = |tag: u8| state.keys().filter(|k| k.first() == Some(&tag)).count();
+    assert_eq!(tagged(b't'), 2, "one key per tracked reference");
+    assert_eq!(tagged(b'f'), 1, "one key per stream's cut");
+    let restored = restore(&config_vhosts(), &state).unwrap();
+    let s = restored
+        .queue("/", "s")
+        .and_then(|q| q.stream.as_ref())
+        .unwrap();
+    assert_eq!(s.tracked(Tracking::Offset, "reader"), Some(499));
+    assert_eq!(s.tracked(Tracking::Offset, "other"), Some(7));
+    assert_eq!(s.first_offset(), 5);
+    assert_eq!(summary(&restored), summary(&apply_all(&events)));
+
+    // Deleted and declared again: nothing of the old stream's.
+    events.push(Event::QueueDeleted {
+        vhost: "/".into(),
+        name: "s".into(),
+    });
+    events.push(stream_declared("s"));
+    let store = materialize(&events, &[(64, false), (7, true)], 0);
+    let state = state_of(&store);
+    assert_eq!(tagged_count(&state, b't') + tagged_count(&state, b'f'), 0);
+    let restored = restore(&config_vhosts(), &state).unwrap();
+    let s = restored
+        .queue("/", "s")
+        .and_then(|q| q.stream.as_ref())
+        .unwrap();
+    assert_eq!(s.tracked(Tracking::Offset, "reader"), None);
+    assert_eq!(s.first_offset(), 0);
+    assert_eq!(summary(&restored), summary(&apply_all(&events)));
+}
+
+fn tagged_count(state: &BTreeMap<Bytes, Bytes>, tag: u8) -> usize {
+    state.keys().filter(|k| k.first() == Some(&tag)).count()
 }
