@@ -9,7 +9,7 @@
 //! stable index passes it. The entries themselves are `broker::stream`.
 
 use super::Master;
-use super::inout::{ConnId, ToConn, TrackOp};
+use super::inout::{ConnId, ToConn, TrackAnswer, TrackOp};
 use super::session::Unacked;
 use crate::broker::event::Event;
 use crate::broker::message::Message;
@@ -236,9 +236,10 @@ impl Master {
     }
 
     /// The stream protocol's tracking: a store is logged (a definition in
-    /// the state, so it survives a restart and a failover); a query is
-    /// answered from the state once stable. A stream that does not exist
-    /// stores nothing and answers `Err`.
+    /// the state, so it survives a restart and a failover); a query (a
+    /// stored value, a super stream's route or partitions) is answered from
+    /// the state once stable. A stream that does not exist stores nothing
+    /// and answers `Err`.
     pub(super) fn stream_track(&mut self, conn: ConnId, ch: u16, op: TrackOp) {
         let Some(vhost) = self.sessions.conns.get(&conn).map(|s| s.vhost.to_string()) else {
             return;
@@ -274,7 +275,19 @@ impl Master {
                     .and_then(|q| q.stream.as_ref())
                     .map(|s| s.tracked(kind, &reference))
                     .ok_or(());
-                self.reply_tracked(conn, ch, value);
+                self.reply_tracked(conn, ch, TrackAnswer::Value(value));
+            }
+            TrackOp::Route {
+                exchange,
+                routing_key,
+            } => {
+                let streams =
+                    super::super_stream::route(&self.broker, &vhost, &exchange, &routing_key);
+                self.reply_tracked(conn, ch, TrackAnswer::Streams(streams));
+            }
+            TrackOp::Partitions { exchange } => {
+                let streams = super::super_stream::partitions(&self.broker, &vhost, &exchange);
+                self.reply_tracked(conn, ch, TrackAnswer::Streams(streams));
             }
         }
     }
