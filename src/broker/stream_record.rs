@@ -13,7 +13,7 @@
 
 use super::message::Message;
 use bytes::{Bytes, BytesMut};
-use stablemq_protocol::{BasicProperties, amqp10};
+use stablemq_protocol::{AMQPValue, BasicProperties, amqp10};
 use std::sync::Arc;
 
 /// The header that marks a message as a stream-protocol record.
@@ -37,6 +37,21 @@ pub fn is_record(msg: &Message) -> bool {
         .headers()
         .as_ref()
         .is_some_and(|h| h.inner().contains_key(RECORD_HEADER))
+}
+
+/// Whether `msg` starts a chunk, as Osiris would have written it: a record
+/// whose `x-stream-record` header is `false` continues the chunk of the
+/// publish frame it came in (the first record of a frame says `true`, as
+/// did every record stored before frames were told apart); an AMQP 0-9-1
+/// message is a chunk of its own.
+pub fn starts_chunk(msg: &Message) -> bool {
+    !matches!(
+        msg.properties
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get(RECORD_HEADER)),
+        Some(AMQPValue::Boolean(false))
+    )
 }
 
 /// The record a stream-protocol reader gets for `msg`: a stream record as

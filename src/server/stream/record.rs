@@ -12,10 +12,15 @@ use bytes::Bytes;
 use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable, ShortString};
 
 /// The properties of every record published over the stream protocol:
-/// persistent, and marked as a stream record.
-pub(super) fn properties() -> BasicProperties {
+/// persistent, and marked as a stream record; the header says `true` on the
+/// first record of a publish frame (a chunk in Osiris, where `last` starts),
+/// `false` on the others (`broker::stream_record::starts_chunk`).
+pub(super) fn properties(chunk_start: bool) -> BasicProperties {
     let mut headers = FieldTable::default();
-    headers.insert(ShortString::from(RECORD_HEADER), AMQPValue::Boolean(true));
+    headers.insert(
+        ShortString::from(RECORD_HEADER),
+        AMQPValue::Boolean(chunk_start),
+    );
     BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(headers)

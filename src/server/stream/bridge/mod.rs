@@ -35,7 +35,7 @@ use subscribe::{Subscription, pack};
 use super::record;
 use crate::broker::event::Tracking;
 use crate::error::{AmqpError, ReplyCode};
-use crate::master::inout::{ConnId, Input, ToConn, TrackOp};
+use crate::master::inout::{ConnId, Input, ToConn, TrackAnswer, TrackOp};
 use bytes::Bytes;
 use stablemq_protocol::methods::{basic, channel, confirm, queue};
 use stablemq_protocol::stream::conn::{self as sc, Reply, Request};
@@ -85,8 +85,11 @@ pub(super) struct Bridge {
     publish_open: bool,
     next_tag: u64,
     unconfirmed: BTreeMap<u64, Unconfirmed>,
-    /// One shared properties value for every record published here.
-    record_properties: Arc<BasicProperties>,
+    /// One shared properties value for every record published here: for
+    /// the first record of a publish frame, and for the others.
+    record_properties: [Arc<BasicProperties>; 2],
+    /// The next record published is the first of its frame.
+    frame_start: bool,
     subs: HashMap<u8, Subscription>,
     /// Publishers declared with a reference.
     dedup: HashMap<u8, Deduplicated>,
@@ -114,7 +117,11 @@ impl Bridge {
             publish_open: false,
             next_tag: 1,
             unconfirmed: BTreeMap::new(),
-            record_properties: Arc::new(record::properties()),
+            record_properties: [
+                Arc::new(record::properties(true)),
+                Arc::new(record::properties(false)),
+            ],
+            frame_start: false,
             subs: HashMap::new(),
             dedup: HashMap::new(),
             channels: HashMap::new(),
@@ -190,9 +197,13 @@ impl Bridge {
         master: &mut Vec<Input>,
     ) {
         let mut last = None;
+        self.frame_start = true;
         for m in messages {
-            if let Some(d) = self.dedup.get(&publisher_id) {
-                if m.publishing_id <= d.last {
+            if let Some(d) = self.dedup.get_mut(&publisher_id) {
+                // Compared with every id before it, those of this frame too:
+                // a frame may repeat ids (a client's batch of two sends of
+                // the same messages), and Osiris keeps only the first.
+                if d.last.is_some_and(|last| m.publishing_id <= last) {
                     // A duplicate: confirmed, not stored (RabbitMQ).
                     self.confirms
                         .entry(publisher_id)
@@ -200,12 +211,12 @@ impl Bridge {
                         .push(m.publishing_id);
                     continue;
                 }
+                d.last = Some(m.publishing_id);
                 last = Some(m.publishing_id);
             }
             self.publish(publisher_id, stream, m.publishing_id, m.entry, master);
         }
-        if let (Some(value), Some(d)) = (last, self.dedup.get_mut(&publisher_id)) {
-            d.last = value;
+        if let (Some(value), Some(d)) = (last, self.dedup.get(&publisher_id)) {
             // Logged after the messages, on their channel.
             master.push(Input::StreamTrack {
                 conn: self.conn,
@@ -311,8 +322,22 @@ impl Bridge {
                 tracing::info!(conn = self.conn, "stream open refused: {}", e.reply_text());
                 conn.push(sc::Input::VhostOpened(false))
             }
+            // An operator's close (the management API's DELETE, a deleted
+            // user or vhost): RabbitMQ's stream reader drops the socket
+            // without a close frame, and the js client, which cannot read a
+            // close the server starts, relies on that.
+            ToConn::CloseConnection(e) if e.code == ReplyCode::ConnectionForced => {
+                conn.push(sc::Input::Abort)
+            }
             ToConn::CloseConnection(e) => conn.push(close_input(&e)),
             ToConn::Alarm(reason) => self.alarm = reason.is_some(),
+            // The state machine sends a metadata update if the connection
+            // has a publisher or a subscription on it; a subscription's own
+            // cancel follows and finds the subscription gone.
+            ToConn::StreamDeleted(stream) => conn.push(sc::Input::StreamGone {
+                stream,
+                code: ResponseCode::StreamNotAvailable,
+            }),
             // Deliveries, and the subscriptions' channels; open-ok, qos-ok
             // and select-ok need nothing.
             other => self.on_subscription(other, master, conn),

@@ -3,12 +3,14 @@
 
 use super::*;
 
-/// A publisher with a reference: its last publishing id, below which a
-/// publish is a duplicate (confirmed, not stored).
+/// A publisher with a reference: its last publishing id, at or below which
+/// a publish is a duplicate (confirmed, not stored). None: the reference
+/// has published nothing yet, so every id is new, 0 too (the js client
+/// numbers from 0).
 #[derive(Debug)]
 pub(super) struct Deduplicated {
     pub(super) reference: String,
-    pub(super) last: u64,
+    pub(super) last: Option<u64>,
 }
 
 /// A publish waiting for its confirm.
@@ -50,16 +52,7 @@ impl Bridge {
         master: &mut Vec<Input>,
     ) {
         self.open_publish(master);
-        let records = match entry {
-            Entry::Simple(r) => vec![r],
-            Entry::SubBatch {
-                compression: 0,
-                body,
-                ..
-            } => stablemq_protocol::stream::sub_batch_records(&body).unwrap_or_default(),
-            // Compressed sub-entries are not stored (docs/streams.md).
-            Entry::SubBatch { .. } => Vec::new(),
-        };
+        let records = entry_records(entry);
         if records.is_empty() {
             self.errors
                 .entry(publisher_id)
@@ -72,6 +65,8 @@ impl Bridge {
         }
         let last = records.len() - 1;
         for (i, body) in records.into_iter().enumerate() {
+            let first_of_frame = std::mem::take(&mut self.frame_start);
+            let properties = self.record_properties[if first_of_frame { 0 } else { 1 }].clone();
             let tag = self.next_tag;
             self.next_tag += 1;
             self.unconfirmed.insert(
@@ -92,7 +87,7 @@ impl Bridge {
                     mandatory: true,
                     immediate: false,
                 },
-                properties: self.record_properties.clone(),
+                properties,
                 body,
             });
         }
@@ -146,4 +141,51 @@ impl Bridge {
             self.fail(&u, ResponseCode::InternalError);
         }
     }
+}
+
+/// A sub-batch this large once uncompressed is refused: the records are
+/// kept in memory while they are published.
+const MAX_UNCOMPRESSED: u32 = 64 << 20;
+
+/// The records of a published entry, each stored as one entry of the stream
+/// (so a sub-batch of N records takes N offsets, as in Osiris). A gzip
+/// sub-batch (compression 1, what rstream's and the js client's compression
+/// sends) is uncompressed first; the other codecs (snappy, lz4, zstd), a
+/// body that does not uncompress to its declared length, or a malformed
+/// batch give none, which the publisher gets as an error.
+pub(super) fn entry_records(entry: Entry) -> Vec<Bytes> {
+    let body = match entry {
+        Entry::Simple(r) => return vec![r],
+        Entry::SubBatch {
+            compression: 0,
+            body,
+            ..
+        } => body,
+        Entry::SubBatch {
+            compression: 1,
+            uncompressed_length,
+            body,
+            ..
+        } => match gunzip(&body, uncompressed_length) {
+            Some(b) => b,
+            None => return Vec::new(),
+        },
+        Entry::SubBatch { .. } => return Vec::new(),
+    };
+    stablemq_protocol::stream::sub_batch_records(&body).unwrap_or_default()
+}
+
+/// `body` uncompressed, if it is gzip data of exactly `length` bytes.
+fn gunzip(body: &[u8], length: u32) -> Option<Bytes> {
+    use std::io::Read;
+    if length > MAX_UNCOMPRESSED {
+        return None;
+    }
+    let mut out = Vec::with_capacity(length as usize);
+    // One byte past the declared length, to see a body that says less.
+    flate2::read::GzDecoder::new(body)
+        .take(u64::from(length) + 1)
+        .read_to_end(&mut out)
+        .ok()?;
+    (out.len() == length as usize).then(|| Bytes::from(out))
 }
