@@ -41,17 +41,38 @@ pub fn is_record(msg: &Message) -> bool {
 
 /// Whether `msg` starts a chunk, as Osiris would have written it: a record
 /// whose `x-stream-record` header is `false` continues the chunk of the
-/// publish frame it came in (the first record of a frame says `true`, as
-/// did every record stored before frames were told apart); an AMQP 0-9-1
-/// message is a chunk of its own.
+/// records before it from the same publish frame (the bridge marks the
+/// first of a frame, and of every 1000 records in it, `true`, as was every
+/// record stored before chunks were told apart); an AMQP 0-9-1 message is a
+/// chunk of its own.
 pub fn starts_chunk(msg: &Message) -> bool {
-    !matches!(
-        msg.properties
-            .headers()
-            .as_ref()
-            .and_then(|h| h.inner().get(RECORD_HEADER)),
-        Some(AMQPValue::Boolean(false))
-    )
+    !matches!(chunk_mark(msg), ChunkMark::Continues)
+}
+
+/// Where a stored entry stands in the chunk Osiris would have written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkMark {
+    /// It starts a chunk of this many records (None: unknown, taken as one:
+    /// an AMQP 0-9-1 message, or a record stored before the count was).
+    Starts(Option<u32>),
+    /// It continues the chunk of the entries before it.
+    Continues,
+}
+
+/// The chunk mark of a stored entry: its `x-stream-record` header is
+/// `false` on a record that continues a chunk, the chunk's record count on
+/// one that starts it (`true` on records stored before counts were kept).
+pub fn chunk_mark(msg: &Message) -> ChunkMark {
+    let header = msg
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(RECORD_HEADER).cloned());
+    match header {
+        Some(AMQPValue::Boolean(false)) => ChunkMark::Continues,
+        Some(AMQPValue::LongUInt(n)) if n > 0 => ChunkMark::Starts(Some(n)),
+        _ => ChunkMark::Starts(None),
+    }
 }
 
 /// The record a stream-protocol reader gets for `msg`: a stream record as

@@ -155,6 +155,11 @@ pub enum TrackOp {
         /// The super stream's exchange.
         exchange: String,
     },
+    /// A stream's statistics (the stream protocol's stream stats).
+    Stats {
+        /// The stream.
+        stream: String,
+    },
 }
 
 /// The master's answer to a [`TrackOp`] query, sent as [`ToConn::Tracked`].
@@ -164,6 +169,8 @@ pub enum TrackAnswer {
     Value(Result<Option<u64>, ()>),
     /// Route's or partitions' streams (`Err(())`: no such exchange).
     Streams(Result<Vec<String>, ()>),
+    /// A stream's statistics by name (`Err(())`: no such stream).
+    Stats(Result<Vec<(String, i64)>, ()>),
 }
 
 /// What a connection's handshake negotiated, as the management API lists it

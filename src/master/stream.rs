@@ -285,6 +285,15 @@ impl Master {
                     super::super_stream::route(&self.broker, &vhost, &exchange, &routing_key);
                 self.reply_tracked(conn, ch, TrackAnswer::Streams(streams));
             }
+            TrackOp::Stats { stream } => {
+                let stats = self
+                    .broker
+                    .queue(&vhost, &stream)
+                    .and_then(|q| q.stream.as_ref())
+                    .map(stream_stats)
+                    .ok_or(());
+                self.reply_tracked(conn, ch, TrackAnswer::Stats(stats));
+            }
             TrackOp::Partitions { exchange } => {
                 let streams = super::super_stream::partitions(&self.broker, &vhost, &exchange);
                 self.reply_tracked(conn, ch, TrackAnswer::Streams(streams));
@@ -298,4 +307,23 @@ impl Master {
             .queue(vhost, queue)
             .is_some_and(|q| q.stream.is_some())
     }
+}
+
+/// The stream protocol's stream stats (RabbitMQ 3.11+): the first offset
+/// kept, and the start of the newest chunk as the last and the committed
+/// one (the answer waits until what the state holds is stable, I1); -1 for
+/// each while the stream is empty, as Osiris reports an empty range.
+fn stream_stats(s: &crate::broker::stream::StreamLog) -> Vec<(String, i64)> {
+    let (first, last) = match s.last_offset() {
+        Some(_) => (
+            i64::try_from(s.first_offset()).unwrap_or(i64::MAX),
+            i64::try_from(s.start(StartAt::Last)).unwrap_or(i64::MAX),
+        ),
+        None => (-1, -1),
+    };
+    vec![
+        ("first_chunk_id".to_owned(), first),
+        ("last_chunk_id".to_owned(), last),
+        ("committed_chunk_id".to_owned(), last),
+    ]
 }

@@ -11,16 +11,19 @@ use crate::broker::stream_record::RECORD_HEADER;
 use bytes::Bytes;
 use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable, ShortString};
 
-/// The properties of every record published over the stream protocol:
-/// persistent, and marked as a stream record; the header says `true` on the
-/// first record of a publish frame (a chunk in Osiris, where `last` starts),
-/// `false` on the others (`broker::stream_record::starts_chunk`).
-pub(super) fn properties(chunk_start: bool) -> BasicProperties {
+/// The properties of a record published over the stream protocol:
+/// persistent, and marked as a stream record. The header holds the record
+/// count of the chunk it starts (a chunk: the records of a publish frame, at
+/// most 1000; `last` starts at the newest, and a subscription delivers one
+/// whole), or `false` on a record that continues one
+/// (`broker::stream_record::chunk_mark`).
+pub(super) fn properties(starts_chunk_of: Option<u32>) -> BasicProperties {
     let mut headers = FieldTable::default();
-    headers.insert(
-        ShortString::from(RECORD_HEADER),
-        AMQPValue::Boolean(chunk_start),
-    );
+    let mark = match starts_chunk_of {
+        Some(n) => AMQPValue::LongUInt(n),
+        None => AMQPValue::Boolean(false),
+    };
+    headers.insert(ShortString::from(RECORD_HEADER), mark);
     BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(headers)

@@ -37,8 +37,9 @@ pub(super) enum OpKind {
         kind: Tracking,
         reference: String,
     },
-    /// A super stream's route or partitions, answered from its bindings.
-    SuperStream(TrackOp),
+    /// Answered from the state: a super stream's route or partitions (from
+    /// its bindings), a stream's stats.
+    Lookup(TrackOp),
     /// Each stream in turn, by passive declare.
     Metadata {
         todo: VecDeque<String>,
@@ -180,17 +181,19 @@ impl Bridge {
             Request::Route {
                 routing_key,
                 super_stream,
-            } => Handling::Ask(OpKind::SuperStream(TrackOp::Route {
+            } => Handling::Ask(OpKind::Lookup(TrackOp::Route {
                 exchange: super_stream,
                 routing_key,
             })),
             Request::Partitions { super_stream } => {
-                Handling::Ask(OpKind::SuperStream(TrackOp::Partitions {
+                Handling::Ask(OpKind::Lookup(TrackOp::Partitions {
                     exchange: super_stream,
                 }))
             }
-            r @ (Request::StreamStats { .. }
-            | Request::ResolveOffsetSpec { .. }
+            Request::StreamStats { stream } => {
+                Handling::Ask(OpKind::Lookup(TrackOp::Stats { stream }))
+            }
+            r @ (Request::ResolveOffsetSpec { .. }
             | Request::CreateSuperStream { .. }
             | Request::DeleteSuperStream { .. }) => Handling::Answer(unsupported_reply(&r)),
         }
@@ -262,7 +265,7 @@ impl Bridge {
                 self.current = Some(op);
                 return;
             }
-            OpKind::SuperStream(q) => {
+            OpKind::Lookup(q) => {
                 master.push(Input::StreamTrack {
                     conn: self.conn,
                     ch: CONTROL,
@@ -333,7 +336,8 @@ impl Bridge {
             },
             OpKind::Create { .. } | OpKind::Delete { .. } => Some(Reply::Code(code(&outcome))),
             OpKind::Query { kind, .. } => Some(query_reply(*kind, outcome)),
-            OpKind::SuperStream(_) => Some(streams_reply(outcome)),
+            OpKind::Lookup(TrackOp::Stats { .. }) => Some(stats_reply(outcome)),
+            OpKind::Lookup(_) => Some(streams_reply(outcome)),
             OpKind::Metadata { todo, done } => {
                 if let Some(name) = todo.pop_front() {
                     done.push(self.stream_metadata(name, code(&outcome)));
@@ -383,14 +387,10 @@ impl Bridge {
     }
 }
 
-/// The answer to a request StableMQ does not support: stream stats, offset
-/// specs, creating and deleting super streams.
+/// The answer to a request StableMQ does not support: offset specs,
+/// creating and deleting super streams.
 fn unsupported_reply(request: &Request) -> Reply {
     match request {
-        Request::StreamStats { .. } => Reply::Stats {
-            code: ResponseCode::InternalError,
-            stats: Vec::new(),
-        },
         Request::ResolveOffsetSpec { .. } => Reply::Offset {
             code: ResponseCode::InternalError,
             offset: 0,
@@ -404,13 +404,15 @@ fn unsupported_reply(request: &Request) -> Reply {
 fn outcome_code(o: &Outcome<'_>) -> ResponseCode {
     match o {
         Outcome::Refused(e) => stream_code(e.code),
-        Outcome::Tracked(TrackAnswer::Value(Err(())) | TrackAnswer::Streams(Err(()))) => {
-            ResponseCode::StreamDoesNotExist
-        }
+        Outcome::Tracked(
+            TrackAnswer::Value(Err(()))
+            | TrackAnswer::Streams(Err(()))
+            | TrackAnswer::Stats(Err(())),
+        ) => ResponseCode::StreamDoesNotExist,
         Outcome::Done
-        | Outcome::Tracked(TrackAnswer::Value(Ok(_)) | TrackAnswer::Streams(Ok(_))) => {
-            ResponseCode::Ok
-        }
+        | Outcome::Tracked(
+            TrackAnswer::Value(Ok(_)) | TrackAnswer::Streams(Ok(_)) | TrackAnswer::Stats(Ok(_)),
+        ) => ResponseCode::Ok,
     }
 }
 
@@ -429,6 +431,23 @@ fn streams_reply(outcome: Outcome<'_>) -> Reply {
                 code => code,
             },
             streams: Vec::new(),
+        },
+    }
+}
+
+/// The answer to stream stats: the stats, or 0x02 for no such stream.
+fn stats_reply(outcome: Outcome<'_>) -> Reply {
+    match outcome {
+        Outcome::Tracked(TrackAnswer::Stats(Ok(stats))) => Reply::Stats {
+            code: ResponseCode::Ok,
+            stats,
+        },
+        o => Reply::Stats {
+            code: match outcome_code(&o) {
+                ResponseCode::Ok => ResponseCode::InternalError,
+                code => code,
+            },
+            stats: Vec::new(),
         },
     }
 }

@@ -34,6 +34,7 @@ use subscribe::{Subscription, pack};
 
 use super::record;
 use crate::broker::event::Tracking;
+use crate::broker::stream_record::{ChunkMark, chunk_mark};
 use crate::error::{AmqpError, ReplyCode};
 use crate::master::inout::{ConnId, Input, ToConn, TrackAnswer, TrackOp};
 use bytes::Bytes;
@@ -85,11 +86,13 @@ pub(super) struct Bridge {
     publish_open: bool,
     next_tag: u64,
     unconfirmed: BTreeMap<u64, Unconfirmed>,
-    /// One shared properties value for every record published here: for
-    /// the first record of a publish frame, and for the others.
-    record_properties: [Arc<BasicProperties>; 2],
-    /// The next record published is the first of its frame.
-    frame_start: bool,
+    /// One shared properties value for every record published here that
+    /// continues a chunk (one that starts a chunk carries its count).
+    record_properties: Arc<BasicProperties>,
+    /// Records of the current publish frame stored so far, and in all: the
+    /// first, and every [`CHUNK_RECORDS`]th after it, starts a chunk.
+    frame_records: usize,
+    frame_total: usize,
     subs: HashMap<u8, Subscription>,
     /// Publishers declared with a reference.
     dedup: HashMap<u8, Deduplicated>,
@@ -117,11 +120,9 @@ impl Bridge {
             publish_open: false,
             next_tag: 1,
             unconfirmed: BTreeMap::new(),
-            record_properties: [
-                Arc::new(record::properties(true)),
-                Arc::new(record::properties(false)),
-            ],
-            frame_start: false,
+            record_properties: Arc::new(record::properties(None)),
+            frame_records: 0,
+            frame_total: 0,
             subs: HashMap::new(),
             dedup: HashMap::new(),
             channels: HashMap::new(),
@@ -197,7 +198,7 @@ impl Bridge {
         master: &mut Vec<Input>,
     ) {
         let mut last = None;
-        self.frame_start = true;
+        let mut stored = Vec::with_capacity(messages.len());
         for m in messages {
             if let Some(d) = self.dedup.get_mut(&publisher_id) {
                 // Compared with every id before it, those of this frame too:
@@ -214,7 +215,23 @@ impl Bridge {
                 d.last = Some(m.publishing_id);
                 last = Some(m.publishing_id);
             }
-            self.publish(publisher_id, stream, m.publishing_id, m.entry, master);
+            let records = publish::entry_records(m.entry);
+            if records.is_empty() {
+                self.errors
+                    .entry(publisher_id)
+                    .or_default()
+                    .push(PublishingError {
+                        publishing_id: m.publishing_id,
+                        code: ResponseCode::InternalError,
+                    });
+            } else {
+                stored.push((m.publishing_id, records));
+            }
+        }
+        self.frame_records = 0;
+        self.frame_total = stored.iter().map(|(_, r)| r.len()).sum();
+        for (publishing_id, records) in stored {
+            self.publish(publisher_id, stream, publishing_id, records, master);
         }
         if let (Some(value), Some(d)) = (last, self.dedup.get(&publisher_id)) {
             // Logged after the messages, on their channel.
@@ -365,10 +382,12 @@ impl Bridge {
             n => (n as usize).saturating_sub(128).max(1),
         };
         for (&id, s) in &mut self.subs {
-            if s.pending.is_empty() || s.credit == 0 {
+            let ready = subscribe::ready_len(&s.pending);
+            if ready == 0 || s.credit == 0 {
                 continue;
             }
-            for chunk in pack(std::mem::take(&mut s.pending), max_bytes) {
+            let held = s.pending.split_off(ready);
+            for chunk in pack(std::mem::replace(&mut s.pending, held), max_bytes) {
                 s.credit = s.credit.saturating_sub(1);
                 s.in_flight.push_back(chunk.last_tag);
                 conn.push(sc::Input::Deliver {

@@ -615,3 +615,56 @@ fn a_forced_close_drops_the_connection_and_another_close_sends_one() {
     let (_, c) = from_master(&mut b, ToConn::CloseConnection(other));
     assert!(matches!(&c[..], [sc::Input::Close { .. }]));
 }
+
+#[test]
+fn stream_stats_are_asked_of_the_master_and_a_missing_stream_is_0x02() {
+    let mut b = bridge();
+    let (m, _) = request(&mut b, 1, Request::StreamStats { stream: "s".into() });
+    assert!(m.iter().any(|i| matches!(
+        i,
+        Input::StreamTrack { op: TrackOp::Stats { stream }, .. } if stream == "s"
+    )));
+    let stats = vec![("first_chunk_id".to_string(), 0)];
+    let (_, c) = from_master(
+        &mut b,
+        ToConn::Tracked {
+            ch: CONTROL,
+            value: TrackAnswer::Stats(Ok(stats.clone())),
+        },
+    );
+    assert!(matches!(
+        &c[..],
+        [sc::Input::Reply { correlation_id: 1, reply: Reply::Stats { code: ResponseCode::Ok, stats: s } }] if *s == stats
+    ));
+    request(&mut b, 2, Request::StreamStats { stream: "x".into() });
+    let (_, c) = from_master(
+        &mut b,
+        ToConn::Tracked {
+            ch: CONTROL,
+            value: TrackAnswer::Stats(Err(())),
+        },
+    );
+    assert_eq!(code(&c), [(2, ResponseCode::StreamDoesNotExist)]);
+}
+
+#[test]
+fn a_stored_chunk_is_held_until_its_last_record_is_delivered() {
+    let d = |offset, mark| subscribe::Delivered {
+        offset,
+        tag: offset + 1,
+        timestamp_ms: 0,
+        record: Bytes::from("r"),
+        mark,
+    };
+    use crate::broker::stream_record::ChunkMark::{Continues, Starts};
+    // A chunk of 3 at offset 5: two of its records are in.
+    let mut pending = vec![d(4, Starts(None)), d(5, Starts(Some(3))), d(6, Continues)];
+    assert_eq!(subscribe::ready_len(&pending), 1);
+    pending.push(d(7, Continues));
+    assert_eq!(subscribe::ready_len(&pending), 4);
+    // What came together is packed together.
+    let chunks = subscribe::pack(pending, 1 << 20);
+    assert_eq!(chunks.iter().map(|c| c.id).collect::<Vec<_>>(), [4]);
+    // A subscription that starts inside a chunk has no start to wait for.
+    assert_eq!(subscribe::ready_len(&[d(9, Continues)]), 1);
+}
