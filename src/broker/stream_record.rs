@@ -39,6 +39,23 @@ pub fn is_record(msg: &Message) -> bool {
         .is_some_and(|h| h.inner().contains_key(RECORD_HEADER))
 }
 
+/// On the record that starts a chunk of a publisher with a reference: the
+/// reference, for the trailer length a delivered chunk's header states.
+pub const WRITER_HEADER: &str = "x-stream-writer";
+
+/// The length of the deduplication trailer Osiris stores with a chunk that
+/// `msg` starts (0 if none): one tracking entry for its writer, a type byte,
+/// the reference's length byte, the reference and its 64-bit sequence.
+pub fn trailer_length(msg: &Message) -> u32 {
+    let writer = msg.properties.headers().as_ref().and_then(|h| {
+        h.inner().get(WRITER_HEADER).and_then(|v| match v {
+            AMQPValue::LongString(s) => Some(s.as_bytes().len()),
+            _ => None,
+        })
+    });
+    writer.map_or(0, |len| 10 + u32::try_from(len).unwrap_or(0))
+}
+
 /// Whether `msg` starts a chunk, as Osiris would have written it: a record
 /// whose `x-stream-record` header is `false` continues the chunk of the
 /// records before it from the same publish frame (the bridge marks the

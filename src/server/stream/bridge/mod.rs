@@ -120,7 +120,7 @@ impl Bridge {
             publish_open: false,
             next_tag: 1,
             unconfirmed: BTreeMap::new(),
-            record_properties: Arc::new(record::properties(None)),
+            record_properties: Arc::new(record::properties(None, None)),
             frame_records: 0,
             frame_total: 0,
             subs: HashMap::new(),
@@ -415,3 +415,5 @@ fn close_input(e: &AmqpError) -> sc::Input {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_suites;

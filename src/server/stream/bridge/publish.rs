@@ -63,7 +63,8 @@ impl Bridge {
             // have too; its first record carries its count.
             let properties = if self.frame_records % CHUNK_RECORDS == 0 {
                 let n = (self.frame_total - self.frame_records).min(CHUNK_RECORDS);
-                Arc::new(record::properties(u32::try_from(n).ok()))
+                let writer = self.dedup.get(&publisher_id).map(|d| d.reference.as_str());
+                Arc::new(record::properties(u32::try_from(n).ok(), writer))
             } else {
                 self.record_properties.clone()
             };

@@ -31,6 +31,8 @@ pub(super) struct Delivered {
     pub(super) record: Bytes,
     /// Where it stands in the chunk it was stored in.
     pub(super) mark: ChunkMark,
+    /// The trailer length of the chunk it starts (0 for the others).
+    pub(super) trailer: u32,
 }
 
 impl Bridge {
@@ -55,6 +57,7 @@ impl Bridge {
                         timestamp_ms: msg.timestamp_ms,
                         record: record::for_stream(&msg),
                         mark: chunk_mark(&msg),
+                        trailer: crate::broker::stream_record::trailer_length(&msg),
                     });
                 }
             }
@@ -226,6 +229,8 @@ pub(super) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
     let mut b = ChunkBuilder::new();
     let mut first: Option<(u64, u64)> = None;
     let (mut next, mut records, mut bytes, mut last_tag) = (0u64, 0usize, 0usize, 0u64);
+    // The trailers of the stored chunks this one holds the starts of.
+    let mut trailer = 0u32;
     for d in pending {
         let (offset, tag, ts, body) = (d.offset, d.tag, d.timestamp_ms, d.record);
         if let Some((id, ts0)) = first
@@ -234,19 +239,23 @@ pub(super) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
             out.push(Packed {
                 id,
                 last_tag,
-                bytes: b.build(i64::try_from(ts0).unwrap_or(i64::MAX), EPOCH, id),
+                bytes: b.trailer_length(trailer).build(
+                    i64::try_from(ts0).unwrap_or(i64::MAX),
+                    EPOCH,
+                    id,
+                ),
             });
             b = ChunkBuilder::new();
             first = None;
         }
         if first.is_none() {
             first = Some((offset, ts));
-            records = 0;
-            bytes = 0;
+            (records, bytes, trailer) = (0, 0, 0);
         }
         b.simple(&body);
         records += 1;
         bytes += body.len() + 4;
+        trailer = trailer.saturating_add(d.trailer);
         next = offset + 1;
         last_tag = tag;
     }
@@ -254,7 +263,11 @@ pub(super) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
         out.push(Packed {
             id,
             last_tag,
-            bytes: b.build(i64::try_from(ts0).unwrap_or(i64::MAX), EPOCH, id),
+            bytes: b.trailer_length(trailer).build(
+                i64::try_from(ts0).unwrap_or(i64::MAX),
+                EPOCH,
+                id,
+            ),
         });
     }
     out
