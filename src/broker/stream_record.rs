@@ -58,10 +58,8 @@ pub fn trailer_length(msg: &Message) -> u32 {
 
 /// Whether `msg` starts a chunk, as Osiris would have written it: a record
 /// whose `x-stream-record` header is `false` continues the chunk of the
-/// records before it from the same publish frame (the bridge marks the
-/// first of a frame, and of every 1000 records in it, `true`, as was every
-/// record stored before chunks were told apart); an AMQP 0-9-1 message is a
-/// chunk of its own.
+/// records before it from the same publish frame (see [`chunk_mark`]); any
+/// other record starts one, and an AMQP 0-9-1 message is a chunk of its own.
 pub fn starts_chunk(msg: &Message) -> bool {
     !matches!(chunk_mark(msg), ChunkMark::Continues)
 }

@@ -14,7 +14,7 @@ use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable, ShortString};
 /// The properties of a record published over the stream protocol:
 /// persistent, and marked as a stream record. The header holds the record
 /// count of the chunk it starts (a chunk: the records of a publish frame, at
-/// most 1000; `last` starts at the newest, and a subscription delivers one
+/// most 100; `last` starts at the newest, and a subscription delivers one
 /// whole), or `false` on a record that continues one
 /// (`broker::stream_record::chunk_mark`).
 ///

@@ -90,7 +90,7 @@ pub(super) struct Bridge {
     /// continues a chunk (one that starts a chunk carries its count).
     record_properties: Arc<BasicProperties>,
     /// Records of the current publish frame stored so far, and in all: the
-    /// first, and every [`CHUNK_RECORDS`]th after it, starts a chunk.
+    /// first, and every `STORED_CHUNK_RECORDS`th after it, starts a chunk.
     frame_records: usize,
     frame_total: usize,
     subs: HashMap<u8, Subscription>,

@@ -201,7 +201,9 @@ pub(super) struct Packed {
 /// delivered yet (they come with the next deliveries: a chunk's records are
 /// published, and become stable, together). A subscription so sends each
 /// stored chunk whole, as RabbitMQ sends an Osiris chunk, which clients
-/// count on (one credit, one chunk: the js client's credit policies).
+/// count on (one credit, one chunk: the js client's credit policies). A
+/// chunk whose tail never comes (lost unstable in a failover, so never
+/// confirmed) is held only until the next chunk: the newest start decides.
 pub(super) fn ready_len(pending: &[Delivered]) -> usize {
     let Some(last) = pending.last() else {
         return 0;
