@@ -16,6 +16,11 @@
       print the test ids of SUITE in the deselection file, one a line
   suitectl.py cargo-result SUITE LOG DESELECT_FILE OUT_JSON EXIT_STATUS
       turn the output of `cargo test` into the same JSON the pytest plugin writes
+  suitectl.py mocha-grep SUITE DESELECT_FILE
+      print a regular expression matching the full titles of SUITE's deselected
+      mocha tests (for mocha --grep ... --invert); nothing if there are none
+  suitectl.py mocha-result SUITE MOCHA_JSON DESELECT_FILE OUT_JSON EXIT_STATUS
+      turn mocha's JSON reporter output into the same JSON the pytest plugin writes
   suitectl.py summarize RESULTS_DIR BROKER OUT_JSON WALL_SECONDS SUITE...
       print the per-suite table, write the summary JSON, exit 1 if a suite failed
 """
@@ -206,6 +211,54 @@ def cargo_result(suite: str, log: str, desel_path: str, out: str, status: int) -
         fh.write("\n")
 
 
+def _mocha_title(test_id: str) -> str:
+    """A mocha test's id is '<file>::<full title>'; mocha greps the title."""
+    return test_id.split("::", 1)[1] if "::" in test_id else test_id
+
+
+def mocha_grep(suite: str, path: str) -> None:
+    """`*` in an entry is the only wildcard, as for the pytest suites."""
+    titles = [_mocha_title(t) for t, _ in load_deselections(path, suite)]
+    if titles:
+        alts = "|".join(".*".join(re.escape(part) for part in t.split("*")) for t in titles)
+        print(f"^(?:{alts})$")
+
+
+def mocha_result(suite: str, report: str, desel_path: str, out: str, status: int) -> None:
+    """Test ids are '<test file relative to the package>::<full title>'; a failed
+    hook is a failure of its own (mocha then skips the tests it guards)."""
+    try:
+        with open(report, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as e:
+        data = {"passes": [], "failures": [], "pending": [], "error": str(e)}
+
+    def tid(t: dict) -> str:
+        f = t.get("file") or "?"
+        f = f[f.find("test/"):] if "test/" in f else f
+        return f"{f}::{t.get('fullTitle', t.get('title', '?'))}"
+
+    desel = load_deselections(desel_path, suite)
+    failures = [{"id": tid(t), "error": str((t.get("err") or {}).get("message", ""))[:2000]}
+                for t in data.get("failures", [])]
+    result = {
+        "suite": suite,
+        "passed": len(data.get("passes", [])),
+        "failed": len(failures),
+        "skipped": len(data.get("pending", [])),
+        "deselected": len(desel),
+        "pytest_exit_status": 0 if failures or status == 0 else status,
+        "failures": failures,
+        "deselected_tests": [{"id": t, "reason": r} for t, r in desel],
+    }
+    if "error" in data:
+        result["failures"].append({"id": f"{suite}::<mocha>", "error": f"no report ({data['error']}), exit {status}"})
+        result["failed"] += 1
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, indent=2)
+        fh.write("\n")
+
+
 def _load_run(results_dir: str, tag: str, suite: str) -> dict:
     """The result of one run (a suite, or one shard of it) with its meta data."""
     try:
@@ -322,6 +375,10 @@ def main(argv: list[str]) -> None:
         deselected(args[0], args[1])
     elif cmd == "cargo-result":
         cargo_result(args[0], args[1], args[2], args[3], int(args[4]))
+    elif cmd == "mocha-grep":
+        mocha_grep(args[0], args[1])
+    elif cmd == "mocha-result":
+        mocha_result(args[0], args[1], args[2], args[3], int(args[4]))
     elif cmd == "summarize":
         summarize(args[0], args[1], args[2], float(args[3]), args[4:])
     else:

@@ -104,6 +104,7 @@ impl Encoder {
             // Only stream connections ask for tracking.
             ToConn::Opened
             | ToConn::Tracked { .. }
+            | ToConn::StreamDeleted(_)
             | ToConn::CloseChannel(..)
             | ToConn::CloseConnection(_)
             | ToConn::Alarm(_) => {}

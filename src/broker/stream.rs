@@ -53,6 +53,10 @@ pub struct StreamLog {
     segments: VecDeque<Segment>,
     /// Stored consumer offsets and publisher sequences, by reference.
     tracking: HashMap<(Tracking, String), u64>,
+    /// Offset of the newest entry that starts a chunk: where `last` starts,
+    /// as RabbitMQ's `last` is the newest chunk. A stream-protocol publish
+    /// frame is one chunk in Osiris; an AMQP 0-9-1 message is its own.
+    last_chunk: u64,
 }
 
 impl StreamLog {
@@ -149,6 +153,9 @@ impl StreamLog {
             }),
         }
         self.bytes += len;
+        if super::stream_record::starts_chunk(&m.msg) {
+            self.last_chunk = offset;
+        }
         self.entries.push(m);
         offset
     }
@@ -239,7 +246,11 @@ impl StreamLog {
     pub fn start(&self, at: StartAt) -> u64 {
         match at {
             StartAt::First => self.first_offset(),
-            StartAt::Last => self.last_offset().unwrap_or(self.first_offset()),
+            StartAt::Last => match self.last_offset() {
+                // A chunk start that retention removed: the oldest kept.
+                Some(_) => self.last_chunk.max(self.first_offset()),
+                None => self.first_offset(),
+            },
             StartAt::Next => self.next_offset(),
             StartAt::Offset(n) => n.max(self.first_offset()),
             StartAt::TimestampMs(t) => self.first_at_or_after(t),
@@ -398,6 +409,28 @@ mod tests {
         s.truncate_to(42);
         assert_eq!((s.first_offset(), s.next_offset()), (42, 42));
         assert_eq!(s.push(entry(1, 1, 0), 30), 42);
+    }
+
+    #[test]
+    fn last_is_the_first_entry_of_the_newest_chunk() {
+        use crate::broker::stream_record::RECORD_HEADER;
+        use stablemq_protocol::{BasicProperties, FieldTable, ShortString};
+        let record = |id, starts: bool| {
+            let mut e = entry(id, 1, 0);
+            let mut h = FieldTable::default();
+            h.insert(ShortString::from(RECORD_HEADER), AMQPValue::Boolean(starts));
+            e.msg.properties = Arc::new(BasicProperties::default().with_headers(h));
+            e
+        };
+        let mut s = StreamLog::new(None);
+        // A frame of three records, then one of two.
+        for (id, starts) in [(0, true), (1, false), (2, false), (3, true), (4, false)] {
+            s.push(record(id, starts), DEFAULT_MAX_SEGMENT_BYTES);
+        }
+        assert_eq!(s.start(StartAt::Last), 3);
+        // An AMQP 0-9-1 message is a chunk of its own.
+        s.push(entry(5, 1, 0), DEFAULT_MAX_SEGMENT_BYTES);
+        assert_eq!(s.start(StartAt::Last), 5);
     }
 
     #[test]

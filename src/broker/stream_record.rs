@@ -13,7 +13,7 @@
 
 use super::message::Message;
 use bytes::{Bytes, BytesMut};
-use stablemq_protocol::{BasicProperties, amqp10};
+use stablemq_protocol::{AMQPValue, BasicProperties, amqp10};
 use std::sync::Arc;
 
 /// The header that marks a message as a stream-protocol record.
@@ -37,6 +37,57 @@ pub fn is_record(msg: &Message) -> bool {
         .headers()
         .as_ref()
         .is_some_and(|h| h.inner().contains_key(RECORD_HEADER))
+}
+
+/// On the record that starts a chunk of a publisher with a reference: the
+/// reference, for the trailer length a delivered chunk's header states.
+pub const WRITER_HEADER: &str = "x-stream-writer";
+
+/// The length of the deduplication trailer Osiris stores with a chunk that
+/// `msg` starts (0 if none): one tracking entry for its writer, a type byte,
+/// the reference's length byte, the reference and its 64-bit sequence.
+pub fn trailer_length(msg: &Message) -> u32 {
+    let writer = msg.properties.headers().as_ref().and_then(|h| {
+        h.inner().get(WRITER_HEADER).and_then(|v| match v {
+            AMQPValue::LongString(s) => Some(s.as_bytes().len()),
+            _ => None,
+        })
+    });
+    writer.map_or(0, |len| 10 + u32::try_from(len).unwrap_or(0))
+}
+
+/// Whether `msg` starts a chunk, as Osiris would have written it: a record
+/// whose `x-stream-record` header is `false` continues the chunk of the
+/// records before it from the same publish frame (see [`chunk_mark`]); any
+/// other record starts one, and an AMQP 0-9-1 message is a chunk of its own.
+pub fn starts_chunk(msg: &Message) -> bool {
+    !matches!(chunk_mark(msg), ChunkMark::Continues)
+}
+
+/// Where a stored entry stands in the chunk Osiris would have written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkMark {
+    /// It starts a chunk of this many records (None: unknown, taken as one:
+    /// an AMQP 0-9-1 message, or a record stored before the count was).
+    Starts(Option<u32>),
+    /// It continues the chunk of the entries before it.
+    Continues,
+}
+
+/// The chunk mark of a stored entry: its `x-stream-record` header is
+/// `false` on a record that continues a chunk, the chunk's record count on
+/// one that starts it (`true` on records stored before counts were kept).
+pub fn chunk_mark(msg: &Message) -> ChunkMark {
+    let header = msg
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(RECORD_HEADER).cloned());
+    match header {
+        Some(AMQPValue::Boolean(false)) => ChunkMark::Continues,
+        Some(AMQPValue::LongUInt(n)) if n > 0 => ChunkMark::Starts(Some(n)),
+        _ => ChunkMark::Starts(None),
+    }
 }
 
 /// The record a stream-protocol reader gets for `msg`: a stream record as

@@ -142,6 +142,35 @@ pub enum TrackOp {
         /// The reference.
         reference: String,
     },
+    /// The streams a super stream (an exchange) routes `routing_key` to.
+    Route {
+        /// The super stream's exchange.
+        exchange: String,
+        /// The routing key.
+        routing_key: String,
+    },
+    /// A super stream's partitions: the streams bound to its exchange, in
+    /// `x-stream-partition-order`.
+    Partitions {
+        /// The super stream's exchange.
+        exchange: String,
+    },
+    /// A stream's statistics (the stream protocol's stream stats).
+    Stats {
+        /// The stream.
+        stream: String,
+    },
+}
+
+/// The master's answer to a [`TrackOp`] query, sent as [`ToConn::Tracked`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrackAnswer {
+    /// A stored offset or sequence, if one is (`Err(())`: no such stream).
+    Value(Result<Option<u64>, ()>),
+    /// Route's or partitions' streams (`Err(())`: no such exchange).
+    Streams(Result<Vec<String>, ()>),
+    /// A stream's statistics by name (`Err(())`: no such stream).
+    Stats(Result<Vec<(String, i64)>, ()>),
 }
 
 /// What a connection's handshake negotiated, as the management API lists it
@@ -329,14 +358,18 @@ pub enum ToConn {
         /// Body.
         body: Bytes,
     },
-    /// The answer to a `TrackOp::Query`: the stream's stored value
-    /// (`Err(())`: no such stream).
+    /// The answer to a `TrackOp` query (a stored value, or a super
+    /// stream's streams).
     Tracked {
         /// Channel.
         ch: u16,
-        /// The value, if one is stored.
-        value: Result<Option<u64>, ()>,
+        /// The answer.
+        value: TrackAnswer,
     },
+    /// A stream was deleted in this connection's virtual host (stream
+    /// protocol connections only: their publishers have no consumer whose
+    /// cancel would tell them).
+    StreamDeleted(String),
     /// The master closed this channel (its state is already gone): send channel.close.
     CloseChannel(u16, AmqpError),
     /// The master closed the connection: send connection.close.
@@ -357,7 +390,10 @@ impl ToConn {
             | ToConn::Return { ch, .. }
             | ToConn::Tracked { ch, .. }
             | ToConn::CloseChannel(ch, _) => Some(*ch),
-            ToConn::Opened | ToConn::CloseConnection(_) | ToConn::Alarm(_) => None,
+            ToConn::Opened
+            | ToConn::CloseConnection(_)
+            | ToConn::Alarm(_)
+            | ToConn::StreamDeleted(_) => None,
         }
     }
 }

@@ -25,6 +25,7 @@ mod reply_to;
 mod stable;
 pub mod stats;
 mod stream;
+mod super_stream;
 mod timers;
 
 use crate::broker::event::Event;

@@ -6,7 +6,7 @@
 //! messages deliver again.
 
 use super::Master;
-use super::inout::{ConnId, Input, ToConn};
+use super::inout::{ConnId, Input, ToConn, TrackAnswer};
 use super::queue_key::QueueKey;
 use crate::broker::event::Event;
 use bytes::Bytes;
@@ -31,7 +31,7 @@ pub(super) enum Completion {
     /// it runs once they are sent, so replies keep their order.
     Rerun(Input),
     /// The answer to a stream tracking query.
-    Tracked(Result<Option<u64>, ()>),
+    Tracked(TrackAnswer),
 }
 
 #[derive(Debug)]
@@ -227,7 +227,7 @@ impl Master {
 
     /// Answer a stream tracking query once everything appended so far is
     /// stable (the value may come from an event not stable yet, I1).
-    pub(super) fn reply_tracked(&mut self, conn: ConnId, ch: u16, value: Result<Option<u64>, ()>) {
+    pub(super) fn reply_tracked(&mut self, conn: ConnId, ch: u16, value: TrackAnswer) {
         if self.gate.settled() {
             self.send(conn, ToConn::Tracked { ch, value });
         } else if let Some(chan) = self.sessions.channel_mut(conn, ch) {

@@ -9,7 +9,7 @@
 //! stable index passes it. The entries themselves are `broker::stream`.
 
 use super::Master;
-use super::inout::{ConnId, ToConn, TrackOp};
+use super::inout::{ConnId, ToConn, TrackAnswer, TrackOp};
 use super::session::Unacked;
 use crate::broker::event::Event;
 use crate::broker::message::Message;
@@ -236,9 +236,10 @@ impl Master {
     }
 
     /// The stream protocol's tracking: a store is logged (a definition in
-    /// the state, so it survives a restart and a failover); a query is
-    /// answered from the state once stable. A stream that does not exist
-    /// stores nothing and answers `Err`.
+    /// the state, so it survives a restart and a failover); a query (a
+    /// stored value, a super stream's route or partitions) is answered from
+    /// the state once stable. A stream that does not exist stores nothing
+    /// and answers `Err`.
     pub(super) fn stream_track(&mut self, conn: ConnId, ch: u16, op: TrackOp) {
         let Some(vhost) = self.sessions.conns.get(&conn).map(|s| s.vhost.to_string()) else {
             return;
@@ -274,7 +275,28 @@ impl Master {
                     .and_then(|q| q.stream.as_ref())
                     .map(|s| s.tracked(kind, &reference))
                     .ok_or(());
-                self.reply_tracked(conn, ch, value);
+                self.reply_tracked(conn, ch, TrackAnswer::Value(value));
+            }
+            TrackOp::Route {
+                exchange,
+                routing_key,
+            } => {
+                let streams =
+                    super::super_stream::route(&self.broker, &vhost, &exchange, &routing_key);
+                self.reply_tracked(conn, ch, TrackAnswer::Streams(streams));
+            }
+            TrackOp::Stats { stream } => {
+                let stats = self
+                    .broker
+                    .queue(&vhost, &stream)
+                    .and_then(|q| q.stream.as_ref())
+                    .map(stream_stats)
+                    .ok_or(());
+                self.reply_tracked(conn, ch, TrackAnswer::Stats(stats));
+            }
+            TrackOp::Partitions { exchange } => {
+                let streams = super::super_stream::partitions(&self.broker, &vhost, &exchange);
+                self.reply_tracked(conn, ch, TrackAnswer::Streams(streams));
             }
         }
     }
@@ -285,4 +307,23 @@ impl Master {
             .queue(vhost, queue)
             .is_some_and(|q| q.stream.is_some())
     }
+}
+
+/// The stream protocol's stream stats (RabbitMQ 3.11+): the first offset
+/// kept, and the start of the newest chunk as the last and the committed
+/// one (the answer waits until what the state holds is stable, I1); -1 for
+/// each while the stream is empty, as Osiris reports an empty range.
+fn stream_stats(s: &crate::broker::stream::StreamLog) -> Vec<(String, i64)> {
+    let (first, last) = match s.last_offset() {
+        Some(_) => (
+            i64::try_from(s.first_offset()).unwrap_or(i64::MAX),
+            i64::try_from(s.start(StartAt::Last)).unwrap_or(i64::MAX),
+        ),
+        None => (-1, -1),
+    };
+    vec![
+        ("first_chunk_id".to_owned(), first),
+        ("last_chunk_id".to_owned(), last),
+        ("committed_chunk_id".to_owned(), last),
+    ]
 }

@@ -363,6 +363,7 @@ pub struct ChunkBuilder {
     data: BytesMut,
     entries: u16,
     records: u32,
+    trailer_length: u32,
 }
 
 impl ChunkBuilder {
@@ -404,6 +405,14 @@ impl ChunkBuilder {
         self
     }
 
+    /// The trailer length the header states: what Osiris stored after the
+    /// data (a deduplicating publisher's tracking entry), which a delivery
+    /// to a consumer does not carry but its header counts.
+    pub fn trailer_length(&mut self, length: u32) -> &mut Self {
+        self.trailer_length = length;
+        self
+    }
+
     /// The chunk: header (CRC filled in) and data.
     pub fn build(&self, timestamp: i64, epoch: u64, chunk_id: u64) -> Bytes {
         let header = ChunkHeader {
@@ -415,7 +424,7 @@ impl ChunkBuilder {
             chunk_id,
             crc: crc32fast::hash(&self.data),
             data_length: self.data.len() as u32,
-            trailer_length: 0,
+            trailer_length: self.trailer_length,
             bloom_size: 0,
             reserved: [0; 3],
         };

@@ -5,7 +5,7 @@ use super::{inequivalent, reserved, value_text};
 use crate::broker::event::{Binding, Destination, Event, QueueSpec};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::master::Master;
-use crate::master::inout::ConnId;
+use crate::master::inout::{ClientProtocol, ConnId, ToConn};
 use crate::users::Perm;
 use stablemq_protocol::methods::queue as mq;
 use stablemq_protocol::{AMQPClass, FieldTable};
@@ -174,6 +174,7 @@ impl Master {
             .broker
             .queue(vhost, name)
             .is_some_and(|q| q.is_logged());
+        let stream = self.is_stream(vhost, name);
         self.emit(
             Event::QueueDeleted {
                 vhost: vhost.to_string(),
@@ -181,10 +182,20 @@ impl Master {
             },
             logged,
         );
-        for s in self.sessions.conns.values_mut() {
+        let mut told = Vec::new();
+        for (conn, s) in self.sessions.conns.iter_mut() {
             if &*s.vhost == vhost {
                 s.exclusive_queues.retain(|q| q != name);
+                // Stream-protocol connections hear of a deleted stream even
+                // when they only publish to it (their publishes carry no
+                // consumer to cancel): RabbitMQ sends them a metadata update.
+                if stream && s.info.protocol == ClientProtocol::Stream {
+                    told.push(*conn);
+                }
             }
+        }
+        for conn in told {
+            self.send(conn, ToConn::StreamDeleted(name.into()));
         }
     }
 

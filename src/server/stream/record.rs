@@ -7,15 +7,33 @@
 //! an AMQP 0-9-1 reader gets it converted (`broker::stream_record`).
 
 use crate::broker::message::Message;
-use crate::broker::stream_record::RECORD_HEADER;
+use crate::broker::stream_record::{RECORD_HEADER, WRITER_HEADER};
 use bytes::Bytes;
 use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable, ShortString};
 
-/// The properties of every record published over the stream protocol:
-/// persistent, and marked as a stream record.
-pub(super) fn properties() -> BasicProperties {
+/// The properties of a record published over the stream protocol:
+/// persistent, and marked as a stream record. The header holds the record
+/// count of the chunk it starts (a chunk: the records of a publish frame, at
+/// most 100; `last` starts at the newest, and a subscription delivers one
+/// whole), or `false` on a record that continues one
+/// (`broker::stream_record::chunk_mark`).
+///
+/// The first record of a chunk of a deduplicating publisher also names the
+/// publisher (`x-stream-writer`), as Osiris stores its tracking entry in
+/// the chunk's trailer, whose length a delivered chunk's header states.
+pub(super) fn properties(starts_chunk_of: Option<u32>, writer: Option<&str>) -> BasicProperties {
     let mut headers = FieldTable::default();
-    headers.insert(ShortString::from(RECORD_HEADER), AMQPValue::Boolean(true));
+    let mark = match starts_chunk_of {
+        Some(n) => AMQPValue::LongUInt(n),
+        None => AMQPValue::Boolean(false),
+    };
+    headers.insert(ShortString::from(RECORD_HEADER), mark);
+    if let (Some(_), Some(w)) = (starts_chunk_of, writer) {
+        headers.insert(
+            ShortString::from(WRITER_HEADER),
+            AMQPValue::LongString(w.into()),
+        );
+    }
     BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(headers)

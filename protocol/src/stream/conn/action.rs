@@ -169,6 +169,8 @@ pub enum CloseReason {
     HandshakeTimeout,
     /// Nothing was received for two heartbeat intervals.
     HeartbeatTimeout,
+    /// The broker dropped the connection without a close ([`Input::Abort`](super::Input::Abort)).
+    Aborted,
 }
 
 /// What went wrong before open.

@@ -394,3 +394,15 @@ fn the_broker_can_close_an_open_connection() {
     assert_eq!(out.len(), 2);
     assert!(conn.is_closed());
 }
+
+#[test]
+fn an_abort_drops_the_connection_without_a_close_frame() {
+    let (mut conn, t0) = opened();
+    assert_eq!(
+        input(&mut conn, Input::Abort, t0),
+        vec![Seen::Do(Action::Closed(CloseReason::Aborted))]
+    );
+    assert!(conn.is_closed());
+    // Once closed, a second abort does nothing.
+    assert!(input(&mut conn, Input::Abort, t0).is_empty());
+}

@@ -79,6 +79,11 @@ pub enum Input {
         /// The reason.
         reason: String,
     },
+    /// Drop the connection at once, with no close frame: what RabbitMQ's
+    /// stream reader does when an operator closes the connection
+    /// (`DELETE /api/connections/{name}`; the js client cannot read a close
+    /// the server starts, and relies on that).
+    Abort,
 }
 
 /// The outcome of a SASL step.

@@ -219,6 +219,8 @@ impl StreamConnection {
             Input::Authenticated(outcome) => self.on_authenticated(outcome, now),
             Input::VhostOpened(allowed) => self.on_vhost_opened(allowed, now),
             Input::Close { code, reason } => self.on_close_input(code, reason, now),
+            // Once closed, an abort falls through to the ignored events.
+            Input::Abort if self.phase != Phase::Closed => self.close_now(CloseReason::Aborted),
             Input::ReadingPaused(paused) => {
                 // Either way the client's silence so far is not its own.
                 self.reading_paused = paused;

@@ -1,6 +1,7 @@
 //! Requests the master answers on the control channel, one at a time:
 //! create and delete stream (a passive declare first, for the stream
-//! protocol's codes), declare publisher, metadata, and the tracking queries.
+//! protocol's codes), declare publisher, metadata, the tracking queries, and
+//! a super stream's route and partitions.
 
 use super::*;
 
@@ -36,6 +37,9 @@ pub(super) enum OpKind {
         kind: Tracking,
         reference: String,
     },
+    /// Answered from the state: a super stream's route or partitions (from
+    /// its bindings), a stream's stats.
+    Lookup(TrackOp),
     /// Each stream in turn, by passive declare.
     Metadata {
         todo: VecDeque<String>,
@@ -49,8 +53,8 @@ pub(super) enum Outcome<'a> {
     Done,
     /// The channel was closed with this error.
     Refused(&'a AmqpError),
-    /// A tracking query's answer (`Err`: no such stream).
-    Tracked(Result<Option<u64>, ()>),
+    /// A tracking or super stream query's answer.
+    Tracked(TrackAnswer),
 }
 
 /// What the bridge does with a request.
@@ -110,6 +114,11 @@ impl Bridge {
     /// How a request is handled, and the control op or the answer it makes.
     fn handling(&self, request: Request) -> Handling {
         match request {
+            // As RabbitMQ: no empty name (it would be a server-named queue
+            // in AMQP terms), none in the reserved `amq.` namespace.
+            Request::CreateStream { stream, .. } if !valid_name(&stream) => {
+                Handling::Answer(Reply::Code(ResponseCode::PreconditionFailed))
+            }
             Request::CreateStream { stream, arguments } => match stream_arguments(&arguments) {
                 Ok(arguments) => Handling::Ask(OpKind::Create {
                     stream,
@@ -169,10 +178,22 @@ impl Bridge {
                 kind: Tracking::Sequence,
                 reference,
             }),
-            r @ (Request::Route { .. }
-            | Request::Partitions { .. }
-            | Request::StreamStats { .. }
-            | Request::ResolveOffsetSpec { .. }
+            Request::Route {
+                routing_key,
+                super_stream,
+            } => Handling::Ask(OpKind::Lookup(TrackOp::Route {
+                exchange: super_stream,
+                routing_key,
+            })),
+            Request::Partitions { super_stream } => {
+                Handling::Ask(OpKind::Lookup(TrackOp::Partitions {
+                    exchange: super_stream,
+                }))
+            }
+            Request::StreamStats { stream } => {
+                Handling::Ask(OpKind::Lookup(TrackOp::Stats { stream }))
+            }
+            r @ (Request::ResolveOffsetSpec { .. }
             | Request::CreateSuperStream { .. }
             | Request::DeleteSuperStream { .. }) => Handling::Answer(unsupported_reply(&r)),
         }
@@ -244,6 +265,15 @@ impl Bridge {
                 self.current = Some(op);
                 return;
             }
+            OpKind::Lookup(q) => {
+                master.push(Input::StreamTrack {
+                    conn: self.conn,
+                    ch: CONTROL,
+                    op: q.clone(),
+                });
+                self.current = Some(op);
+                return;
+            }
             OpKind::Metadata { todo, .. } => match todo.front() {
                 Some(s) => declare(s, true, FieldTable::default()),
                 // Never: an empty request is answered in `on_request`, and
@@ -292,12 +322,12 @@ impl Bridge {
                     *probed = true;
                     None
                 }
-                (Outcome::Tracked(Ok(last)), Some(r), true) => {
+                (Outcome::Tracked(TrackAnswer::Value(Ok(last))), Some(r), true) => {
                     self.dedup.insert(
                         *publisher_id,
                         Deduplicated {
                             reference: r.clone(),
-                            last: last.unwrap_or(0),
+                            last: *last,
                         },
                     );
                     Some(Reply::Code(ResponseCode::Ok))
@@ -306,6 +336,8 @@ impl Bridge {
             },
             OpKind::Create { .. } | OpKind::Delete { .. } => Some(Reply::Code(code(&outcome))),
             OpKind::Query { kind, .. } => Some(query_reply(*kind, outcome)),
+            OpKind::Lookup(TrackOp::Stats { .. }) => Some(stats_reply(outcome)),
+            OpKind::Lookup(_) => Some(streams_reply(outcome)),
             OpKind::Metadata { todo, done } => {
                 if let Some(name) = todo.pop_front() {
                     done.push(self.stream_metadata(name, code(&outcome)));
@@ -355,18 +387,10 @@ impl Bridge {
     }
 }
 
-/// The answer to a request StableMQ does not support: super streams (no
-/// routes or partitions), stream stats, offset specs.
+/// The answer to a request StableMQ does not support: offset specs,
+/// creating and deleting super streams.
 fn unsupported_reply(request: &Request) -> Reply {
     match request {
-        Request::Route { .. } | Request::Partitions { .. } => Reply::Streams {
-            code: ResponseCode::StreamDoesNotExist,
-            streams: Vec::new(),
-        },
-        Request::StreamStats { .. } => Reply::Stats {
-            code: ResponseCode::InternalError,
-            stats: Vec::new(),
-        },
         Request::ResolveOffsetSpec { .. } => Reply::Offset {
             code: ResponseCode::InternalError,
             offset: 0,
@@ -380,19 +404,64 @@ fn unsupported_reply(request: &Request) -> Reply {
 fn outcome_code(o: &Outcome<'_>) -> ResponseCode {
     match o {
         Outcome::Refused(e) => stream_code(e.code),
-        Outcome::Tracked(Err(())) => ResponseCode::StreamDoesNotExist,
-        Outcome::Done | Outcome::Tracked(Ok(_)) => ResponseCode::Ok,
+        Outcome::Tracked(
+            TrackAnswer::Value(Err(()))
+            | TrackAnswer::Streams(Err(()))
+            | TrackAnswer::Stats(Err(())),
+        ) => ResponseCode::StreamDoesNotExist,
+        Outcome::Done
+        | Outcome::Tracked(
+            TrackAnswer::Value(Ok(_)) | TrackAnswer::Streams(Ok(_)) | TrackAnswer::Stats(Ok(_)),
+        ) => ResponseCode::Ok,
+    }
+}
+
+/// The answer to route or partitions: the streams (none is an answer too,
+/// as RabbitMQ 3.11+ answers a routing key nothing is bound with), or 0x02
+/// when the super stream's exchange does not exist.
+fn streams_reply(outcome: Outcome<'_>) -> Reply {
+    match outcome {
+        Outcome::Tracked(TrackAnswer::Streams(Ok(streams))) => Reply::Streams {
+            code: ResponseCode::Ok,
+            streams,
+        },
+        o => Reply::Streams {
+            code: match outcome_code(&o) {
+                ResponseCode::Ok => ResponseCode::InternalError,
+                code => code,
+            },
+            streams: Vec::new(),
+        },
+    }
+}
+
+/// The answer to stream stats: the stats, or 0x02 for no such stream.
+fn stats_reply(outcome: Outcome<'_>) -> Reply {
+    match outcome {
+        Outcome::Tracked(TrackAnswer::Stats(Ok(stats))) => Reply::Stats {
+            code: ResponseCode::Ok,
+            stats,
+        },
+        o => Reply::Stats {
+            code: match outcome_code(&o) {
+                ResponseCode::Ok => ResponseCode::InternalError,
+                code => code,
+            },
+            stats: Vec::new(),
+        },
     }
 }
 
 /// The answer to query offset or query publisher sequence.
 fn query_reply(kind: Tracking, outcome: Outcome<'_>) -> Reply {
     match (kind, outcome) {
-        (Tracking::Offset, Outcome::Tracked(Ok(Some(offset)))) => Reply::Offset {
-            code: ResponseCode::Ok,
-            offset,
-        },
-        (Tracking::Offset, Outcome::Tracked(Ok(None))) => Reply::Offset {
+        (Tracking::Offset, Outcome::Tracked(TrackAnswer::Value(Ok(Some(offset))))) => {
+            Reply::Offset {
+                code: ResponseCode::Ok,
+                offset,
+            }
+        }
+        (Tracking::Offset, Outcome::Tracked(TrackAnswer::Value(Ok(None)))) => Reply::Offset {
             code: ResponseCode::NoOffset,
             offset: 0,
         },
@@ -400,7 +469,7 @@ fn query_reply(kind: Tracking, outcome: Outcome<'_>) -> Reply {
             code: outcome_code(&o),
             offset: 0,
         },
-        (Tracking::Sequence, Outcome::Tracked(Ok(v))) => Reply::Sequence {
+        (Tracking::Sequence, Outcome::Tracked(TrackAnswer::Value(Ok(v)))) => Reply::Sequence {
             code: ResponseCode::Ok,
             sequence: v.unwrap_or(0),
         },
@@ -456,6 +525,12 @@ pub(super) fn stream_arguments(args: &[(String, String)]) -> Result<FieldTable, 
         t.insert(ShortString::from(format!("x-{k}")), value);
     }
     Ok(t)
+}
+
+/// Whether a new stream may have this name (RabbitMQ's stream plugin
+/// refuses the empty name and the `amq.` prefix).
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with("amq.")
 }
 
 /// The stream protocol's code for a refusal by the master.

@@ -34,8 +34,9 @@ use subscribe::{Subscription, pack};
 
 use super::record;
 use crate::broker::event::Tracking;
+use crate::broker::stream_record::{ChunkMark, chunk_mark};
 use crate::error::{AmqpError, ReplyCode};
-use crate::master::inout::{ConnId, Input, ToConn, TrackOp};
+use crate::master::inout::{ConnId, Input, ToConn, TrackAnswer, TrackOp};
 use bytes::Bytes;
 use stablemq_protocol::methods::{basic, channel, confirm, queue};
 use stablemq_protocol::stream::conn::{self as sc, Reply, Request};
@@ -85,8 +86,13 @@ pub(super) struct Bridge {
     publish_open: bool,
     next_tag: u64,
     unconfirmed: BTreeMap<u64, Unconfirmed>,
-    /// One shared properties value for every record published here.
+    /// One shared properties value for every record published here that
+    /// continues a chunk (one that starts a chunk carries its count).
     record_properties: Arc<BasicProperties>,
+    /// Records of the current publish frame stored so far, and in all: the
+    /// first, and every `STORED_CHUNK_RECORDS`th after it, starts a chunk.
+    frame_records: usize,
+    frame_total: usize,
     subs: HashMap<u8, Subscription>,
     /// Publishers declared with a reference.
     dedup: HashMap<u8, Deduplicated>,
@@ -114,7 +120,9 @@ impl Bridge {
             publish_open: false,
             next_tag: 1,
             unconfirmed: BTreeMap::new(),
-            record_properties: Arc::new(record::properties()),
+            record_properties: Arc::new(record::properties(None, None)),
+            frame_records: 0,
+            frame_total: 0,
             subs: HashMap::new(),
             dedup: HashMap::new(),
             channels: HashMap::new(),
@@ -190,9 +198,13 @@ impl Bridge {
         master: &mut Vec<Input>,
     ) {
         let mut last = None;
+        let mut stored = Vec::with_capacity(messages.len());
         for m in messages {
-            if let Some(d) = self.dedup.get(&publisher_id) {
-                if m.publishing_id <= d.last {
+            if let Some(d) = self.dedup.get_mut(&publisher_id) {
+                // Compared with every id before it, those of this frame too:
+                // a frame may repeat ids (a client's batch of two sends of
+                // the same messages), and Osiris keeps only the first.
+                if d.last.is_some_and(|last| m.publishing_id <= last) {
                     // A duplicate: confirmed, not stored (RabbitMQ).
                     self.confirms
                         .entry(publisher_id)
@@ -200,12 +212,28 @@ impl Bridge {
                         .push(m.publishing_id);
                     continue;
                 }
+                d.last = Some(m.publishing_id);
                 last = Some(m.publishing_id);
             }
-            self.publish(publisher_id, stream, m.publishing_id, m.entry, master);
+            let records = publish::entry_records(m.entry);
+            if records.is_empty() {
+                self.errors
+                    .entry(publisher_id)
+                    .or_default()
+                    .push(PublishingError {
+                        publishing_id: m.publishing_id,
+                        code: ResponseCode::InternalError,
+                    });
+            } else {
+                stored.push((m.publishing_id, records));
+            }
         }
-        if let (Some(value), Some(d)) = (last, self.dedup.get_mut(&publisher_id)) {
-            d.last = value;
+        self.frame_records = 0;
+        self.frame_total = stored.iter().map(|(_, r)| r.len()).sum();
+        for (publishing_id, records) in stored {
+            self.publish(publisher_id, stream, publishing_id, records, master);
+        }
+        if let (Some(value), Some(d)) = (last, self.dedup.get(&publisher_id)) {
             // Logged after the messages, on their channel.
             master.push(Input::StreamTrack {
                 conn: self.conn,
@@ -311,8 +339,22 @@ impl Bridge {
                 tracing::info!(conn = self.conn, "stream open refused: {}", e.reply_text());
                 conn.push(sc::Input::VhostOpened(false))
             }
+            // An operator's close (the management API's DELETE, a deleted
+            // user or vhost): RabbitMQ's stream reader drops the socket
+            // without a close frame, and the js client, which cannot read a
+            // close the server starts, relies on that.
+            ToConn::CloseConnection(e) if e.code == ReplyCode::ConnectionForced => {
+                conn.push(sc::Input::Abort)
+            }
             ToConn::CloseConnection(e) => conn.push(close_input(&e)),
             ToConn::Alarm(reason) => self.alarm = reason.is_some(),
+            // The state machine sends a metadata update if the connection
+            // has a publisher or a subscription on it; a subscription's own
+            // cancel follows and finds the subscription gone.
+            ToConn::StreamDeleted(stream) => conn.push(sc::Input::StreamGone {
+                stream,
+                code: ResponseCode::StreamNotAvailable,
+            }),
             // Deliveries, and the subscriptions' channels; open-ok, qos-ok
             // and select-ok need nothing.
             other => self.on_subscription(other, master, conn),
@@ -340,10 +382,12 @@ impl Bridge {
             n => (n as usize).saturating_sub(128).max(1),
         };
         for (&id, s) in &mut self.subs {
-            if s.pending.is_empty() || s.credit == 0 {
+            let ready = subscribe::ready_len(&s.pending);
+            if ready == 0 || s.credit == 0 {
                 continue;
             }
-            for chunk in pack(std::mem::take(&mut s.pending), max_bytes) {
+            let held = s.pending.split_off(ready);
+            for chunk in pack(std::mem::replace(&mut s.pending, held), max_bytes) {
                 s.credit = s.credit.saturating_sub(1);
                 s.in_flight.push_back(chunk.last_tag);
                 conn.push(sc::Input::Deliver {
@@ -371,3 +415,5 @@ fn close_input(e: &AmqpError) -> sc::Input {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_suites;

@@ -3,12 +3,14 @@
 
 use super::*;
 
-/// A publisher with a reference: its last publishing id, below which a
-/// publish is a duplicate (confirmed, not stored).
+/// A publisher with a reference: its last publishing id, at or below which
+/// a publish is a duplicate (confirmed, not stored). None: the reference
+/// has published nothing yet, so every id is new, 0 too (the js client
+/// numbers from 0).
 #[derive(Debug)]
 pub(super) struct Deduplicated {
     pub(super) reference: String,
-    pub(super) last: u64,
+    pub(super) last: Option<u64>,
 }
 
 /// A publish waiting for its confirm.
@@ -46,32 +48,27 @@ impl Bridge {
         publisher_id: u8,
         stream: &Arc<str>,
         publishing_id: u64,
-        entry: Entry,
+        records: Vec<Bytes>,
         master: &mut Vec<Input>,
     ) {
         self.open_publish(master);
-        let records = match entry {
-            Entry::Simple(r) => vec![r],
-            Entry::SubBatch {
-                compression: 0,
-                body,
-                ..
-            } => stablemq_protocol::stream::sub_batch_records(&body).unwrap_or_default(),
-            // Compressed sub-entries are not stored (docs/streams.md).
-            Entry::SubBatch { .. } => Vec::new(),
-        };
-        if records.is_empty() {
-            self.errors
-                .entry(publisher_id)
-                .or_default()
-                .push(PublishingError {
-                    publishing_id,
-                    code: ResponseCode::InternalError,
-                });
-            return;
-        }
-        let last = records.len() - 1;
+        let last = records.len().saturating_sub(1);
         for (i, body) in records.into_iter().enumerate() {
+            // A chunk in Osiris is what its writer took in at once: a small
+            // frame is one (the js client's "last" and credit tests), a big
+            // one several (rstream's: "last" of a 4999-message frame is not
+            // all of it; RabbitMQ 3.10.8 made last chunks of 4 to 1008
+            // records of frames of 100 to 4999). A chunk here is a frame's
+            // first record and every STORED_CHUNK_RECORDS-th after it; its
+            // first record carries its count.
+            let properties = if self.frame_records.is_multiple_of(STORED_CHUNK_RECORDS) {
+                let n = (self.frame_total - self.frame_records).min(STORED_CHUNK_RECORDS);
+                let writer = self.dedup.get(&publisher_id).map(|d| d.reference.as_str());
+                Arc::new(record::properties(u32::try_from(n).ok(), writer))
+            } else {
+                self.record_properties.clone()
+            };
+            self.frame_records += 1;
             let tag = self.next_tag;
             self.next_tag += 1;
             self.unconfirmed.insert(
@@ -92,7 +89,7 @@ impl Bridge {
                     mandatory: true,
                     immediate: false,
                 },
-                properties: self.record_properties.clone(),
+                properties,
                 body,
             });
         }
@@ -146,4 +143,58 @@ impl Bridge {
             self.fail(&u, ResponseCode::InternalError);
         }
     }
+}
+
+/// Records per stored chunk at most. Small, so that a subscription at
+/// `last` taken while a big frame is still being stored (a client that
+/// publishes without waiting, then subscribes: rstream's
+/// test_offset_type_last) rarely lands on the frame's first chunk; the
+/// chunks a subscription delivers pack several of them.
+const STORED_CHUNK_RECORDS: usize = 100;
+
+/// A sub-batch this large once uncompressed is refused: the records are
+/// kept in memory while they are published.
+const MAX_UNCOMPRESSED: u32 = 64 << 20;
+
+/// The records of a published entry, each stored as one entry of the stream
+/// (so a sub-batch of N records takes N offsets, as in Osiris). A gzip
+/// sub-batch (compression 1, what rstream's and the js client's compression
+/// sends) is uncompressed first; the other codecs (snappy, lz4, zstd), a
+/// body that does not uncompress to its declared length, or a malformed
+/// batch give none, which the publisher gets as an error.
+pub(super) fn entry_records(entry: Entry) -> Vec<Bytes> {
+    let body = match entry {
+        Entry::Simple(r) => return vec![r],
+        Entry::SubBatch {
+            compression: 0,
+            body,
+            ..
+        } => body,
+        Entry::SubBatch {
+            compression: 1,
+            uncompressed_length,
+            body,
+            ..
+        } => match gunzip(&body, uncompressed_length) {
+            Some(b) => b,
+            None => return Vec::new(),
+        },
+        Entry::SubBatch { .. } => return Vec::new(),
+    };
+    stablemq_protocol::stream::sub_batch_records(&body).unwrap_or_default()
+}
+
+/// `body` uncompressed, if it is gzip data of exactly `length` bytes.
+fn gunzip(body: &[u8], length: u32) -> Option<Bytes> {
+    use std::io::Read;
+    if length > MAX_UNCOMPRESSED {
+        return None;
+    }
+    let mut out = Vec::with_capacity(length as usize);
+    // One byte past the declared length, to see a body that says less.
+    flate2::read::GzDecoder::new(body)
+        .take(u64::from(length) + 1)
+        .read_to_end(&mut out)
+        .ok()?;
+    (out.len() == length as usize).then(|| Bytes::from(out))
 }

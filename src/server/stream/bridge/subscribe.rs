@@ -10,8 +10,8 @@ pub(super) struct Subscription {
     pub(super) stream: String,
     /// The subscribe's correlation id until consume-ok.
     pub(super) subscribing: Option<u32>,
-    /// Deliveries not packed yet: offset, delivery tag, timestamp, record.
-    pub(super) pending: Vec<(u64, u64, u64, Bytes)>,
+    /// Deliveries not packed yet, in delivery order.
+    pub(super) pending: Vec<Delivered>,
     /// The last delivery tag of each chunk handed to the connection and not
     /// written yet, oldest first.
     pub(super) in_flight: VecDeque<u64>,
@@ -20,6 +20,19 @@ pub(super) struct Subscription {
     /// sent once credit comes holds all of them (as RabbitMQ's holds a
     /// whole publish batch) rather than the first of many small ones.
     pub(super) credit: u32,
+}
+
+/// A delivery waiting to be packed into a chunk.
+#[derive(Debug)]
+pub(super) struct Delivered {
+    pub(super) offset: u64,
+    pub(super) tag: u64,
+    pub(super) timestamp_ms: u64,
+    pub(super) record: Bytes,
+    /// Where it stands in the chunk it was stored in.
+    pub(super) mark: ChunkMark,
+    /// The trailer length of the chunk it starts (0 for the others).
+    pub(super) trailer: u32,
 }
 
 impl Bridge {
@@ -38,10 +51,14 @@ impl Bridge {
                 ..
             } => {
                 if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id)) {
-                    let offset = record::offset(&msg.properties).unwrap_or(0);
-                    let body = record::for_stream(&msg);
-                    s.pending
-                        .push((offset, delivery_tag, msg.timestamp_ms, body));
+                    s.pending.push(Delivered {
+                        offset: record::offset(&msg.properties).unwrap_or(0),
+                        tag: delivery_tag,
+                        timestamp_ms: msg.timestamp_ms,
+                        record: record::for_stream(&msg),
+                        mark: chunk_mark(&msg),
+                        trailer: crate::broker::stream_record::trailer_length(&msg),
+                    });
                 }
             }
             ToConn::Method(ch, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))) => {
@@ -168,6 +185,10 @@ impl Bridge {
     }
 }
 
+/// The epoch in a delivered chunk's header: RabbitMQ's first epoch (a new
+/// stream's writer starts at 1; rstream's test_deliver compares it).
+const EPOCH: u64 = 1;
+
 /// One chunk made of deliveries.
 pub(super) struct Packed {
     pub(super) id: u64,
@@ -175,33 +196,68 @@ pub(super) struct Packed {
     pub(super) bytes: Bytes,
 }
 
+/// How many of `pending` (in delivery order) may be packed now: all but a
+/// stored chunk whose start is here and whose last records have not been
+/// delivered yet (they come with the next deliveries: a chunk's records are
+/// published, and become stable, together). A subscription so sends each
+/// stored chunk whole, as RabbitMQ sends an Osiris chunk, which clients
+/// count on (one credit, one chunk: the js client's credit policies). A
+/// chunk whose tail never comes (lost unstable in a failover, so never
+/// confirmed) is held only until the next chunk: the newest start decides.
+pub(super) fn ready_len(pending: &[Delivered]) -> usize {
+    let Some(last) = pending.last() else {
+        return 0;
+    };
+    // The newest chunk start among the deliveries, and its size.
+    for (i, d) in pending.iter().enumerate().rev() {
+        if let ChunkMark::Starts(n) = d.mark {
+            let end = d.offset.saturating_add(u64::from(n.unwrap_or(1)));
+            return if last.offset.saturating_add(1) < end {
+                i
+            } else {
+                pending.len()
+            };
+        }
+    }
+    pending.len()
+}
+
 /// Pack deliveries (in delivery order) into chunks of consecutive offsets,
-/// at most [`CHUNK_RECORDS`] records and about `max_bytes` each.
-pub(super) fn pack(pending: Vec<(u64, u64, u64, Bytes)>, max_bytes: usize) -> Vec<Packed> {
+/// at most [`CHUNK_RECORDS`] records and about `max_bytes` each. Stored
+/// chunks that came together go out together (fewer, fuller chunks than
+/// one per publish frame: a client grants credit per chunk).
+pub(super) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
     let mut out = Vec::new();
     let mut b = ChunkBuilder::new();
     let mut first: Option<(u64, u64)> = None;
     let (mut next, mut records, mut bytes, mut last_tag) = (0u64, 0usize, 0usize, 0u64);
-    for (offset, tag, ts, body) in pending {
+    // The trailers of the stored chunks this one holds the starts of.
+    let mut trailer = 0u32;
+    for d in pending {
+        let (offset, tag, ts, body) = (d.offset, d.tag, d.timestamp_ms, d.record);
         if let Some((id, ts0)) = first
             && (offset != next || records >= CHUNK_RECORDS || bytes + body.len() + 4 > max_bytes)
         {
             out.push(Packed {
                 id,
                 last_tag,
-                bytes: b.build(i64::try_from(ts0).unwrap_or(i64::MAX), 0, id),
+                bytes: b.trailer_length(trailer).build(
+                    i64::try_from(ts0).unwrap_or(i64::MAX),
+                    EPOCH,
+                    id,
+                ),
             });
             b = ChunkBuilder::new();
             first = None;
         }
         if first.is_none() {
             first = Some((offset, ts));
-            records = 0;
-            bytes = 0;
+            (records, bytes, trailer) = (0, 0, 0);
         }
         b.simple(&body);
         records += 1;
         bytes += body.len() + 4;
+        trailer = trailer.saturating_add(d.trailer);
         next = offset + 1;
         last_tag = tag;
     }
@@ -209,7 +265,11 @@ pub(super) fn pack(pending: Vec<(u64, u64, u64, Bytes)>, max_bytes: usize) -> Ve
         out.push(Packed {
             id,
             last_tag,
-            bytes: b.build(i64::try_from(ts0).unwrap_or(i64::MAX), 0, id),
+            bytes: b.trailer_length(trailer).build(
+                i64::try_from(ts0).unwrap_or(i64::MAX),
+                EPOCH,
+                id,
+            ),
         });
     }
     out

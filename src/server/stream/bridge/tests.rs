@@ -7,7 +7,7 @@ use crate::broker::message::Message;
 use bytes::BytesMut;
 use stablemq_protocol::stream::PublishedMessage;
 
-fn bridge() -> Bridge {
+pub(super) fn bridge() -> Bridge {
     Bridge::new(
         7,
         Advertised {
@@ -21,7 +21,11 @@ fn bridge() -> Bridge {
     )
 }
 
-fn request(b: &mut Bridge, correlation_id: u32, request: Request) -> (Vec<Input>, Vec<sc::Input>) {
+pub(super) fn request(
+    b: &mut Bridge,
+    correlation_id: u32,
+    request: Request,
+) -> (Vec<Input>, Vec<sc::Input>) {
     let (mut m, mut c) = (Vec::new(), Vec::new());
     b.on_action(
         sc::Action::Request {
@@ -34,14 +38,14 @@ fn request(b: &mut Bridge, correlation_id: u32, request: Request) -> (Vec<Input>
     (m, c)
 }
 
-fn from_master(b: &mut Bridge, msg: ToConn) -> (Vec<Input>, Vec<sc::Input>) {
+pub(super) fn from_master(b: &mut Bridge, msg: ToConn) -> (Vec<Input>, Vec<sc::Input>) {
     let (mut m, mut c) = (Vec::new(), Vec::new());
     b.on_master(msg, &mut m, &mut c);
     b.flush(0, &mut c);
     (m, c)
 }
 
-fn declare_ok(ch: u16) -> ToConn {
+pub(super) fn declare_ok(ch: u16) -> ToConn {
     ToConn::Method(
         ch,
         AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
@@ -66,7 +70,7 @@ fn passive(i: &Input) -> Option<bool> {
     }
 }
 
-fn code(c: &[sc::Input]) -> Vec<(u32, ResponseCode)> {
+pub(super) fn code(c: &[sc::Input]) -> Vec<(u32, ResponseCode)> {
     c.iter()
         .filter_map(|i| match i {
             sc::Input::Reply {
@@ -132,7 +136,7 @@ fn unknown_create_arguments_are_a_precondition_failure() {
     assert_eq!(code(&c), [(3, ResponseCode::PreconditionFailed)]);
 }
 
-fn publish(b: &mut Bridge, ids: &[u64]) -> Vec<Input> {
+pub(super) fn publish(b: &mut Bridge, ids: &[u64]) -> Vec<Input> {
     let (mut m, mut c) = (Vec::new(), Vec::new());
     b.on_action(
         sc::Action::Publish {
@@ -236,7 +240,7 @@ fn a_publisher_with_a_reference_skips_what_it_published_before_and_logs_its_sequ
         &mut b,
         ToConn::Tracked {
             ch: CONTROL,
-            value: Ok(Some(5)),
+            value: TrackAnswer::Value(Ok(Some(5))),
         },
     );
     assert_eq!(code(&c), [(1, ResponseCode::Ok)]);
