@@ -39,6 +39,7 @@ class Node:
         self.data, self.config, self.log = data, config, log
         self.proc = None
         self.starts = 0
+        self.killed = False  # by the harness: its exit is no finding
 
     @property
     def pid(self):
@@ -102,6 +103,7 @@ class Cluster:
             env={**os.environ, "NO_COLOR": "1"})
         log.close()
         node.starts += 1
+        node.killed = False
         self._write_pids()
 
     def start_all(self, timeout=60):
@@ -110,6 +112,7 @@ class Cluster:
         return self.wait_master(timeout=timeout)
 
     def kill9(self, node):
+        node.killed = True
         if node.proc and node.proc.poll() is None:
             node.proc.send_signal(signal.SIGKILL)
             node.proc.wait(timeout=30)
@@ -156,5 +159,6 @@ class Cluster:
         return [n.amqp_port for n in self.nodes]
 
     def exited(self):
-        """Nodes that died without being killed by the harness."""
-        return [n for n in self.nodes if n.proc and n.proc.poll() not in (None, -9)]
+        """Nodes that died without being killed by the harness (a crash,
+        an exit on a store error, the OOM killer)."""
+        return [n for n in self.nodes if n.proc and not n.killed and n.proc.poll() is not None]

@@ -34,9 +34,9 @@ def drain(ctx, timeout=300, quiet=3.0):
                 ch.basic_consume(q, on_message_recorder(ctx, q))
             quiet_since = time.monotonic()
             while time.monotonic() < deadline:
-                before = ctx.ledger.counts()[2]
+                before = ctx.ledger.deliveries
                 conn.process_data_events(time_limit=0.5)
-                if ctx.ledger.counts()[2] != before:
+                if ctx.ledger.deliveries != before:
                     quiet_since = time.monotonic()
                     continue
                 last = depths(ch)

@@ -24,7 +24,7 @@ def at(points, minute):
 def trend_table(series, verdicts, warmup_min):
     rows = ["| metric | node | after warm-up | end | median 2nd third | median last third "
             "| bound | slope /h | verdict |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for (metric, node), v in sorted(verdicts.items()):
+    for (metric, node), v in sorted(verdicts.items(), key=lambda kv: (METRICS.index(kv[0][0]), kv[0][1])):
         first, last = at(series[metric][node], warmup_min)
         verdict = {True: "ok", False: "**UPWARD TREND**", None: f"not judged ({v.get('why')})"}[v["ok"]]
         rows.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
@@ -48,6 +48,8 @@ def write(out, minutes, warmup_min, loss, events, stats, log):
         failures.append("the queues could not be drained")
     failures += [f"node {c['node']} exited by itself ({c['exit']}) at minute {c['minute']}"
                  for c in events["crashes"]]
+    failures += [f"no new master within 60 s of the kill at minute {f['minute']}"
+                 for f in events["failovers"] if f["new_master"] is None]
     failures += [f"worker {w} stalled at minute {m}" for w, m in events["stalls"].items()]
     failures += [f"worker crashed: {k}" for k in stats if k.startswith("worker_crashed")]
     lines = [f"# soak: {minutes:g} minutes, warm-up {warmup_min:g} min", ""]

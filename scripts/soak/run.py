@@ -9,7 +9,7 @@ import threading
 import time
 
 from . import load, monitor, plant, report, sampler, topology
-from .clients import Connector, Heartbeat, Stats, Stop, close_quietly
+from .clients import AMQP_ERRORS, Connector, Heartbeat, Stats, Stop, close_quietly
 from .cluster import Cluster
 from .drain import drain
 from .failover import failover
@@ -105,8 +105,9 @@ def _run(cluster, minutes, out, sample_s, period_s, warmup_min, plant_what, log)
     threads = workers(ctx, plant_what)
     events = _load_phase(ctx, cluster, minutes, sample_s, period_s, out, log)
     ctx.stop.set()
+    joined_by = time.monotonic() + 30
     for t in threads:
-        t.join(timeout=max(0.1, 20))
+        t.join(timeout=max(0.1, joined_by - time.monotonic()))
     events["stuck_threads"] = [t.name for t in threads if t.is_alive()]
     for n in cluster.nodes:  # the drain needs every store and broker back
         if n.pid is None:
@@ -120,9 +121,19 @@ def _run(cluster, minutes, out, sample_s, period_s, warmup_min, plant_what, log)
 
 
 def _declare(ctx):
-    conn = ctx.connector.connect(ctx.connector.nodes(), ctx.stop)
-    topology.declare(conn.channel())
-    close_quietly(conn)
+    """The topology, before any worker starts (retried: a young cluster may
+    still be settling)."""
+    nodes = ctx.connector.nodes()
+    for _ in range(20):
+        conn = ctx.connector.connect(nodes, ctx.stop)
+        try:
+            topology.declare(conn.channel())
+            return
+        except AMQP_ERRORS:
+            time.sleep(1)
+        finally:
+            close_quietly(conn)
+    raise SystemExit("could not declare the topology in 20 tries")
 
 
 def _load_phase(ctx, cluster, minutes, sample_s, period_s, out, log):
