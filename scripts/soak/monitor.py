@@ -49,14 +49,18 @@ def poller(ctx, name):
         queues = http_json(port, "/api/queues", timeout=3)
         nodes = http_json(port, "/api/nodes", timeout=3)
         took = time.monotonic() - started
+        # Reads stay local on a slave, which reports no connections (only
+        # the master holds them): the totals recorded are the master's own.
+        on_master = isinstance(nodes, list) and isinstance(overview, dict) and any(
+            n.get("role") == "master" and n.get("name") == overview.get("node") for n in nodes)
         with mon.lock:
             mon.polls += 1
             mon.slowest = max(mon.slowest, took)
             mon.errors += sum(x is None for x in (overview, queues, nodes))
-            if isinstance(overview, dict):
+            if on_master:
                 mon.totals = overview.get("object_totals", {})
-            if isinstance(queues, list):
-                mon.queue_names = [q.get("name") for q in queues]
+                if isinstance(queues, list):
+                    mon.queue_names = [q.get("name") for q in queues]
         if isinstance(nodes, list):
             mon.observe_nodes(nodes)
         ctx.beat.beat(name)
