@@ -14,6 +14,9 @@
 # Env:   STABLEMQ_BIN  broker binary (default target/release/stablemq, built if missing)
 #        SOAK_OUT      results dir (default target/soak/DATE-TIME)
 #        SOAK_PLANT    loss | leak: a planted fault that must fail the run
+#        SOAK_RATE     msg/s of each of the 3 confirming publishers (default 40)
+#        SOAK_FAILOVER_SECONDS  seconds between failovers (default MINUTES*15,
+#                      within 40-180); 0: none
 #
 # Results: OUT/nodes.csv (per node per sample), OUT/cluster.csv, OUT/soak.png,
 # OUT/summary.md (printed at the end), OUT/summary.json, run.log, node logs.

@@ -32,12 +32,17 @@ def schedule(minutes):
     run under 10 minutes samples every 15 s so the trend rule has points."""
     sample = 60 if minutes >= 10 else 15
     period = min(180, max(40, minutes * 60 / 4))
+    # SOAK_FAILOVER_SECONDS overrides; 0 turns failovers off, so every
+    # process lives the whole run and a slow leak in one cannot hide behind
+    # its restarts.
+    period = float(os.environ.get("SOAK_FAILOVER_SECONDS", period)) or float("inf")
     warmup_min = min(5.0, minutes / 4)
     return sample, period, warmup_min
 
 
 def workers(ctx, plant_what):
-    w = [(load.publisher, f"pub{i}", topology.WORK, 40) for i in range(3)]
+    rate = float(os.environ.get("SOAK_RATE", 40))  # per publisher, msg/s
+    w = [(load.publisher, f"pub{i}", topology.WORK, rate) for i in range(3)]
     w.append((load.publisher, "ttlpub", [topology.TTL_QUEUE], 10))
     w += [(load.consumer, f"cons{i}") for i in range(4)]
     w += [(load.connection_churn, f"churn{i}") for i in range(2)]
@@ -96,7 +101,7 @@ def main():
 
 def _run(cluster, minutes, out, sample_s, period_s, warmup_min, plant_what, log):
     log(f"soak: {minutes:g} min, sample every {sample_s} s, failover every "
-        f"{period_s:.0f} s, warm-up {warmup_min:g} min, plant={plant_what or 'none'}")
+        f"{period_s:.0f} s, {os.environ.get('SOAK_RATE', 40)} msg/s per publisher, warm-up {warmup_min:g} min, plant={plant_what or 'none'}")
     if cluster.start_all(timeout=90) is None:
         log("no master within 90 s of start")
         return 2
