@@ -90,7 +90,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "==> soak: $MINUTES min, results in $OUT, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "==> soak: $MINUTES min, results in $OUT, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+    "binary $SRC_BIN (sha256 $(sha256sum "$WORK/bin/stablemq" | cut -c1-12))" | tee "$OUT/binary.txt"
 # timeout bounds the whole run: the load, a drain of at most 5 minutes, and
 # the start-up, with slack.
 SOAK_MINUTES=$MINUTES SOAK_OUT=$OUT SOAK_WORK=$WORK SOAK_ROOT=$ROOT \
