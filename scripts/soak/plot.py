@@ -27,6 +27,11 @@ def plot(out, warmup_min, failover_minutes, name="soak.png"):
             ax.axvline(m, color="0.6", ls=":", lw=0.8)
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
+        if field == "store_lag_max":
+            # A restarted node reports its store empty until the store has
+            # opened its log (docs/reliability.md): spikes of the whole log
+            # beside a normal lag of tens of entries need a log scale.
+            ax.set_yscale("symlog", linthresh=10)
         ax.grid(alpha=0.3)
     axes[0].legend(loc="upper left", ncol=3)
     axes[0].set_title("StableMQ soak: 3 nodes, mixed load; grey: warm-up, dotted: kill -9 of the master")

@@ -6,25 +6,28 @@ import csv
 import os
 
 NODE_FIELDS = ["minute", "node", "pid", "role", "rss_mb", "fds", "threads",
-               "disk_mb", "store_lag_max", "store_lag_last"]
+               "disk_mb", "store_lag_max", "store_lag_last", "rss_anon_mb", "rss_file_mb"]
 CLUSTER_FIELDS = ["minute", "published", "confirmed", "deliveries", "queues",
                   "connections", "channels", "consumers", "api_polls",
                   "api_errors", "api_slowest_s", "failovers", "loadavg1"]
 
 
 def proc_status(pid):
-    """(rss in MiB, threads) from /proc/PID/status, or (None, None)."""
-    rss = threads = None
+    """{VmRSS, RssAnon, RssFile (MiB), Threads} from /proc/PID/status. RSS
+    is split because file-backed pages (mapped files) are bounded by the
+    files and given back under pressure; anonymous ones are the heap."""
+    out = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) / 1024
-                elif line.startswith("Threads:"):
-                    threads = int(line.split()[1])
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile"):
+                    out[key] = int(rest.split()[0]) / 1024
+                elif key == "Threads":
+                    out[key] = int(rest.split()[0])
     except OSError:
         pass
-    return rss, threads
+    return out
 
 
 def open_fds(pid):
@@ -49,13 +52,14 @@ def disk_used_mb(path):
 
 def sample_node(node, minute, role, lag_max, lag_last):
     pid = node.pid
-    rss, threads = proc_status(pid) if pid else (None, None)
+    st = proc_status(pid) if pid else {}
     return {
         "minute": round(minute, 2), "node": node.id, "pid": pid or "",
         "role": role or ("down" if pid is None else "?"),
-        "rss_mb": _r(rss), "fds": _v(open_fds(pid) if pid else None),
-        "threads": _v(threads), "disk_mb": _r(disk_used_mb(node.data)),
+        "rss_mb": _r(st.get("VmRSS")), "fds": _v(open_fds(pid) if pid else None),
+        "threads": _v(st.get("Threads")), "disk_mb": _r(disk_used_mb(node.data)),
         "store_lag_max": _v(lag_max), "store_lag_last": _v(lag_last),
+        "rss_anon_mb": _r(st.get("RssAnon")), "rss_file_mb": _r(st.get("RssFile")),
     }
 
 
