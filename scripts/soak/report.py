@@ -2,6 +2,7 @@
 crashes and hangs; written as summary.md and summary.json, printed, and
 turned into an exit code (0 pass, 1 fail)."""
 
+import csv
 import json
 import os
 
@@ -33,6 +34,30 @@ def trend_table(series, verdicts, warmup_min):
     return rows
 
 
+def process_table(out, skip=2, min_points=6):
+    """RSS over each process's life (not judged): a failover restarts the
+    master every few minutes, so a slow per-process leak never lifts a
+    node's medians; its slope per life shows it."""
+    lives = {}
+    with open(os.path.join(out, "nodes.csv")) as f:
+        for row in csv.DictReader(f):
+            if row["pid"] and row["rss_mb"]:
+                lives.setdefault((int(row["node"]), row["pid"]), []).append(row)
+    rows = ["| node | pid | minutes | as slave / master | RSS MiB | heap (RssAnon) MiB | RSS slope MiB/h |",
+            "|---:|---:|---|---|---|---|---:|"]
+    for (node, pid), life in sorted(lives.items(), key=lambda kv: float(kv[1][0]["minute"])):
+        life = life[skip:]  # its start-up and catch-up
+        if len(life) < min_points:
+            continue
+        pts = [(float(r["minute"]), float(r["rss_mb"])) for r in life]
+        roles = [r["role"] for r in life]
+        anon = [r.get("rss_anon_mb", "") for r in life]
+        rows.append("| {} | {} | {:.0f}-{:.0f} | {} / {} | {:.1f} → {:.1f} | {} → {} | {} |".format(
+            node, pid, pts[0][0], pts[-1][0], roles.count("slave"), roles.count("master"),
+            pts[0][1], pts[-1][1], anon[0] or "-", anon[-1] or "-", _f(trend.slope_per_hour(pts))))
+    return rows
+
+
 def _f(x):
     return "-" if x is None else f"{x:.1f}" if isinstance(x, float) and x % 1 else f"{x:.0f}"
 
@@ -54,6 +79,8 @@ def write(out, minutes, warmup_min, loss, events, stats, log):
     failures += [f"worker crashed: {k}" for k in stats if k.startswith("worker_crashed")]
     lines = [f"# soak: {minutes:g} minutes, warm-up {warmup_min:g} min", ""]
     lines += trend_table(series, verdicts, warmup_min) + [""]
+    lines += ["Each process's life (after its first 2 samples; not judged):", ""]
+    lines += process_table(out) + [""]
     lines += [_loss_line(loss), _failover_line(events), "", "counters: " + json.dumps(stats), ""]
     lines.append("RESULT: " + ("PASS" if not failures else "FAIL: " + "; ".join(failures)))
     text = "\n".join(lines) + "\n"
