@@ -179,6 +179,22 @@ impl Resources {
     }
 }
 
+/// Each running store's lag behind the furthest store, in entries. A store
+/// still opening its log has none: its last index is not known yet.
+fn set_store_lags(all: &mut [NodeReport]) {
+    let front = all
+        .iter()
+        .filter_map(|r| r.store.filter(|s| s.opened).map(|s| s.last_index))
+        .max()
+        .unwrap_or(0);
+    for r in all {
+        r.store_lag = r
+            .store
+            .filter(|s| r.running && s.opened)
+            .map(|s| front.saturating_sub(s.last_index));
+    }
+}
+
 /// An event store's progress.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct StoreReport {
@@ -195,6 +211,11 @@ pub struct StoreReport {
     /// version does not send it: its stores count as joined.
     #[serde(default = "joined_by_default")]
     pub joined: bool,
+    /// False while a restarted store still opens its log: its indexes are
+    /// not known yet, and no lag is computed from them (it would be the
+    /// whole log). A peer of an older version does not send it.
+    #[serde(default = "joined_by_default")]
+    pub opened: bool,
 }
 
 fn joined_by_default() -> bool {
@@ -213,6 +234,7 @@ impl NodeStatusSource {
                 last_index: s.last.index,
                 stable_index: s.stable,
                 joined: s.joined,
+                opened: s.opened,
             }
         });
         let local = self.local_stable.as_ref().map(|s| *s.borrow());
@@ -282,17 +304,7 @@ impl NodeStatusSource {
             all.push(report.unwrap_or_else(|| unreachable_report(peer)));
         }
         all.sort_by_key(|r| r.id);
-        let front = all
-            .iter()
-            .filter_map(|r| r.store.map(|s| s.last_index))
-            .max()
-            .unwrap_or(0);
-        for r in &mut all {
-            r.store_lag = r
-                .store
-                .filter(|_| r.running)
-                .map(|s| front.saturating_sub(s.last_index));
-        }
+        set_store_lags(&mut all);
         mark_replicating(&mut all);
         all
     }
@@ -464,5 +476,39 @@ mod tests {
         ];
         mark_replicating(&mut all);
         assert!(all.iter().all(|r| r.replicating.is_none()));
+    }
+
+    /// A store that is still opening its log after a restart reports no
+    /// lag, and does not count as the front: the soak saw a restarted node
+    /// listed as the whole log behind for the moment it took to open.
+    #[test]
+    fn a_store_still_opening_has_no_lag() {
+        let store = |last_index: u64, opened: bool| StoreReport {
+            promised_epoch: 1,
+            last_epoch: 1,
+            last_index,
+            stable_index: last_index,
+            joined: true,
+            opened,
+        };
+        let mut all = vec![
+            report(1, "master", 1, &[]),
+            report(2, "slave", 1, &[]),
+            report(3, "slave", 1, &[]),
+        ];
+        for r in &mut all {
+            r.running = true;
+        }
+        all[0].store = Some(store(20_007, true));
+        all[1].store = Some(store(19_990, true));
+        all[2].store = Some(store(0, false));
+        set_store_lags(&mut all);
+        assert_eq!(all[0].store_lag, Some(0));
+        assert_eq!(all[1].store_lag, Some(17));
+        assert_eq!(all[2].store_lag, None, "not known while opening");
+        // Opened: its lag is what it is.
+        all[2].store = Some(store(20_000, true));
+        set_store_lags(&mut all);
+        assert_eq!(all[2].store_lag, Some(7));
     }
 }

@@ -47,6 +47,9 @@ pub struct StoreStatus {
     /// Whether it joined: false while a new or wiped disk catches up from
     /// its peers before it votes (`replication/store_node/join.rs`).
     pub joined: bool,
+    /// Whether its log is open: until then (a restart reading its disk) the
+    /// fields above are defaults, not its progress.
+    pub opened: bool,
 }
 
 impl StoreStatus {
@@ -56,6 +59,7 @@ impl StoreStatus {
             last: node.last(),
             stable: node.stable(),
             joined: node.joined(),
+            opened: true,
         }
     }
 }
