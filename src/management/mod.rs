@@ -26,6 +26,7 @@ pub(crate) mod fuzz;
 pub mod internal;
 mod json;
 mod messages;
+pub mod node_proof;
 mod nodes;
 mod objects;
 mod overview;

@@ -158,6 +158,7 @@ impl Resources {
     /// This process's readings now.
     fn read(data_dir: &std::path::Path, disk_free_limit: u64) -> Resources {
         let (mem_limit, mem_alarm, disk_free_alarm) = crate::metrics::alarm_state();
+        let free = crate::metrics::disk_free_bytes(data_dir);
         let (fd_used, sockets_used) = crate::metrics::open_fds().unwrap_or((0, 0));
         let fd_total = crate::metrics::max_fds().unwrap_or(0);
         Resources {
@@ -166,9 +167,11 @@ impl Resources {
             mem_limit,
             mem_alarm,
             mem_calculation_strategy: "rss".into(),
-            disk_free: crate::metrics::disk_free_bytes(data_dir).unwrap_or(0),
+            disk_free: free.unwrap_or(0),
             disk_free_limit,
-            disk_free_alarm,
+            // A store-only node has no master task to set the flag: its own
+            // reading decides too.
+            disk_free_alarm: disk_free_alarm || free.is_some_and(|f| f < disk_free_limit),
             fd_used,
             fd_total,
             sockets_used,
@@ -419,13 +422,33 @@ pub async fn memory(
     })))
 }
 
-/// `GET /api/stablemq/node-status`: this node alone, for peers' `/api/nodes`.
+/// `GET /api/stablemq/node-status`: this node alone, for peers' `/api/nodes`
+/// (with the user's credentials) and for a peer's own background reads
+/// (with the cluster cookie's proof, `node_proof.rs`).
 pub async fn local(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<NodeReport>, ApiError> {
-    authorize(&state, &headers)?;
+    if !node_proven(&state, &headers) {
+        authorize(&state, &headers)?;
+    }
     Ok(Json(state.nodes.local()))
+}
+
+/// Whether the request carries a valid proof of the cluster cookie.
+fn node_proven(state: &AppState, headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(super::node_proof::HEADER)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let cookie = state
+        .config
+        .cluster
+        .as_ref()
+        .and_then(|c| c.cookie().ok().flatten());
+    cookie.is_some_and(|c| super::node_proof::check(&c, value, super::node_proof::now_ms()))
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! Resource alarms (memory, disk), as RabbitMQ's: while one lasts,
-//! publishers are blocked (connection.blocked).
+//! publishers are blocked (connection.blocked). The disk alarm is
+//! cluster-wide: a peer low on disk blocks this node's publishers too
+//! (`peer_alarms.rs`).
 
+use super::peer_alarms::PeerAlarms;
 use crate::config::Config;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,6 +38,8 @@ pub(super) struct Alarms {
     ticks_left: u32,
     /// The active alarm, with RabbitMQ's reason text.
     current: Option<String>,
+    /// The other nodes' disk alarms (a cluster with a cookie).
+    peers: PeerAlarms,
 }
 
 impl Alarms {
@@ -43,12 +48,28 @@ impl Alarms {
         let memory_limit = config.memory_high_watermark_bytes.unwrap_or_else(|| {
             crate::metrics::total_memory_bytes().map_or(u64::MAX, |t| t / 10 * 4)
         });
+        let peers = match &config.cluster {
+            Some(c) => match c.cookie() {
+                Ok(Some(cookie)) => {
+                    let others = c
+                        .nodes
+                        .iter()
+                        .filter(|n| n.id != c.node)
+                        .filter_map(|n| n.management_addr.map(|a| (n.id, a)))
+                        .collect();
+                    PeerAlarms::watch(others, cookie)
+                }
+                _ => PeerAlarms::none(),
+            },
+            None => PeerAlarms::none(),
+        };
         Alarms {
             config,
             data_dir,
             memory_limit,
             ticks_left: 0,
             current: None,
+            peers,
         }
     }
 
@@ -65,13 +86,24 @@ impl Alarms {
             return None;
         }
         let limit = crate::management::alarms::effective_limit(self.memory_limit);
-        let (now, free) = check(&self.config, &self.data_dir, limit);
+        let (mut now, free) = check(&self.config, &self.data_dir, limit);
+        let peers_low = self.peers.low_on_disk();
+        if now.is_none() && !peers_low.is_empty() {
+            // RabbitMQ's reason is the same whichever node is low.
+            now = Some("low on disk".into());
+        }
         self.ticks_left = next_check(free, self.config.disk_free_limit_bytes, now.is_some());
         if now == self.current {
             return None;
         }
         match &now {
-            Some(r) => tracing::warn!("resource alarm: {r}; blocking publishers"),
+            Some(r) if peers_low.is_empty() => {
+                tracing::warn!("resource alarm: {r}; blocking publishers")
+            }
+            Some(r) => tracing::warn!(
+                nodes = ?peers_low,
+                "resource alarm on another node: {r}; blocking publishers"
+            ),
             None => tracing::info!("resource alarm cleared"),
         }
         self.current = now.clone();

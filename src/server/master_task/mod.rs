@@ -8,6 +8,7 @@
 
 mod alarms;
 mod backend;
+mod peer_alarms;
 mod roles;
 
 pub use backend::Backend;
