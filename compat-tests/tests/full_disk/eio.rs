@@ -3,12 +3,13 @@
 //! confirmed message is there.
 
 use super::disk::FailingDisk;
-use super::node::{Node, Seen, open, publisher, read_back, wait_until};
-use compat_tests::common::confirmed::{WAIT, assert_no_loss, blocking};
+use super::node::{
+    Node, Seen, never_published, open, publisher, read_back, seen_after_the_stop, wait_until,
+};
+use compat_tests::common::confirmed::{assert_no_loss, blocking};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::time::timeout;
 
 /// Real space behind the ext4: a few seconds of unpaced 8 KiB publishes.
 const BACKING_MIB: u64 = 96;
@@ -57,17 +58,7 @@ async fn eio_stops_the_store_without_confirming_what_it_could_not_write() {
         free_mib > IMAGE_MIB / 2,
         "ext4 had only {free_mib} MiB free: the disk filled instead of failing"
     );
-    let _ = timeout(WAIT, task)
-        .await
-        .expect("the publisher ends with the node");
-    drop(conn);
-    let seen = Arc::try_unwrap(seen)
-        .ok()
-        .expect("sole owner")
-        .into_inner()
-        .expect("seen");
-    assert!(seen.error.is_some(), "the publisher saw no failure");
-    assert_eq!(seen.nacks, 0, "nacks");
+    let seen = seen_after_the_stop(task, conn, seen).await;
     assert!(
         !seen.confirmed.is_empty(),
         "nothing was confirmed before the disk failed: the test proves nothing"
@@ -80,11 +71,7 @@ async fn eio_stops_the_store_without_confirming_what_it_could_not_write() {
     blocking(|| node.restart());
     let ids = read_back(&node.uri()).await;
     let dups = assert_no_loss(&seen.confirmed, &ids, "after EIO");
-    let unexpected: Vec<u64> = ids
-        .iter()
-        .copied()
-        .filter(|i| *i >= seen.published)
-        .collect();
+    let unexpected = never_published(&ids, seen.published);
     assert!(unexpected.is_empty(), "ids never published: {unexpected:?}");
     eprintln!(
         "EIO: node stopped with {status}; {} published, {} confirmed, {} read back after \

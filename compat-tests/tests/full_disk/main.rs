@@ -26,7 +26,10 @@ mod node;
 
 use compat_tests::common::confirmed::{WAIT, assert_no_loss, blocking};
 use disk::Tmpfs;
-use node::{Node, Seen, confirmed, open, publisher, read_back, wait_until};
+use node::{
+    Node, Seen, confirmed, never_published, open, publisher, read_back, seen_after_the_stop,
+    wait_until,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -184,17 +187,7 @@ async fn enospc_stops_the_store_without_confirming_what_it_could_not_write() {
         log.contains("No space left on device") && log.contains("event store failed"),
         "the node stopped for another reason:\n{log}"
     );
-    let _ = timeout(WAIT, task)
-        .await
-        .expect("the publisher ends with the node");
-    drop(conn);
-    let seen = Arc::try_unwrap(seen)
-        .ok()
-        .expect("sole owner")
-        .into_inner()
-        .expect("seen");
-    assert!(seen.error.is_some(), "the publisher saw no failure");
-    assert_eq!(seen.nacks, 0, "nacks");
+    let seen = seen_after_the_stop(task, conn, seen).await;
 
     // With space again the node starts on what it wrote: everything it
     // confirmed is there, intact, and nothing it never accepted.
@@ -202,11 +195,7 @@ async fn enospc_stops_the_store_without_confirming_what_it_could_not_write() {
     blocking(|| node.restart());
     let ids = read_back(&node.uri()).await;
     let dups = assert_no_loss(&seen.confirmed, &ids, "after ENOSPC");
-    let unexpected: Vec<u64> = ids
-        .iter()
-        .copied()
-        .filter(|i| *i >= seen.published)
-        .collect();
+    let unexpected = never_published(&ids, seen.published);
     assert!(unexpected.is_empty(), "ids never published: {unexpected:?}");
     eprintln!(
         "ENOSPC: node stopped with {status}; {} published, {} confirmed, {} read back \

@@ -267,3 +267,29 @@ pub(crate) fn wait_until(what: &str, node: &mut Node, mut cond: impl FnMut(&mut 
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// What the publisher saw once the node stopped under it: it must have
+/// failed, with no nack (a node that cannot write stops, it does not nack).
+pub(crate) async fn seen_after_the_stop(
+    task: tokio::task::JoinHandle<()>,
+    conn: Connection,
+    seen: Arc<Mutex<Seen>>,
+) -> Seen {
+    let _ = timeout(WAIT, task)
+        .await
+        .expect("the publisher ends with the node");
+    drop(conn);
+    let seen = Arc::try_unwrap(seen)
+        .ok()
+        .expect("sole owner")
+        .into_inner()
+        .expect("seen");
+    assert!(seen.error.is_some(), "the publisher saw no failure");
+    assert_eq!(seen.nacks, 0, "nacks");
+    seen
+}
+
+/// Ids read back that were never published (at or above `published`).
+pub(crate) fn never_published(ids: &[u64], published: u64) -> Vec<u64> {
+    ids.iter().copied().filter(|i| *i >= published).collect()
+}

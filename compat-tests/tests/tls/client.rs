@@ -185,21 +185,27 @@ impl TlsBroker {
 
     /// Create `name` (no password) with full permissions on `/`.
     pub fn add_user(&self, name: &str) {
-        let put = |path: String, body: serde_json::Value| {
-            ureq::put(&self.api(&path))
-                .header("Authorization", basic("guest", "guest"))
-                .send_json(body)
-                .unwrap_or_else(|e| panic!("PUT {path}: {e}"));
-        };
-        put(
-            format!("/api/users/{name}"),
-            serde_json::json!({"password_hash": "", "tags": ""}),
-        );
-        put(
-            format!("/api/permissions/%2F/{name}"),
-            serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
-        );
+        add_cert_user(self.broker.management_port, name);
     }
+}
+
+/// Create `name` with no password (it logs in by certificate only) and full
+/// permissions on `/`, through the management API on `port`, as guest.
+pub fn add_cert_user(port: u16, name: &str) {
+    let put = |path: String, body: serde_json::Value| {
+        ureq::put(&format!("http://127.0.0.1:{port}{path}"))
+            .header("Authorization", basic("guest", "guest"))
+            .send_json(body)
+            .unwrap_or_else(|e| panic!("PUT {path}: {e}"));
+    };
+    put(
+        format!("/api/users/{name}"),
+        serde_json::json!({"password_hash": "", "tags": ""}),
+    );
+    put(
+        format!("/api/permissions/%2F/{name}"),
+        serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
+    );
 }
 
 fn basic(user: &str, pass: &str) -> String {

@@ -61,31 +61,6 @@ fn a_slave_serves_amqps_clients_through_the_master_and_failover_keeps_them() {
     );
 }
 
-/// Create `name` (no password) with full permissions on `/`, through node
-/// `i`'s management API.
-fn add_user(cluster: &Cluster, i: usize, name: &str) {
-    let api = |path: &str| {
-        format!(
-            "http://127.0.0.1:{}{path}",
-            cluster.nodes[i].management_port
-        )
-    };
-    let put = |path: String, body: serde_json::Value| {
-        ureq::put(&api(&path))
-            .header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-            .send_json(body)
-            .unwrap_or_else(|e| panic!("PUT {path}: {e}"));
-    };
-    put(
-        format!("/api/users/{name}"),
-        serde_json::json!({"password_hash": "", "tags": ""}),
-    );
-    put(
-        format!("/api/permissions/%2F/{name}"),
-        serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
-    );
-}
-
 /// The connections node `i`'s management API lists.
 fn connections(cluster: &Cluster, i: usize) -> Vec<serde_json::Value> {
     let url = format!(
@@ -118,7 +93,7 @@ fn external_through_a_slave_logs_in_as_the_certificate_cn() {
     let cluster = Cluster::start_example_sections(None, "", &section);
     let master = cluster.wait_master(CLUSTER_WAIT);
     let slave = (0..3).find(|i| *i != master).expect("a slave");
-    add_user(&cluster, master, "alice");
+    super::client::add_cert_user(cluster.nodes[master].management_port, "alice");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let target = TlsTarget::new(&pki.ca.cert_file, ports[slave]);
