@@ -179,6 +179,9 @@ pub async fn run_store_node_with(
     .await
     .map_err(|err| StoreError::Stopped(format!("store open task: {err}")))??;
     let mut store_loop = StoreLoop::new(&config, node_id, runner, recovered, outbox);
+    // Published once opened: a store nobody talks to (a node kept out by
+    // its cookie) would otherwise look unopened and show no lag.
+    status.send_replace(StoreStatus::of(&store_loop.node));
     loop {
         let input = tokio::select! {
             Some(env) = inbound.recv() => {
