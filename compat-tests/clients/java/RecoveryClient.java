@@ -113,7 +113,15 @@ public class RecoveryClient {
                 long id = idOf(body);
                 consumedLog.line(Long.toString(id));
                 consumed.add(id);
-                getChannel().basicAck(env.getDeliveryTag(), false);
+                try {
+                    getChannel().basicAck(env.getDeliveryTag(), false);
+                } catch (IOException | ShutdownSignalException e) {
+                    // The connection broke under the ack (the master was
+                    // killed): the delivery comes again after recovery. Thrown
+                    // on, the client's exception handler would close the
+                    // connection itself (541), and an application's close is
+                    // one automatic recovery does not undo.
+                }
             }
         });
         cch.basicConsume(tap, true, new DefaultConsumer(cch) {

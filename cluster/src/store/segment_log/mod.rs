@@ -280,6 +280,15 @@ impl SegmentLog {
         if index >= self.last.index {
             return Ok(());
         }
+        if index < self.start().index {
+            // No writer cuts below what the log holds: entries before its
+            // start are stable and compacted (afl found a log whose
+            // marker did, which then opened with its last before its start).
+            return Err(StoreError::Corrupt(format!(
+                "log cut after {index}, before its start {}",
+                self.start()
+            )));
+        }
         let pos = self.position(index)?;
         for seg in &mut self.segments {
             seg.records.retain(|r| r.first <= index);
