@@ -1,11 +1,11 @@
 //! basic.*, confirm.* and tx.*: publishing, consuming, acks, and delivery.
 
 use super::Master;
-use super::inout::{ConnId, ToConn};
+use super::inout::{ClientProtocol, ConnId, ToConn};
 use super::session::{Consumer, ConsumerKey, HeldAck, Tx, Unacked};
 use crate::broker::event::Event;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
-use crate::metrics as m;
+use crate::metrics::{self as m, QueueKind};
 use stablemq_protocol::AMQPClass;
 use stablemq_protocol::methods::{basic as mb, confirm as mc, tx as mt};
 use std::collections::{BTreeMap, BTreeSet};
@@ -267,7 +267,7 @@ impl Master {
                 );
                 return Ok(());
             }
-            m::global_by_queue(m::GET_EMPTY, quorum).increment(1);
+            m::global_by_queue(m::GET_EMPTY, QueueKind::of(quorum, false)).increment(1);
             self.send_method(
                 conn,
                 ch,
@@ -300,7 +300,7 @@ impl Master {
                 },
             );
         }
-        let q = usize::from(quorum);
+        let q = QueueKind::of(quorum, false) as usize;
         match g.no_ack {
             true => self.counters.get_auto_ack[q].increment(1),
             false => self.counters.get_manual_ack[q].increment(1),
@@ -409,7 +409,7 @@ impl Master {
             }
         }
         for (queue, ids) in by_queue {
-            if self.settle(vhost, &queue, &ids, &a) {
+            if self.settle(conn, vhost, &queue, &ids, &a) {
                 consumer_queues.insert(queue);
             }
         }
@@ -445,7 +445,7 @@ impl Master {
                 false => Arc::<str>::from(c.queue.as_str()),
             });
         }
-        let requeued = self.settle(vhost, &u.queue, &[u.msg_id], &a);
+        let requeued = self.settle(conn, vhost, &u.queue, &[u.msg_id], &a);
         // Delivery is tried per distinct queue, in name order, as for many tags.
         let mut queues = [consumer_queue, requeued.then_some(u.queue)];
         if let [Some(x), Some(y)] = &queues
@@ -464,7 +464,7 @@ impl Master {
 
     /// Ack, reject or requeue `ids` of `queue` as `a` says; whether they went
     /// back to the queue (so it may deliver again).
-    fn settle(&mut self, vhost: &str, queue: &str, ids: &[u64], a: &HeldAck) -> bool {
+    fn settle(&mut self, conn: ConnId, vhost: &str, queue: &str, ids: &[u64], a: &HeldAck) -> bool {
         match a.reject {
             Some(true) => {
                 self.requeue_messages(vhost, queue, ids, !a.is_nack);
@@ -479,10 +479,16 @@ impl Master {
                     .broker
                     .queue(vhost, queue)
                     .is_some_and(|q| q.args.quorum);
-                self.counters.acknowledged[usize::from(quorum)].increment(ids.len() as u64);
+                let stream = self.is_stream(vhost, queue);
+                // The stream bridge acks what it wrote; rabbitmq_stream
+                // counts no acks.
+                if self.sessions.protocol_of(conn) == ClientProtocol::Amqp091 {
+                    let kind = QueueKind::of(quorum, stream) as usize;
+                    self.counters.acknowledged[kind].increment(ids.len() as u64);
+                }
                 self.stats.acked(vhost, queue, ids.len() as u64);
                 // A stream's ack only moves the consumer's credit window.
-                if !self.is_stream(vhost, queue) {
+                if !stream {
                     self.remove_messages(vhost, queue, ids, None);
                 }
                 false

@@ -1,12 +1,13 @@
 //! Delivery: handing stable, unexpired queue heads to consumers.
 
 use super::Master;
-use super::inout::ToConn;
+use super::inout::{ClientProtocol, ToConn};
 use super::session::{QueueConsumers, Session, Unacked};
 use crate::broker::event::Event;
 use crate::broker::message::{Message, QueuedMessage};
 use crate::broker::queue::Queue;
 use crate::fastmap::FastMap;
+use crate::metrics::QueueKind;
 use stablemq_protocol::{AMQPValue, ShortString};
 use std::sync::Arc;
 
@@ -197,7 +198,10 @@ impl Master {
                 );
                 q.unacked.insert(id, msg);
             }
-            self.counters.count_delivery(quorum, c.no_ack, redelivered);
+            // Stream-protocol clients read streams only (master/stream.rs).
+            let kind = QueueKind::of(quorum, false);
+            self.counters
+                .count_delivery(ClientProtocol::Amqp091, kind, c.no_ack, redelivered);
             self.stats
                 .delivered(vhost, queue, false, c.no_ack, redelivered);
             self.out.send(

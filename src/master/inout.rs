@@ -215,6 +215,14 @@ impl ClientProtocol {
     /// Both, in the order RabbitMQ lists their series.
     pub const ALL: [ClientProtocol; 2] = [ClientProtocol::Amqp091, ClientProtocol::Stream];
 
+    /// The index of the protocol in per-protocol arrays (AMQP 0-9-1 first).
+    pub fn index(self) -> usize {
+        match self {
+            ClientProtocol::Amqp091 => 0,
+            ClientProtocol::Stream => 1,
+        }
+    }
+
     /// The management API's `protocol` of a connection (RabbitMQ 3.10's).
     pub fn display_name(self) -> &'static str {
         match self {

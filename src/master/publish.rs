@@ -1,7 +1,7 @@
 //! basic.publish: checks, routing, length limits and confirms.
 
 use super::Master;
-use super::inout::{ConnId, ToConn};
+use super::inout::{ClientProtocol, ConnId, ToConn};
 use super::session::HeldPublish;
 use crate::broker::QueueList;
 use crate::broker::event::{Event, ExchangeKind};
@@ -77,7 +77,8 @@ impl Master {
             .map_err(|e| e.on(60, 40))?;
         }
         let properties = self.rewrite_reply_to(conn, ch, properties)?;
-        self.counters.received.increment(1);
+        let protocol = self.sessions.protocol_of(conn);
+        self.counters.of(protocol).received.increment(1);
         m::observe_message_size(body.len());
         let chan = self.chan(conn, ch)?;
         chan.publishing = true;
@@ -94,13 +95,23 @@ impl Master {
             chan.confirm_next = Some(t + 1);
         }
         if tag.is_some() {
-            self.counters.received_confirm.increment(1);
+            self.counters.of(protocol).received_confirm.increment(1);
         }
         let accepted = self.route_and_enqueue(conn, ch, &vhost, p, properties, body);
         if let Some(tag) = tag {
             self.confirm(conn, ch, tag, accepted);
         }
         Ok(())
+    }
+
+    /// Count `n` routings of a message `conn` published: for AMQP 0-9-1
+    /// only, as rabbitmq_stream appends to its stream without routing (its
+    /// routed counter stays 0).
+    fn count_routed(&self, conn: ConnId, n: u64) {
+        let protocol = self.sessions.protocol_of(conn);
+        if protocol == ClientProtocol::Amqp091 {
+            self.counters.of(protocol).routed.increment(n);
+        }
     }
 
     /// Route a message and enqueue it. Returns false when a queue refused it
@@ -124,7 +135,7 @@ impl Master {
             && routing_key.starts_with(super::reply_to::REPLY_TO_PREFIX)
             && self.deliver_reply(&routing_key, properties.clone(), body.clone())
         {
-            self.counters.routed.increment(1);
+            self.count_routed(conn, 1);
             return true;
         }
         let (mut queues, properties) =
@@ -179,12 +190,13 @@ impl Master {
                     },
                 );
             } else {
-                self.counters.unroutable_dropped.increment(1);
+                let protocol = self.sessions.protocol_of(conn);
+                self.counters.of(protocol).unroutable_dropped.increment(1);
             }
             return accepted;
         }
         // RabbitMQ counts one per target queue.
-        self.counters.routed.increment(queues.len() as u64);
+        self.count_routed(conn, queues.len() as u64);
         self.stats.published(vhost, &exchange, &queues);
         self.enqueue(vhost, exchange, routing_key, properties, body, queues);
         accepted

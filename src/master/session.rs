@@ -2,7 +2,7 @@
 //! deliveries, prefetch, confirm and tx modes. None of it is replicated: a
 //! failover closes every connection, and unacked messages return to their queues.
 
-use super::inout::{ConnId, ConnInfo};
+use super::inout::{ClientProtocol, ConnId, ConnInfo};
 use crate::fastmap::FastMap;
 use crate::fifo_map::FifoMap;
 use bytes::Bytes;
@@ -245,6 +245,13 @@ impl Sessions {
     /// A connection's session, if it is open.
     pub fn get(&self, conn: ConnId) -> Option<&Session> {
         self.conns.get(&conn)
+    }
+
+    /// The protocol a connection speaks (AMQP 0-9-1 if it is not open).
+    pub fn protocol_of(&self, conn: ConnId) -> ClientProtocol {
+        self.conns
+            .get(&conn)
+            .map_or(ClientProtocol::Amqp091, |s| s.info.protocol)
     }
 
     /// Every open connection.

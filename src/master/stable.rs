@@ -257,7 +257,8 @@ impl Master {
                 chan.last_confirmed
             );
             chan.last_confirmed = tag;
-            self.counters.confirmed.increment(1);
+            let protocol = self.sessions.protocol_of(conn);
+            self.counters.of(protocol).confirmed.increment(1);
             self.stats.global.confirm += 1;
             self.out.send(conn, ToConn::Confirm { ch, tag, ack });
         }

@@ -9,13 +9,14 @@
 //! stable index passes it. The entries themselves are `broker::stream`.
 
 use super::Master;
-use super::inout::{ConnId, ToConn, TrackAnswer, TrackOp};
+use super::inout::{ClientProtocol, ConnId, ToConn, TrackAnswer, TrackOp};
 use super::session::Unacked;
 use crate::broker::event::Event;
 use crate::broker::message::Message;
 use crate::broker::stream::{REFUSED_ARGS, StartAt, parse_start};
 use crate::broker::stream_record::{OFFSET_MS_ARG, RECORDS_ARG, for_amqp091};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::metrics::QueueKind;
 use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
 use std::sync::Arc;
 
@@ -186,7 +187,11 @@ impl Master {
                         delivered_at_ms: now_ms,
                     },
                 );
-                counters.count_delivery(false, false, false);
+                let protocol = match raw {
+                    true => ClientProtocol::Stream,
+                    false => ClientProtocol::Amqp091,
+                };
+                counters.count_delivery(protocol, QueueKind::Stream, false, false);
                 stats.delivered(vhost, queue, false, false, false);
                 out.send(
                     ck.conn,

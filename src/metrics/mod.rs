@@ -16,7 +16,10 @@
 pub mod conn_stats;
 pub mod endpoint;
 mod process;
+mod stream;
 pub mod text;
+
+pub use stream::{global_stream, global_stream_by_queue, stream_errors};
 
 pub use process::{
     disk_free_bytes, max_fds, node_name, open_fds, resident_memory_bytes, started,
@@ -184,6 +187,37 @@ pub const SLAVE_LAG: &str = "stablemq_slave_lag_entries";
 
 /// RabbitMQ's protocol label value for AMQP 0-9-1.
 const PROTOCOL: &str = "amqp091";
+/// The queue type labels, in the order of [`QueueKind`].
+const QUEUE_TYPES: [&str; 3] = [
+    "rabbit_classic_queue",
+    "rabbit_quorum_queue",
+    stream::STREAM_QUEUE,
+];
+
+/// A queue's kind, as RabbitMQ's `queue_type` label tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    /// A classic queue.
+    Classic = 0,
+    /// `x-queue-type: quorum`.
+    Quorum = 1,
+    /// `x-queue-type: stream`.
+    Stream = 2,
+}
+
+impl QueueKind {
+    /// The kind of a queue with these arguments.
+    pub fn of(quorum: bool, stream: bool) -> QueueKind {
+        match (stream, quorum) {
+            (true, _) => QueueKind::Stream,
+            (false, true) => QueueKind::Quorum,
+            (false, false) => QueueKind::Classic,
+        }
+    }
+
+    /// Every kind, in label order.
+    pub const ALL: [QueueKind; 3] = [QueueKind::Classic, QueueKind::Quorum, QueueKind::Stream];
+}
 
 /// RabbitMQ's queue type label of a queue: StableMQ's queues are all
 /// replicated through the same log, but a queue declared with
@@ -202,8 +236,8 @@ pub fn global(name: &'static str) -> metrics::Counter {
 }
 
 /// A `rabbitmq_global_*` counter labelled with protocol and queue type.
-pub fn global_by_queue(name: &'static str, quorum: bool) -> metrics::Counter {
-    metrics::counter!(name, "protocol" => PROTOCOL, "queue_type" => queue_type(quorum))
+pub fn global_by_queue(name: &'static str, kind: QueueKind) -> metrics::Counter {
+    metrics::counter!(name, "protocol" => PROTOCOL, "queue_type" => QUEUE_TYPES[kind as usize])
 }
 
 /// Count `n` messages dead-lettered from a queue for `reason` (the x-death
@@ -425,6 +459,7 @@ fn register_zeroes() {
         CONFIRMED,
     ] {
         global(name).increment(0);
+        stream::global_stream(name).increment(0);
     }
     for name in [
         DELIVERED,
@@ -436,14 +471,12 @@ fn register_zeroes() {
         REDELIVERED,
         ACKNOWLEDGED,
     ] {
-        for qt in [
-            "rabbit_classic_queue",
-            "rabbit_quorum_queue",
-            "rabbit_stream_queue",
-        ] {
-            metrics::counter!(name, "protocol" => PROTOCOL, "queue_type" => qt).increment(0);
+        for kind in QueueKind::ALL {
+            global_by_queue(name, kind).increment(0);
         }
+        stream::global_stream_by_queue(name).increment(0);
     }
+    stream::register_error_zeroes();
     // (queue type, strategy, the counters RabbitMQ creates for that pair)
     let dead_letter: [(&str, &str, &[&str]); 5] = [
         (

@@ -320,6 +320,9 @@ impl Task {
             for input in self.to_conn.drain(..) {
                 self.conn.handle(input, Instant::now());
             }
+            for code in self.conn.take_errors_sent() {
+                crate::metrics::stream_errors(code, 1);
+            }
             let actions = self.conn.take_actions();
             if actions.is_empty() {
                 break;

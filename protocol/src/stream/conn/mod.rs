@@ -115,6 +115,9 @@ pub struct StreamConnection {
     next_correlation_id: u32,
     out: BytesMut,
     actions: Vec<Action>,
+    /// The error codes of the frames sent while open since the driver last
+    /// took them (for its counters: rabbitmq_stream's `stream_error_*`).
+    errors_sent: Vec<ResponseCode>,
 }
 
 /// Where the connection is.
@@ -170,6 +173,7 @@ impl StreamConnection {
             next_correlation_id: 0,
             out: BytesMut::new(),
             actions: Vec::new(),
+            errors_sent: Vec::new(),
         }
     }
 
@@ -274,6 +278,12 @@ impl StreamConnection {
         std::mem::take(&mut self.actions)
     }
 
+    /// The error codes of the frames sent since the last call, one per
+    /// error (a publish error frame gives one per failed publishing id).
+    pub fn take_errors_sent(&mut self) -> Vec<ResponseCode> {
+        std::mem::take(&mut self.errors_sent)
+    }
+
     /// Whether the client has declared a publisher (that it has not deleted).
     pub fn has_publishers(&self) -> bool {
         !self.publishers.is_empty()
@@ -368,6 +378,11 @@ impl StreamConnection {
     /// Encodes a frame into the pending write.
     fn send(&mut self, msg: &ServerMessage, now: Instant) {
         msg.encode(&mut self.out);
+        // RabbitMQ 3.10 counts the errors of an open connection only (a
+        // failed login or vhost open moves no counter).
+        if matches!(self.phase, Phase::Open | Phase::CloseSent { .. }) {
+            msg.for_each_error(|code| self.errors_sent.push(code));
+        }
         self.last_sent = now;
     }
 
@@ -485,6 +500,9 @@ mod tests {
                 reason: "unknown frame".into(),
             })]
         );
+        // Told once, for the broker's error counters.
+        assert_eq!(conn.take_errors_sent(), vec![ResponseCode::UnknownFrame]);
+        assert!(conn.take_errors_sent().is_empty());
         // A too-short frame while closing is skipped, then the answer read.
         let mut buf = BytesMut::from(&[0u8, 0, 0, 1, 0xff][..]);
         ClientMessage::CloseResponse {

@@ -158,6 +158,47 @@ pub enum ServerMessage {
     },
 }
 
+impl ServerMessage {
+    /// Calls `f` with each error code the frame carries: its response code
+    /// when that is not OK, and each failed publishing id's. The codes a
+    /// metadata response gives per stream are answers, not errors, and are
+    /// left out; so are frames without a code.
+    pub fn for_each_error(&self, mut f: impl FnMut(ResponseCode)) {
+        use ServerMessage as M;
+        let code = match self {
+            M::PublishError { errors, .. } => {
+                errors.iter().for_each(|e| f(e.code));
+                return;
+            }
+            M::PeerPropertiesResponse { code, .. }
+            | M::SaslHandshakeResponse { code, .. }
+            | M::SaslAuthenticateResponse { code, .. }
+            | M::OpenResponse { code, .. }
+            | M::Close { code, .. }
+            | M::CloseResponse { code, .. }
+            | M::Response { code, .. }
+            | M::QueryPublisherSequenceResponse { code, .. }
+            | M::QueryOffsetResponse { code, .. }
+            | M::MetadataUpdate { code, .. }
+            | M::CreditResponse { code, .. }
+            | M::RouteResponse { code, .. }
+            | M::PartitionsResponse { code, .. }
+            | M::ExchangeCommandVersionsResponse { code, .. }
+            | M::StreamStatsResponse { code, .. }
+            | M::ResolveOffsetSpecResponse { code, .. } => *code,
+            M::Tune { .. }
+            | M::Heartbeat
+            | M::MetadataResponse { .. }
+            | M::PublishConfirm { .. }
+            | M::Deliver { .. }
+            | M::ConsumerUpdate { .. } => return,
+        };
+        if code != ResponseCode::Ok {
+            f(code);
+        }
+    }
+}
+
 /// The commands whose response is only a code.
 fn code_only(command: Command) -> bool {
     matches!(
