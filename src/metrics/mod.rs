@@ -358,6 +358,7 @@ fn describe() {
         "Log entries this slave's applied state trails the master's stable index"
     );
     describe_counter!(FAILOVERS, "Times this node became master by election");
+    stream::describe_errors();
 }
 
 /// Help texts of the counters, RabbitMQ's where RabbitMQ has the counter.

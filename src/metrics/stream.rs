@@ -107,6 +107,26 @@ pub fn stream_errors(code: ResponseCode, n: u64) {
     }
 }
 
+/// The error counters' help texts, RabbitMQ 3.10's: "Total number of
+/// commands failed with" and the name in words, except for one.
+pub(super) fn describe_errors() {
+    for (code, name) in STREAM_ERRORS {
+        let help = match code {
+            ResponseCode::StreamDoesNotExist => {
+                "Total number of commands rejected with stream does not exist error".to_string()
+            }
+            _ => {
+                let words = name
+                    .trim_start_matches("rabbitmq_global_stream_error_")
+                    .trim_end_matches("_total")
+                    .replace('_', " ");
+                format!("Total number of commands failed with {words}")
+            }
+        };
+        metrics::describe_counter!(name, help);
+    }
+}
+
 /// Create the error counters at zero, as RabbitMQ 3.10 does at boot.
 pub(super) fn register_error_zeroes() {
     for (code, _) in STREAM_ERRORS {

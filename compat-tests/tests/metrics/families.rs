@@ -104,6 +104,16 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
         &["protocol"],
     ),
     (
+        "rabbitmq_global_stream_error_stream_does_not_exist_total",
+        "counter",
+        &["protocol"],
+    ),
+    (
+        "rabbitmq_global_stream_error_unknown_frame_total",
+        "counter",
+        &["protocol"],
+    ),
+    (
         "rabbitmq_global_messages_received_confirm_total",
         "counter",
         &["protocol"],
