@@ -104,18 +104,18 @@ impl Master {
         Ok(())
     }
 
-    /// Count `n` routings of a message `conn` published: for AMQP 0-9-1
-    /// only, as rabbitmq_stream appends to its stream without routing (its
-    /// routed counter stays 0).
-    fn count_routed(&self, conn: ConnId, n: u64) {
-        let protocol = self.sessions.protocol_of(conn);
+    /// Count `n` routings of a message published over `protocol`: for AMQP
+    /// 0-9-1 only, as rabbitmq_stream appends to its stream without routing
+    /// (its routed counter stays 0).
+    fn count_routed(&self, protocol: ClientProtocol, n: u64) {
         if protocol == ClientProtocol::Amqp091 {
             self.counters.of(protocol).routed.increment(n);
         }
     }
 
-    /// Route a message and enqueue it. Returns false when a queue refused it
-    /// (`x-overflow` reject-publish*), which a confirming publisher sees as a nack.
+    /// Route a message `conn` published and enqueue it. Returns false when a
+    /// queue refused it (`x-overflow` reject-publish*), which a confirming
+    /// publisher sees as a nack.
     pub(super) fn route_and_enqueue(
         &mut self,
         conn: ConnId,
@@ -126,6 +126,7 @@ impl Master {
         body: Bytes,
     ) -> bool {
         let mandatory = p.mandatory;
+        let protocol = self.sessions.protocol_of(conn);
         let Publish {
             exchange,
             routing_key,
@@ -135,7 +136,7 @@ impl Master {
             && routing_key.starts_with(super::reply_to::REPLY_TO_PREFIX)
             && self.deliver_reply(&routing_key, properties.clone(), body.clone())
         {
-            self.count_routed(conn, 1);
+            self.count_routed(protocol, 1);
             return true;
         }
         let (mut queues, properties) =
@@ -190,13 +191,12 @@ impl Master {
                     },
                 );
             } else {
-                let protocol = self.sessions.protocol_of(conn);
                 self.counters.of(protocol).unroutable_dropped.increment(1);
             }
             return accepted;
         }
         // RabbitMQ counts one per target queue.
-        self.count_routed(conn, queues.len() as u64);
+        self.count_routed(protocol, queues.len() as u64);
         self.stats.published(vhost, &exchange, &queues);
         self.enqueue(vhost, exchange, routing_key, properties, body, queues);
         accepted

@@ -249,7 +249,11 @@ impl Master {
     }
 
     fn send_confirm(&mut self, conn: ConnId, ch: u16, tag: u64, ack: bool) {
-        if let Some(chan) = self.sessions.channel_mut(conn, ch) {
+        let Some(session) = self.sessions.conns.get_mut(&conn) else {
+            return;
+        };
+        let protocol = session.info.protocol;
+        if let Some(chan) = session.channels.get_mut(&ch) {
             // I5: a channel confirms tag N only after every tag below N.
             debug_assert!(
                 tag > chan.last_confirmed,
@@ -257,7 +261,6 @@ impl Master {
                 chan.last_confirmed
             );
             chan.last_confirmed = tag;
-            let protocol = self.sessions.protocol_of(conn);
             self.counters.of(protocol).confirmed.increment(1);
             self.stats.global.confirm += 1;
             self.out.send(conn, ToConn::Confirm { ch, tag, ack });
