@@ -113,6 +113,14 @@ impl StreamLog {
         self.entries.is_empty()
     }
 
+    /// Entries and body bytes kept whose log index is stable (I1: what may
+    /// be shown to anyone); `None`: all of them (a replica holds stable
+    /// entries only).
+    pub fn stable_counts(&self, stable: Option<u64>) -> (usize, u64) {
+        let (n, b) = stable.map_or((0, 0), |s| self.entries.unstable_tail(s));
+        (self.len() - n, self.bytes - b)
+    }
+
     /// Entries kept on disk only (paged out of RAM).
     pub fn paged_len(&self) -> usize {
         self.entries.paged_len()
@@ -368,6 +376,21 @@ mod tests {
             expires_at_ms: None,
             delivery_count: 0,
         }
+    }
+
+    #[test]
+    fn counts_leave_out_the_entries_that_are_not_stable() {
+        let mut s = StreamLog::new(None);
+        for i in 1..=5 {
+            // Entry i waits for log index 10 * i.
+            let mut e = entry(i, 7, i);
+            e.wait_index = 10 * i;
+            s.push(e, 1 << 20);
+        }
+        assert_eq!(s.stable_counts(None), (5, 35));
+        assert_eq!(s.stable_counts(Some(50)), (5, 35));
+        assert_eq!(s.stable_counts(Some(35)), (3, 21));
+        assert_eq!(s.stable_counts(Some(9)), (0, 0));
     }
 
     #[test]

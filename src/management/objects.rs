@@ -120,8 +120,15 @@ struct StreamJson {
 }
 
 impl QueueJson {
-    /// Copy one queue's numbers (in the master task).
-    fn of(vhost: &str, q: &Queue, qc: Option<&QueueConsumers>, node: &str) -> QueueJson {
+    /// Copy one queue's numbers (in the master task). `stable`: the
+    /// master's stable index (None on a slave, whose replica is all stable).
+    fn of(
+        vhost: &str,
+        q: &Queue,
+        qc: Option<&QueueConsumers>,
+        node: &str,
+        stable: Option<u64>,
+    ) -> QueueJson {
         let first_tag = || qc.and_then(|c| c.list.first()).map(|k| k.tag.to_string());
         let unacked_bytes: u64 = q.unacked.values().map(|m| m.msg.body.len() as u64).sum();
         let (mut persistent, mut persistent_bytes) = (0usize, 0u64);
@@ -148,10 +155,12 @@ impl QueueJson {
             0.0
         };
         let quorum = q.args.quorum;
-        // A stream's entries are all "ready": acks remove none.
+        // A stream's entries are all "ready": acks remove none. Only stable
+        // ones count (I1): a client that reads the count must not see an
+        // entry it has no confirm for yet.
         let stream = q.stream.as_ref();
         let (ready, ready_bytes) = match stream {
-            Some(s) => (s.len(), s.bytes()),
+            Some(s) => s.stable_counts(stable),
             None => (q.ready.len(), q.ready_bytes),
         };
         let replicated = quorum || stream.is_some();
@@ -169,16 +178,19 @@ impl QueueJson {
                 _ => "classic",
             },
             state: "running",
-            messages: q.len(),
+            messages: match stream {
+                Some(_) => ready,
+                None => q.len(),
+            },
             messages_ready: ready,
             messages_unacknowledged: q.unacked.len(),
             message_bytes: ready_bytes + unacked_bytes,
             message_bytes_ready: ready_bytes,
             message_bytes_unacknowledged: unacked_bytes,
-            messages_ram: q.len() - paged,
-            messages_ready_ram: ready - paged,
+            messages_ram: (ready + q.unacked.len()).saturating_sub(paged),
+            messages_ready_ram: ready.saturating_sub(paged),
             messages_unacknowledged_ram: q.unacked.len(),
-            message_bytes_ram: ready_bytes - paged_bytes + unacked_bytes,
+            message_bytes_ram: ready_bytes.saturating_sub(paged_bytes) + unacked_bytes,
             messages_paged_out: paged,
             message_bytes_paged_out: paged_bytes,
             messages_persistent: persistent,
@@ -242,7 +254,8 @@ fn list_queues(view: CoreView<'_>, vhost: Option<&str>, node: &str) -> Option<Ve
         for name in names {
             let q = &v.queues[name];
             let qc = by_queue.get(&(vname.as_str(), name.as_str())).copied();
-            let mut json = QueueJson::of(vname, q, qc, node);
+            let stable = view.master.map(|m| m.stable_index());
+            let mut json = QueueJson::of(vname, q, qc, node, stable);
             json.message_stats = super::stats::queue(view.master, vname, name);
             json.idle_since = super::stats::queue_idle_since(view.master, vname, name);
             out.push(json);
@@ -292,7 +305,8 @@ async fn queue_one(
         let qc = consumers_by_queue(&view)
             .get(&(vhost.as_str(), name.as_str()))
             .copied();
-        let mut json = QueueJson::of(&vhost, q, qc, &node);
+        let stable = view.master.map(|m| m.stable_index());
+        let mut json = QueueJson::of(&vhost, q, qc, &node, stable);
         json.message_stats = super::stats::queue(view.master, &vhost, &name);
         json.idle_since = super::stats::queue_idle_since(view.master, &vhost, &name);
         let mut details = consumers(&view, &who, Some(&vhost), &node);

@@ -225,6 +225,17 @@ impl StreamEntries {
         self.len() == 0
     }
 
+    /// The entries at the end that wait for a log index past `stable` (I1:
+    /// appended, not yet stable), and their body bytes. Paged entries are
+    /// older than the RAM tail, so only the tail is looked at.
+    pub fn unstable_tail(&self, stable: u64) -> (usize, u64) {
+        self.ram
+            .iter()
+            .rev()
+            .take_while(|m| m.wait_index > stable)
+            .fold((0, 0), |(n, b), m| (n + 1, b + m.msg.body.len() as u64))
+    }
+
     /// Entries kept on disk only.
     pub fn paged_len(&self) -> usize {
         self.pages.as_ref().map_or(0, |p| p.count)

@@ -103,7 +103,9 @@ impl Snapshot {
                             .map(|at| end.saturating_sub(at))
                             .max()
                             .unwrap_or(0);
-                        (s.len(), Some(lag))
+                        // Stable entries only, as the management API counts.
+                        let (ready, _) = s.stable_counts(Some(master.stable_index()));
+                        (ready, Some(lag))
                     }
                     None => (q.ready.len(), None),
                 };
