@@ -308,17 +308,25 @@ impl Cluster {
         resp.body_mut().read_to_string().expect("metrics text")
     }
 
-    /// `GET /api/nodes` on node `i`, as JSON.
-    pub fn api_nodes(&self, i: usize) -> serde_json::Value {
-        let url = format!(
-            "http://127.0.0.1:{}/api/nodes",
-            self.nodes[i].management_port
-        );
+    /// `GET path` on node `i`'s management API as guest, as JSON.
+    pub fn api(&self, i: usize, path: &str) -> serde_json::Value {
+        self.try_api(i, path)
+            .unwrap_or_else(|e| panic!("GET {path} on node {}: {e}", i + 1))
+    }
+
+    /// [`Cluster::api`] for a node that may not answer yet.
+    pub fn try_api(&self, i: usize, path: &str) -> Result<serde_json::Value, String> {
+        let url = format!("http://127.0.0.1:{}{path}", self.nodes[i].management_port);
         let mut resp = ureq::get(&url)
             .header("authorization", GUEST_AUTH)
             .call()
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        resp.body_mut().read_json().expect("JSON from /api/nodes")
+            .map_err(|e| e.to_string())?;
+        resp.body_mut().read_json().map_err(|e| e.to_string())
+    }
+
+    /// `GET /api/nodes` on node `i`, as JSON.
+    pub fn api_nodes(&self, i: usize) -> serde_json::Value {
+        self.api(i, "/api/nodes")
     }
 
     /// The index of the node that serves as master in the highest epoch among

@@ -22,15 +22,7 @@ const HUGE_LIMIT: &str = "disk_free_limit_bytes = 1000000000000000\n";
 
 /// What node `i`'s own node-status says of its disk alarm, with guest.
 fn own_disk_alarm(cluster: &Cluster, i: usize) -> Option<bool> {
-    let url = format!(
-        "http://127.0.0.1:{}/api/stablemq/node-status",
-        cluster.nodes[i].management_port
-    );
-    let mut r = ureq::get(&url)
-        .header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-        .call()
-        .ok()?;
-    let v: serde_json::Value = r.body_mut().read_json().ok()?;
+    let v = cluster.try_api(i, "/api/stablemq/node-status").ok()?;
     v["disk_free_alarm"].as_bool()
 }
 

@@ -448,7 +448,7 @@ fn node_proven(state: &AppState, headers: &HeaderMap) -> bool {
         .cluster
         .as_ref()
         .and_then(|c| c.cookie().ok().flatten());
-    cookie.is_some_and(|c| super::node_proof::check(&c, value, super::node_proof::now_ms()))
+    cookie.is_some_and(|c| super::node_proof::check(&c, value, crate::server::now_ms()))
 }
 
 #[cfg(test)]

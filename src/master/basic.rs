@@ -475,11 +475,10 @@ impl Master {
                 false
             }
             None => {
-                let quorum = self
+                let (quorum, stream) = self
                     .broker
                     .queue(vhost, queue)
-                    .is_some_and(|q| q.args.quorum);
-                let stream = self.is_stream(vhost, queue);
+                    .map_or((false, false), |q| (q.args.quorum, q.stream.is_some()));
                 // The stream bridge acks what it wrote; rabbitmq_stream
                 // counts no acks.
                 if self.sessions.protocol_of(conn) == ClientProtocol::Amqp091 {
@@ -578,8 +577,9 @@ impl Master {
                     return Err(AmqpError::precondition("channel is not transactional"));
                 };
                 // Run the held work outside tx mode, then start the next transaction.
-                for p in tx.publishes {
-                    self.route_and_enqueue(conn, ch, &vhost, p.publish, p.properties, p.body);
+                let protocol = self.sessions.protocol_of(conn);
+                for held in tx.publishes {
+                    self.route_and_enqueue(conn, ch, protocol, &vhost, held);
                 }
                 let mut result = Ok(());
                 for a in tx.acks {

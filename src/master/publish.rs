@@ -97,7 +97,12 @@ impl Master {
         if tag.is_some() {
             self.counters.of(protocol).received_confirm.increment(1);
         }
-        let accepted = self.route_and_enqueue(conn, ch, &vhost, p, properties, body);
+        let held = HeldPublish {
+            publish: p,
+            properties,
+            body,
+        };
+        let accepted = self.route_and_enqueue(conn, ch, protocol, &vhost, held);
         if let Some(tag) = tag {
             self.confirm(conn, ch, tag, accepted);
         }
@@ -113,20 +118,23 @@ impl Master {
         }
     }
 
-    /// Route a message `conn` published and enqueue it. Returns false when a
-    /// queue refused it (`x-overflow` reject-publish*), which a confirming
-    /// publisher sees as a nack.
+    /// Route a message `conn` published over `protocol` and enqueue it.
+    /// Returns false when a queue refused it (`x-overflow` reject-publish*),
+    /// which a confirming publisher sees as a nack.
     pub(super) fn route_and_enqueue(
         &mut self,
         conn: ConnId,
         ch: u16,
+        protocol: ClientProtocol,
         vhost: &Arc<str>,
-        p: Publish,
-        properties: Arc<BasicProperties>,
-        body: Bytes,
+        held: HeldPublish,
     ) -> bool {
+        let HeldPublish {
+            publish: p,
+            properties,
+            body,
+        } = held;
         let mandatory = p.mandatory;
-        let protocol = self.sessions.protocol_of(conn);
         let Publish {
             exchange,
             routing_key,

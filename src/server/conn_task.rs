@@ -104,8 +104,9 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
         if close || conn.is_closed() {
             break;
         }
-        if conn.tick_every() != tick_every {
-            tick_every = conn.tick_every();
+        let every = conn.tick_every();
+        if every != tick_every {
+            tick_every = every;
             let first = tokio::time::Instant::now() + tick_every;
             tick = tokio::time::interval_at(first, tick_every);
         }

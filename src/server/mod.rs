@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::management::{Listener, NodeStatusSource};
 use crate::master::Master;
 use master_task::Backend;
-pub(crate) use master_task::MasterMsg;
+pub(crate) use master_task::{MasterMsg, now_ms};
 use replica::Core;
 use route::{ConnContext, Router};
 use stablemq_cluster::{FjallStore, LocalLog};

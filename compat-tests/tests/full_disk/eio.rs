@@ -4,7 +4,7 @@
 
 use super::disk::FailingDisk;
 use super::node::{
-    Node, Seen, never_published, open, publisher, read_back, seen_after_the_stop, wait_until,
+    Node, Seen, never_published, open, publisher, read_back, seen_after_the_stop, wait_for_exit,
 };
 use compat_tests::common::confirmed::{assert_no_loss, blocking};
 use std::sync::atomic::AtomicBool;
@@ -31,14 +31,7 @@ async fn eio_stops_the_store_without_confirming_what_it_could_not_write() {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let task = tokio::spawn(publisher(ch, 100, Duration::ZERO, stop, seen.clone()));
 
-    let mut status = None;
-    blocking(|| {
-        wait_until("the node's stop on EIO", &mut node, |n| {
-            status = n.exited();
-            status.is_some()
-        })
-    });
-    let status = status.expect("exited");
+    let status = blocking(|| wait_for_exit("the node's stop on EIO", &mut node));
     let log = node.log();
     assert_eq!(status.code(), Some(70), "exit status {status}; log:\n{log}");
     // The store's own failure is the EIO (fjall's journal, written by a

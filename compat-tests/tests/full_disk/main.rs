@@ -28,7 +28,7 @@ use compat_tests::common::confirmed::{WAIT, assert_no_loss, blocking};
 use disk::Tmpfs;
 use node::{
     Node, Seen, confirmed, never_published, open, publisher, read_back, seen_after_the_stop,
-    wait_until,
+    wait_for_exit, wait_until,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -173,14 +173,7 @@ async fn enospc_stops_the_store_without_confirming_what_it_could_not_write() {
     ));
 
     // The store must fail on ENOSPC and the node stop, rather than confirm.
-    let mut status = None;
-    blocking(|| {
-        wait_until("the node's stop on ENOSPC", &mut node, |n| {
-            status = n.exited();
-            status.is_some()
-        })
-    });
-    let status = status.expect("exited");
+    let status = blocking(|| wait_for_exit("the node's stop on ENOSPC", &mut node));
     let log = node.log();
     assert_eq!(status.code(), Some(70), "exit status {status}; log:\n{log}");
     assert!(

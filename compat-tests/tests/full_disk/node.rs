@@ -268,6 +268,17 @@ pub(crate) fn wait_until(what: &str, node: &mut Node, mut cond: impl FnMut(&mut 
     }
 }
 
+/// Wait until the node exits by itself (`what`: the stop awaited); its
+/// status. A blocking wait.
+pub(crate) fn wait_for_exit(what: &str, node: &mut Node) -> ExitStatus {
+    let mut status = None;
+    wait_until(what, node, |n| {
+        status = n.exited();
+        status.is_some()
+    });
+    status.expect("exited")
+}
+
 /// What the publisher saw once the node stopped under it: it must have
 /// failed, with no nack (a node that cannot write stops, it does not nack).
 pub(crate) async fn seen_after_the_stop(

@@ -63,15 +63,7 @@ fn a_slave_serves_amqps_clients_through_the_master_and_failover_keeps_them() {
 
 /// The connections node `i`'s management API lists.
 fn connections(cluster: &Cluster, i: usize) -> Vec<serde_json::Value> {
-    let url = format!(
-        "http://127.0.0.1:{}/api/connections",
-        cluster.nodes[i].management_port
-    );
-    let mut r = ureq::get(&url)
-        .header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-        .call()
-        .unwrap_or_else(|e| panic!("GET /api/connections: {e}"));
-    let v: serde_json::Value = r.body_mut().read_json().expect("JSON");
+    let v = cluster.api(i, "/api/connections");
     v.as_array().cloned().unwrap_or_default()
 }
 

@@ -373,7 +373,7 @@ fn not_master() -> AmqpError {
 }
 
 /// Wall-clock time in ms since the Unix epoch: the master's only clock.
-pub(super) fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -94,7 +94,7 @@ fn read_all(peers: &[(u64, SocketAddr)], cookie: &Cookie) -> u64 {
         .into();
     let mut bits = 0u64;
     for (i, (_, addr)) in peers.iter().enumerate() {
-        let proof = node_proof::make(cookie, node_proof::now_ms());
+        let proof = node_proof::make(cookie, super::now_ms());
         let answer = agent
             .get(format!("http://{addr}/api/stablemq/node-status"))
             .header(node_proof::HEADER, &proof)
