@@ -53,7 +53,7 @@ use stablemq_cluster::store::{ReduceError, Reducer, StateOp, StateRead};
 use stablemq_protocol::{BasicProperties, ByteString};
 
 use super::Broker;
-use super::event::{Event, Published};
+use super::event::{Event, Published, Tracking};
 use super::message::{Message, QueuedMessage};
 use keys::{KeyArena, parse_message_key, queue_prefix};
 
@@ -160,6 +160,50 @@ impl BrokerReducer {
     }
 
     /// Whether `queue` is a stream now (the definitions so far).
+    /// A stream's tracked reference, put under its key as apply leaves it
+    /// (a sequence never goes back); tracking of no stream does nothing, as
+    /// in apply.
+    fn put_tracking(
+        &mut self,
+        vhost: String,
+        queue: String,
+        kind: Tracking,
+        reference: String,
+        value: u64,
+        out: &mut Vec<StateOp>,
+    ) -> Result<(), ReduceError> {
+        if !self.is_stream(&vhost, &queue) {
+            return Ok(());
+        }
+        let key = keys::tracking_key(&vhost, &queue, kind, &reference)?;
+        let mut tracked = Event::StreamTracked {
+            vhost,
+            queue,
+            kind,
+            reference,
+            value,
+        };
+        self.defs.apply(&tracked, 0);
+        if let Event::StreamTracked {
+            vhost,
+            queue,
+            reference,
+            value,
+            ..
+        } = &mut tracked
+            && let Some(now) = self
+                .stream_of(vhost, queue)
+                .and_then(|s| s.tracked(kind, reference))
+        {
+            *value = now;
+        }
+        out.push(StateOp::Put {
+            key,
+            value: tracked.encode(),
+        });
+        Ok(())
+    }
+
     fn is_stream(&self, vhost: &str, queue: &str) -> bool {
         self.stream_of(vhost, queue).is_some()
     }
@@ -241,6 +285,24 @@ impl Reducer for BrokerReducer {
                     self.max_dirty = true;
                 }
                 let msg_ttl = msg.expiration_ms();
+                // A deduplicating publisher's sequence rides in its record's
+                // event (`stream_record::PUBLISHER_HEADER`): kept as apply
+                // keeps it, under the stream's tracking key.
+                if let Some((reference, id)) =
+                    crate::broker::stream_record::publisher_sequence(&msg)
+                {
+                    let reference = reference.to_owned();
+                    for queue in &queues {
+                        self.put_tracking(
+                            vhost.to_string(),
+                            queue.to_string(),
+                            Tracking::Sequence,
+                            reference.clone(),
+                            id,
+                            out,
+                        )?;
+                    }
+                }
                 let transient_for_a_stream = !msg.is_persistent()
                     && queues
                         .iter()
@@ -331,39 +393,7 @@ impl Reducer for BrokerReducer {
                 kind,
                 reference,
                 value,
-            } => {
-                // As apply: tracking of no stream does nothing.
-                if !self.is_stream(&vhost, &queue) {
-                    return Ok(());
-                }
-                let key = keys::tracking_key(&vhost, &queue, kind, &reference)?;
-                let mut tracked = Event::StreamTracked {
-                    vhost,
-                    queue,
-                    kind,
-                    reference,
-                    value,
-                };
-                self.defs.apply(&tracked, 0);
-                // Stored as apply leaves it (a sequence never goes back).
-                if let Event::StreamTracked {
-                    vhost,
-                    queue,
-                    reference,
-                    value,
-                    ..
-                } = &mut tracked
-                    && let Some(now) = self
-                        .stream_of(vhost, queue)
-                        .and_then(|s| s.tracked(kind, reference))
-                {
-                    *value = now;
-                }
-                out.push(StateOp::Put {
-                    key,
-                    value: tracked.encode(),
-                });
-            }
+            } => self.put_tracking(vhost, queue, kind, reference, value, out)?,
             definition => self.put_definition(&definition, entry, out)?,
         }
         Ok(())

@@ -164,6 +164,11 @@ impl StreamLog {
         if super::stream_record::starts_chunk(&m.msg) {
             self.last_chunk = offset;
         }
+        // The publisher's sequence moves with its entry, in the same event
+        // (`stream_record::PUBLISHER_HEADER`).
+        if let Some((reference, id)) = super::stream_record::publisher_sequence(&m.msg) {
+            self.track(Tracking::Sequence, reference, id);
+        }
         self.entries.push(m);
         offset
     }

@@ -43,6 +43,42 @@ pub fn is_record(msg: &Message) -> bool {
 /// reference, for the trailer length a delivered chunk's header states.
 pub const WRITER_HEADER: &str = "x-stream-writer";
 
+/// On the record that ends a message of a publisher with a reference: the
+/// reference (a long string) and the message's publishing id (a long long
+/// int), under these two headers. The record's own `Published` event thus
+/// carries the publisher's new sequence, so the entry and the sequence that
+/// deduplicates a resend of it are stable together or not at all: a
+/// failover can neither keep the entry and lose the sequence (the resend
+/// would be stored twice) nor the reverse (a confirmed id would be
+/// refused). Read by [`publisher_sequence`]; never shown to a reader (a
+/// stream-protocol reader gets the record, an AMQP 0-9-1 reader the
+/// properties of the AMQP 1.0 message inside it).
+pub const PUBLISHER_HEADER: &str = "x-stream-publisher";
+/// See [`PUBLISHER_HEADER`].
+pub const PUBLISHING_ID_HEADER: &str = "x-stream-publishing-id";
+
+/// The publisher reference and publishing id a stream-protocol record
+/// carries (see [`PUBLISHER_HEADER`]); None for any other message.
+///
+/// Only on records: an AMQP 0-9-1 publish with such headers tracks nothing.
+pub fn publisher_sequence(msg: &Message) -> Option<(&str, u64)> {
+    let headers = msg.properties.headers().as_ref()?.inner();
+    if !headers.contains_key(RECORD_HEADER) {
+        return None;
+    }
+    let reference = match headers.get(PUBLISHER_HEADER)? {
+        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok()?,
+        _ => return None,
+    };
+    let id = match headers.get(PUBLISHING_ID_HEADER)? {
+        // The id's 64 bits as AMQP's signed long long (ids above
+        // i64::MAX are valid in the stream protocol).
+        AMQPValue::LongLongInt(n) => n.cast_unsigned(),
+        _ => return None,
+    };
+    Some((reference, id))
+}
+
 /// The length of the deduplication trailer Osiris stores with a chunk that
 /// `msg` starts (0 if none): one tracking entry for its writer, a type byte,
 /// the reference's length byte, the reference and its 64-bit sequence.

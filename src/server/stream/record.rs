@@ -7,7 +7,9 @@
 //! an AMQP 0-9-1 reader gets it converted (`broker::stream_record`).
 
 use crate::broker::message::Message;
-use crate::broker::stream_record::{RECORD_HEADER, WRITER_HEADER};
+use crate::broker::stream_record::{
+    PUBLISHER_HEADER, PUBLISHING_ID_HEADER, RECORD_HEADER, WRITER_HEADER,
+};
 use bytes::Bytes;
 use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable, ShortString};
 
@@ -21,7 +23,15 @@ use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable, ShortString};
 /// The first record of a chunk of a deduplicating publisher also names the
 /// publisher (`x-stream-writer`), as Osiris stores its tracking entry in
 /// the chunk's trailer, whose length a delivered chunk's header states.
-pub(super) fn properties(starts_chunk_of: Option<u32>, writer: Option<&str>) -> BasicProperties {
+///
+/// The record that ends a message of a deduplicating publisher carries its
+/// reference and publishing id (`sequence`; `PUBLISHER_HEADER`), so the
+/// publisher's sequence is logged in the entry's own event.
+pub(super) fn properties(
+    starts_chunk_of: Option<u32>,
+    writer: Option<&str>,
+    sequence: Option<(&str, u64)>,
+) -> BasicProperties {
     let mut headers = FieldTable::default();
     let mark = match starts_chunk_of {
         Some(n) => AMQPValue::LongUInt(n),
@@ -32,6 +42,16 @@ pub(super) fn properties(starts_chunk_of: Option<u32>, writer: Option<&str>) -> 
         headers.insert(
             ShortString::from(WRITER_HEADER),
             AMQPValue::LongString(w.into()),
+        );
+    }
+    if let Some((reference, id)) = sequence {
+        headers.insert(
+            ShortString::from(PUBLISHER_HEADER),
+            AMQPValue::LongString(reference.into()),
+        );
+        headers.insert(
+            ShortString::from(PUBLISHING_ID_HEADER),
+            AMQPValue::LongLongInt(id.cast_signed()),
         );
     }
     BasicProperties::default()

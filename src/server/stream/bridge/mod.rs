@@ -120,7 +120,7 @@ impl Bridge {
             publish_open: false,
             next_tag: 1,
             unconfirmed: BTreeMap::new(),
-            record_properties: Arc::new(record::properties(None, None)),
+            record_properties: Arc::new(record::properties(None, None, None)),
             frame_records: 0,
             frame_total: 0,
             subs: HashMap::new(),
@@ -188,8 +188,7 @@ impl Bridge {
     }
 
     /// A publish frame's messages: each stored, or confirmed at once if its
-    /// publisher already published its publishing id; then the publisher's
-    /// new last id logged.
+    /// publisher already published its publishing id.
     fn on_publish(
         &mut self,
         publisher_id: u8,
@@ -197,7 +196,6 @@ impl Bridge {
         messages: Vec<PublishedMessage>,
         master: &mut Vec<Input>,
     ) {
-        let mut last = None;
         let mut stored = Vec::with_capacity(messages.len());
         for m in messages {
             if let Some(d) = self.dedup.get_mut(&publisher_id) {
@@ -213,7 +211,6 @@ impl Bridge {
                     continue;
                 }
                 d.last = Some(m.publishing_id);
-                last = Some(m.publishing_id);
             }
             let records = publish::entry_records(m.entry);
             if records.is_empty() {
@@ -233,19 +230,8 @@ impl Bridge {
         for (publishing_id, records) in stored {
             self.publish(publisher_id, stream, publishing_id, records, master);
         }
-        if let (Some(value), Some(d)) = (last, self.dedup.get(&publisher_id)) {
-            // Logged after the messages, on their channel.
-            master.push(Input::StreamTrack {
-                conn: self.conn,
-                ch: PUBLISH,
-                op: TrackOp::Store {
-                    stream: stream.to_string(),
-                    kind: Tracking::Sequence,
-                    reference: d.reference.clone(),
-                    value,
-                },
-            });
-        }
+        // No sequence event: each message's last record carries its
+        // publishing id, logged with it (`record::properties`).
     }
 
     /// A consumer's offset, stored through the control channel.

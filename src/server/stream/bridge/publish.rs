@@ -61,10 +61,15 @@ impl Bridge {
             // records of frames of 100 to 4999). A chunk here is a frame's
             // first record and every STORED_CHUNK_RECORDS-th after it; its
             // first record carries its count.
-            let properties = if self.frame_records.is_multiple_of(STORED_CHUNK_RECORDS) {
+            let writer = self.dedup.get(&publisher_id).map(|d| d.reference.as_str());
+            // The message's last record of a deduplicating publisher carries
+            // its publishing id, logged with the entry (`PUBLISHER_HEADER`).
+            let sequence = writer.filter(|_| i == last).map(|w| (w, publishing_id));
+            let starts = self.frame_records.is_multiple_of(STORED_CHUNK_RECORDS);
+            let properties = if starts || sequence.is_some() {
                 let n = (self.frame_total - self.frame_records).min(STORED_CHUNK_RECORDS);
-                let writer = self.dedup.get(&publisher_id).map(|d| d.reference.as_str());
-                Arc::new(record::properties(u32::try_from(n).ok(), writer))
+                let count = if starts { u32::try_from(n).ok() } else { None };
+                Arc::new(record::properties(count, writer, sequence))
             } else {
                 self.record_properties.clone()
             };
