@@ -557,3 +557,28 @@ fn a_deduplicating_publisher_resending_after_a_master_kill_stores_each_id_once()
     assert_eq!(field("duplicated"), 0, "{line}");
     assert_eq!(field("out-of-order"), 0, "{line}");
 }
+
+/// rabbitmq_stream_management's endpoints (`/api/stream/connections`,
+/// `/publishers`, `/consumers`, per vhost, stream and connection) list a
+/// publisher and a consumer with RabbitMQ 3.10.8's fields and counts; the
+/// script's checks pass against RabbitMQ 3.10.8 with that plugin too.
+#[test]
+fn the_stream_management_endpoints_list_publishers_and_consumers() {
+    let broker = Broker::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/stream_api.py");
+    let url = format!("http://127.0.0.1:{}", broker.management_port);
+    let (ok, out) = run(
+        &[
+            script.to_str().expect("utf-8 path"),
+            &broker.stream_port.to_string(),
+            &url,
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(ok, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        18,
+        "{out}"
+    );
+}

@@ -36,6 +36,7 @@ mod policies;
 mod query;
 mod sessions;
 mod stats;
+mod stream_api;
 mod tls;
 mod ui;
 mod user_limits;
@@ -203,6 +204,7 @@ fn router() -> Router<AppState> {
         .merge(objects::routes())
         .merge(bindings::routes())
         .merge(sessions::routes())
+        .merge(stream_api::routes())
         .merge(alarms::routes())
         .merge(definitions::routes())
         .merge(writes::routes())

@@ -33,8 +33,8 @@ pub fn routes() -> Router<AppState> {
 /// One connection as `/api/connections` lists it.
 #[derive(Debug, Serialize)]
 pub struct ConnectionJson {
-    name: String,
-    node: String,
+    pub(super) name: String,
+    pub(super) node: String,
     vhost: String,
     user: String,
     user_who_performed_action: String,
@@ -54,8 +54,8 @@ pub struct ConnectionJson {
     peer_cert_validity: Option<String>,
     host: Option<String>,
     port: Option<u16>,
-    peer_host: Option<String>,
-    peer_port: Option<u16>,
+    pub(super) peer_host: Option<String>,
+    pub(super) peer_port: Option<u16>,
     channels: usize,
     channel_max: u16,
     frame_max: u32,
@@ -88,7 +88,7 @@ struct Rate {
 }
 
 impl ConnectionJson {
-    fn of(id: ConnId, s: &Session, node: &str) -> ConnectionJson {
+    pub(super) fn of(id: ConnId, s: &Session, node: &str) -> ConnectionJson {
         let info = &s.info;
         let tls = info.tls.as_ref();
         let cert = tls.and_then(|t| t.peer_cert.as_ref());
@@ -146,7 +146,7 @@ impl ConnectionJson {
 
 /// Sessions the caller may see, in connection order (oldest first), limited
 /// to one vhost if asked.
-fn visible<'a>(
+pub(super) fn visible<'a>(
     view: &CoreView<'a>,
     who: &Caller,
     vhost: Option<&str>,

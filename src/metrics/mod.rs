@@ -17,6 +17,7 @@ pub mod conn_stats;
 pub mod endpoint;
 mod process;
 mod stream;
+pub mod stream_clients;
 pub mod text;
 
 pub use stream::{global_stream, global_stream_by_queue, stream_errors};

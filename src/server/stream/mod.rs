@@ -7,6 +7,7 @@
 
 mod bridge;
 mod record;
+mod shown;
 
 use super::master_task::MasterMsg;
 use super::route::{self, ConnContext, Router};
@@ -172,6 +173,8 @@ struct Task {
     /// The socket is not read: a resource alarm blocks this publishing
     /// connection.
     paused: bool,
+    /// Its publishers and subscriptions, for the management API.
+    shown: shown::Shown,
 }
 
 /// The connection's task: register with the master, then move bytes,
@@ -283,6 +286,7 @@ impl Task {
             to_master: Vec::new(),
             to_conn: Vec::new(),
             paused: false,
+            shown: shown::Shown::new(id),
         }
     }
 
@@ -318,6 +322,7 @@ impl Task {
         let mut closed = false;
         for _ in 0..64 {
             for input in self.to_conn.drain(..) {
+                self.shown.input(&input);
                 self.conn.handle(input, Instant::now());
             }
             for code in self.conn.take_errors_sent() {
@@ -332,11 +337,13 @@ impl Task {
             }
             self.bridge.flush(self.conn.frame_max(), &mut self.to_conn);
         }
+        self.shown.sync(&self.conn);
         closed
     }
 
     /// One action; true if it ends the connection.
     fn act(&mut self, a: sc::Action) -> bool {
+        self.shown.action(&a);
         match a {
             sc::Action::Write(b) => self.wbuf.extend_from_slice(&b),
             sc::Action::WriteChunk { head, chunk } => {

@@ -56,12 +56,14 @@ mod streams;
 #[cfg(test)]
 mod testing;
 mod timers;
+mod view;
 
 pub use action::{Action, ChunkSource, CloseReason, HandshakeFault, Request};
 pub use config::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_HEARTBEAT, StreamConnectionConfig, server_properties,
 };
 pub use input::{AuthOutcome, Input, Reply};
+pub use view::{PublisherView, SubscriptionView};
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;

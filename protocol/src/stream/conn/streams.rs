@@ -45,6 +45,8 @@ pub(super) struct Subscription {
     pub(super) live: bool,
     /// Chunks handed over without credit (committed chunk id, chunk).
     pub(super) queued: VecDeque<(u64, ChunkSource)>,
+    /// The subscribe's properties, as the management API lists them.
+    pub(super) properties: Properties,
 }
 
 /// A subscribe's fields: id, stream, offset, credit, properties.
@@ -209,6 +211,7 @@ impl StreamConnection {
             credit: u32::from(credit),
             live: false,
             queued: VecDeque::new(),
+            properties: properties.clone(),
         };
         self.subscriptions.insert(subscription_id, subscription);
         let request = Request::Subscribe {
