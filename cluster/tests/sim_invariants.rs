@@ -98,6 +98,7 @@ fn invariants_hold_across_seeds() {
     let rejoined = with(|o| o.stats.rejoins >= 1);
     let rejoins: u64 = outcomes.iter().map(|o| o.stats.rejoins).sum();
     let streamed = with(|o| o.stats.stream_offsets > 0);
+    let resent = with(|o| o.stats.stream_resent > 0);
     let cut = with(|o| o.stats.stream_first > 0);
     let held = with(|o| o.stats.stream_held > 0);
     let offsets: u64 = outcomes.iter().map(|o| o.stats.stream_offsets).sum();
@@ -188,6 +189,11 @@ fn invariants_hold_across_seeds() {
     // The stream (I6) is exercised: appended to, cut by retention, and
     // holding confirmed appends at the end.
     assert!(streamed >= most, "only {streamed} of {n} seeds streamed");
+    // A deduplicating publisher resends what a lost master left unconfirmed.
+    assert!(
+        resent >= outcomes.len() / 3,
+        "only {resent} of {n} seeds resent stream appends"
+    );
     assert!(cut >= most, "only {cut} of {n} seeds cut their stream");
     assert!(
         held >= some,
@@ -197,13 +203,18 @@ fn invariants_hold_across_seeds() {
 
 /// A planted bug in the brokers' stream is caught, by I6 and by nothing
 /// else (the brokers' materialized state is I6's alone): renumbering the
-/// stream from offset 0 on a snapshot restore, and applying every retention
-/// cut twice. `STABLEMQ_SIM_SEED=<seed>` with the bug set by hand replays
+/// stream from offset 0 on a snapshot restore, applying every retention
+/// cut twice, and logging a deduplicating publisher's sequence apart from
+/// its append (a failover between the two lets a resend in twice). `STABLEMQ_SIM_SEED=<seed>` with the bug set by hand replays
 /// one.
 #[test]
 fn a_planted_stream_bug_is_caught_by_i6() {
-    for bug in [StreamBug::RebaseAfterRestore, StreamBug::CutTwice] {
-        let caught = (0..40).find_map(|seed| {
+    for bug in [
+        StreamBug::RebaseAfterRestore,
+        StreamBug::CutTwice,
+        StreamBug::SequenceApart,
+    ] {
+        let caught = (0..200).find_map(|seed| {
             let mut params = sim::SimParams::from_seed(seed);
             params.stream_bug = Some(bug);
             let violation = sim::run(params).result.err()?;
@@ -214,7 +225,7 @@ fn a_planted_stream_bug_is_caught_by_i6() {
             Some((seed, violation))
         });
         let Some((seed, violation)) = caught else {
-            panic!("{bug:?} went unnoticed for 40 seeds");
+            panic!("{bug:?} went unnoticed for 200 seeds");
         };
         eprintln!("{bug:?}: seed {seed}: {violation}");
     }

@@ -29,6 +29,10 @@ pub enum StreamBug {
     RebaseAfterRestore,
     /// Every retention cut is applied twice.
     CutTwice,
+    /// The publisher's sequence is logged apart from its append, after it
+    /// (`u<n>` then `q<n>`, see `reducer`): a failover between the two lets
+    /// the client's resend store the append again.
+    SequenceApart,
 }
 
 /// Apply `entries` to a broker's state.

@@ -10,6 +10,15 @@
 //!   broker's replicated state numbers a stream's `Published` events in log
 //!   order: key `stream/off/<offset>` (zero-padded, so key order is offset
 //!   order) is set to the payload and `stream/next` moves up by one.
+//!   The appends are one deduplicating publisher's (the stream protocol's
+//!   publisher reference), `n` its publishing id: an `s<n>` with `n` at or
+//!   below `stream/seq` is a resend of a stored one and changes nothing;
+//!   otherwise `stream/seq` becomes `n` in the same entry, as the broker
+//!   logs a publisher's sequence in its entry's own `Published` event.
+//! - `u<n>` and `q<n>` are the design that logs the sequence apart (the bug
+//!   [`super::StreamBug::SequenceApart`] plants): `u<n>` appends as `s<n>`
+//!   does but leaves `stream/seq` alone, and `q<n>`, logged after it, moves
+//!   `stream/seq` up to `n`.
 //! - `t<k>.<n>` is a retention cut (the broker's logged `StreamTruncated`):
 //!   `stream/first` moves forward by `k` (never past `stream/next`) and the
 //!   entries below it are deleted. A relative cut, so one applied twice shows.
@@ -32,14 +41,21 @@ pub const STREAM_FIRST: &[u8] = b"stream/first";
 pub const STREAM_NEXT: &[u8] = b"stream/next";
 /// Prefix of the stream's entry keys.
 pub const STREAM_OFF: &[u8] = b"stream/off/";
+/// Key of the publisher's sequence: the highest publishing id stored.
+pub const STREAM_SEQ: &[u8] = b"stream/seq";
 
 /// What a payload does to the state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// `p<n>`: set a key (and maybe delete another).
     Set(u64),
-    /// `s<n>`: a stream append.
-    Append,
+    /// `s<n>`: a stream append with publishing id `n`, which moves the
+    /// sequence.
+    Append(u64),
+    /// `u<n>`: a stream append that leaves the sequence to a `q<n>`.
+    AppendApart(u64),
+    /// `q<n>`: the publisher's sequence, logged apart from its append.
+    Sequence(u64),
     /// `t<k>.<n>`: a retention cut of `k` offsets.
     Cut(u64),
     /// Anything else (epoch markers): no change.
@@ -55,8 +71,14 @@ pub fn kind(payload: &[u8]) -> Kind {
     if let Some(n) = text.strip_prefix('p').and_then(number) {
         return Kind::Set(n);
     }
-    if text.strip_prefix('s').and_then(number).is_some() {
-        return Kind::Append;
+    if let Some(n) = text.strip_prefix('s').and_then(number) {
+        return Kind::Append(n);
+    }
+    if let Some(n) = text.strip_prefix('u').and_then(number) {
+        return Kind::AppendApart(n);
+    }
+    if let Some(n) = text.strip_prefix('q').and_then(number) {
+        return Kind::Sequence(n);
     }
     let cut = text
         .strip_prefix('t')
@@ -66,6 +88,11 @@ pub fn kind(payload: &[u8]) -> Kind {
         Some((k, _)) => Kind::Cut(k),
         None => Kind::Other,
     }
+}
+
+/// Whether `kind` appends to the stream.
+pub fn is_append(kind: Kind) -> bool {
+    matches!(kind, Kind::Append(_) | Kind::AppendApart(_))
 }
 
 /// The key of stream offset `offset`.
@@ -132,10 +159,22 @@ pub fn reduce(state: &mut State, entry: &Entry) {
                 state.remove(KEYS[((n + 7) % 16) as usize]);
             }
         }
-        Kind::Append => {
+        Kind::Append(n) | Kind::AppendApart(n) => {
+            let seq = read_u64(state, STREAM_SEQ).unwrap_or(0);
+            if n <= seq {
+                return; // a resend of a stored id: deduplicated
+            }
             let next = read_u64(state, STREAM_NEXT).unwrap_or(0);
             state.insert(offset_key(next), entry.payload.clone());
             set_u64(state, STREAM_NEXT, next + 1);
+            if matches!(kind(&entry.payload), Kind::Append(_)) {
+                set_u64(state, STREAM_SEQ, n);
+            }
+        }
+        Kind::Sequence(n) => {
+            if n > read_u64(state, STREAM_SEQ).unwrap_or(0) {
+                set_u64(state, STREAM_SEQ, n);
+            }
         }
         Kind::Cut(k) => {
             let (first, next) = stream_bounds(state);
@@ -222,6 +261,24 @@ mod tests {
             let fresh = Replay::default().state_at(index, entry_at).cloned();
             assert_eq!(cached.state_at(index, entry_at).cloned(), fresh, "{index}");
         }
+    }
+
+    #[test]
+    fn a_resend_at_or_below_the_sequence_is_not_stored_again() {
+        let mut state = State::new();
+        for (i, p) in ["s1", "s2", "s2", "s1", "s3"].iter().enumerate() {
+            reduce(&mut state, &Entry::new(1, i as u64 + 1, *p));
+        }
+        assert_eq!(stream_bounds(&state), (0, 3));
+        assert_eq!(read_u64(&state, STREAM_SEQ), Ok(3));
+        // Logged apart, the sequence lags its appends: a resend between
+        // them is stored twice.
+        let mut state = State::new();
+        for (i, p) in ["u1", "u2", "u2", "q2", "u2"].iter().enumerate() {
+            reduce(&mut state, &Entry::new(1, i as u64 + 1, *p));
+        }
+        assert_eq!(stream_bounds(&state), (0, 3));
+        assert_eq!(state.get(&offset_key(2)), Some(&Bytes::from("u2")));
     }
 
     #[test]

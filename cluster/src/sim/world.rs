@@ -19,7 +19,6 @@ use crate::replication::{
     BrokerInput, BrokerNode, NodeId, RoleKind, Service, SplitMix64, StoreInput, StoreNode,
 };
 
-use super::SimParams;
 use super::check::i1_no_confirmed_loss::History;
 use super::check::i2_one_writer::Masters;
 use super::check::i3_log_matching as i3;
@@ -31,6 +30,7 @@ use super::net::Network;
 use super::oracle::Oracle;
 use super::queue::{Ev, EventQueue};
 use super::reducer::{Replay, State};
+use super::{SimParams, StreamBug};
 
 /// What happened in one run, for the tests that make sure faults really occur.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -85,6 +85,9 @@ pub struct SimStats {
     pub stream_first: u64,
     /// Confirmed stream appends the final master holds (the rest were cut).
     pub stream_held: u64,
+    /// Stream appends (and sequences) the client sent again after their
+    /// master was gone: each must be stored once (I6).
+    pub stream_resent: u64,
 }
 
 /// One simulated machine.
@@ -134,6 +137,7 @@ pub struct World {
 impl World {
     /// Build the cluster for `params`; nothing runs until [`World::run`].
     pub fn new(params: SimParams) -> Self {
+        let sequence_apart = params.stream_bug == Some(StreamBug::SequenceApart);
         let mut rng = SplitMix64::new(params.seed);
         let mut nodes = BTreeMap::new();
         let ids: Vec<NodeId> = params
@@ -173,7 +177,7 @@ impl World {
             masters: Masters::default(),
             applied: BTreeMap::new(),
             restoring: BTreeMap::new(),
-            oracle: Oracle::default(),
+            oracle: Oracle::new(sequence_apart),
             stats: SimStats::default(),
             faults_on: true,
             history_len_at_heal: 0,
@@ -339,7 +343,8 @@ impl World {
         if !masters.is_empty() {
             let node = masters[self.rng.below(masters.len() as u64) as usize];
             let burst = self.rng.between(1, 4);
-            let payloads: Vec<_> = (0..burst).map(|_| self.oracle.payload()).collect();
+            let (payloads, resent) = self.oracle.next_batch(burst);
+            self.stats.stream_resent += resent;
             let now = self.now;
             if let Some(n) = self.nodes.get_mut(&node)
                 && let Some(broker) = n.broker.as_mut()

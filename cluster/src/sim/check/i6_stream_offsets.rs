@@ -20,7 +20,7 @@ use bytes::Bytes;
 use crate::position::LogPosition;
 use crate::replication::NodeId;
 use crate::sim::reducer::{
-    Kind, STREAM_FIRST, STREAM_NEXT, STREAM_OFF, State, kind, offset_key, parse_offset_key,
+    STREAM_FIRST, STREAM_NEXT, STREAM_OFF, State, is_append, kind, offset_key, parse_offset_key,
     read_u64,
 };
 
@@ -108,7 +108,7 @@ impl Offsets {
                     ),
                 ));
             }
-            if kind(payload) != Kind::Append {
+            if !is_append(kind(payload)) {
                 return Err(Violation::new(
                     "I6",
                     format!("{who} holds {payload:?}, not a stream append, at offset {offset}"),
@@ -194,7 +194,7 @@ pub fn check_final(
     let (want, have) = (offsets_of(expected), offsets_of(state));
     let mut held = 0;
     for (pos, payload) in confirmed {
-        if kind(payload) != Kind::Append {
+        if !is_append(kind(payload)) {
             continue;
         }
         if pos.index > applied {
