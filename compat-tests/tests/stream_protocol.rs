@@ -106,6 +106,31 @@ fn super_streams_route_and_partition_as_rabbitmq_binds_them() {
     );
 }
 
+/// Single active consumer (RabbitMQ 3.11+; 3.10 has none, so the script
+/// checks RabbitMQ's documented rules): on a stream, one member of a group
+/// reads, and the next takes over at its stored offset + 1 when the active
+/// one unsubscribes or its connection closes; on a super stream, partition
+/// i goes to member i % members, a member giving way being told first.
+#[test]
+fn single_active_consumers_take_turns_on_streams_and_partitions() {
+    let broker = Broker::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/single_active.py");
+    let (ok, out) = run(
+        &[
+            script.to_str().expect("utf-8 path"),
+            &broker.stream_port.to_string(),
+            &broker.amqp_port.to_string(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(ok, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        13,
+        "{out}"
+    );
+}
+
 /// What rstream's and rabbitmq-stream-js-client's own suites
 /// (`scripts/stream-suites.sh`) found StableMQ answering otherwise than
 /// RabbitMQ 3.10.8, each case as 3.10.8 answers it (the script passes

@@ -105,6 +105,7 @@ impl Encoder {
             ToConn::Opened
             | ToConn::Tracked { .. }
             | ToConn::StreamDeleted(_)
+            | ToConn::SingleActive(_)
             | ToConn::CloseChannel(..)
             | ToConn::CloseConnection(_)
             | ToConn::Alarm(_) => {}

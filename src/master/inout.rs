@@ -79,6 +79,15 @@ pub enum Input {
         /// What to do.
         op: TrackOp,
     },
+    /// Single active consumer (stream protocol): a subscription joins or
+    /// leaves its group, or answered that it gave way (`master::sac`).
+    /// Not bound to a channel; answered with `ToConn::SingleActive`.
+    SingleActive {
+        /// Connection.
+        conn: ConnId,
+        /// What happened.
+        op: SacOp,
+    },
     /// The connection layer refused something on a channel (e.g. an oversized
     /// message); the master closes that channel.
     ChannelError {
@@ -159,6 +168,66 @@ pub enum TrackOp {
     Stats {
         /// The stream.
         stream: String,
+    },
+}
+
+/// A single active consumer request ([`Input::SingleActive`]); a group is
+/// the connection's virtual host, `stream` and `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SacOp {
+    /// A subscription joins its group: answered with
+    /// [`SacNote::Registered`], then updates as it becomes active.
+    Register {
+        /// The subscription id on the connection.
+        subscription: u8,
+        /// The stream.
+        stream: String,
+        /// The consumer name (the group).
+        name: String,
+        /// The super stream the stream is a partition of, if the
+        /// subscription said so.
+        super_stream: Option<String>,
+    },
+    /// A subscription leaves its group.
+    Unregister {
+        /// The subscription id on the connection.
+        subscription: u8,
+        /// The stream.
+        stream: String,
+        /// The consumer name.
+        name: String,
+    },
+    /// A subscription told to step down answered its consumer update.
+    SteppedDown {
+        /// The subscription id on the connection.
+        subscription: u8,
+        /// The stream.
+        stream: String,
+        /// The consumer name.
+        name: String,
+    },
+}
+
+/// What the master tells a connection of its single active consumers.
+#[derive(Debug)]
+pub enum SacNote {
+    /// The answer to [`SacOp::Register`].
+    Registered {
+        /// The subscription.
+        subscription: u8,
+        /// Joined, or why not (no such stream, access refused).
+        result: Result<(), AmqpError>,
+    },
+    /// The subscription becomes the active consumer of its group, or
+    /// gives way (`stepping_down`: its answer goes back as
+    /// [`SacOp::SteppedDown`]).
+    Update {
+        /// The subscription.
+        subscription: u8,
+        /// Whether it is active from now on.
+        active: bool,
+        /// It gives way to another member.
+        stepping_down: bool,
     },
 }
 
@@ -378,6 +447,8 @@ pub enum ToConn {
     /// protocol connections only: their publishers have no consumer whose
     /// cancel would tell them).
     StreamDeleted(String),
+    /// Single active consumer news for a stream connection's subscription.
+    SingleActive(SacNote),
     /// The master closed this channel (its state is already gone): send channel.close.
     CloseChannel(u16, AmqpError),
     /// The master closed the connection: send connection.close.
@@ -401,6 +472,7 @@ impl ToConn {
             ToConn::Opened
             | ToConn::CloseConnection(_)
             | ToConn::Alarm(_)
+            | ToConn::SingleActive(_)
             | ToConn::StreamDeleted(_) => None,
         }
     }

@@ -22,6 +22,7 @@ mod limits;
 mod publish;
 mod queue_key;
 mod reply_to;
+mod sac;
 mod stable;
 pub mod stats;
 mod stream;
@@ -74,6 +75,9 @@ pub struct Master {
     stats: stats::Stats,
     /// Handles of the Prometheus counters bumped per message.
     counters: counters::HotCounters,
+    /// The stream protocol's single active consumer groups (`sac`; not
+    /// replicated).
+    sac: sac::Groups,
 }
 
 impl Master {
@@ -93,6 +97,7 @@ impl Master {
             admin_waiting: admin::AdminWaiting::default(),
             stats: stats::Stats::default(),
             counters: counters::HotCounters::new(),
+            sac: sac::Groups::default(),
         }
     }
 
@@ -204,6 +209,7 @@ impl Master {
             Input::ForceClose { conn, reason } => self.force_close(conn, &reason),
             Input::ChannelOpen { conn, ch } => self.channel_open(conn, ch),
             Input::ChannelError { conn, ch, error } => self.fail(conn, ch, error),
+            Input::SingleActive { conn, op } => self.single_active(conn, op),
             other => {
                 let (conn, ch) = match &other {
                     Input::ChannelClose { conn, ch }
@@ -354,6 +360,7 @@ impl Master {
         let Some(s) = self.sessions.conns.remove(&conn) else {
             return;
         };
+        self.single_active_disconnect(conn);
         metrics::counter!(crate::metrics::CONNECTIONS_CLOSED).increment(1);
         for q in s.exclusive_queues {
             if self.broker.queue(&s.vhost, &q).is_some() {
@@ -414,6 +421,7 @@ impl Master {
                     }
                 }
             }
+            self.sac.remove_stream(&key.0, &key.1);
             self.gate.forget_queue(&key);
         }
         applied

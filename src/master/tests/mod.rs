@@ -102,5 +102,6 @@ pub(super) fn delivered(out: &[Output]) -> Vec<String> {
 mod acks;
 mod gate;
 mod recovery;
+mod sac;
 mod stable;
 mod timers;

@@ -4,6 +4,7 @@
 //! a super stream's route and partitions.
 
 use super::*;
+use subscribe::NewSubscription;
 
 /// A request being answered on the control channel.
 #[derive(Debug)]
@@ -65,12 +66,7 @@ enum Handling {
     /// support the request.
     Answer(Reply),
     /// Subscribe, on a channel of the subscription's own.
-    Subscribe {
-        subscription_id: u8,
-        stream: String,
-        offset: OffsetSpec,
-        credit: u16,
-    },
+    Subscribe(NewSubscription),
 }
 
 impl Bridge {
@@ -95,19 +91,7 @@ impl Bridge {
                 correlation_id,
                 reply,
             }),
-            Handling::Subscribe {
-                subscription_id,
-                stream,
-                offset,
-                credit,
-            } => self.subscribe(
-                correlation_id,
-                subscription_id,
-                stream,
-                offset,
-                credit,
-                master,
-            ),
+            Handling::Subscribe(new) => self.subscribe(correlation_id, new, master),
         }
     }
 
@@ -161,13 +145,14 @@ impl Bridge {
                 stream,
                 offset,
                 credit,
-                ..
-            } => Handling::Subscribe {
-                subscription_id,
+                properties,
+            } => Handling::Subscribe(NewSubscription {
+                id: subscription_id,
                 stream,
                 offset,
                 credit,
-            },
+                properties,
+            }),
             Request::QueryOffset { reference, stream } => Handling::Ask(OpKind::Query {
                 stream,
                 kind: Tracking::Offset,

@@ -19,6 +19,8 @@
 //!   of consecutive offsets; a chunk's messages are acked (which moves the
 //!   consumer's window, it removes nothing) once the connection has written
 //!   it, so at most a prefetch of messages waits for the client's credit.
+//!   A single active consumer's channel consumes only while the master's
+//!   group makes it the active one (`single_active`).
 //!
 //! Sans-IO: every call takes what happened and appends what to send to the
 //! master and to the stream connection. What it is not: the stream
@@ -26,6 +28,7 @@
 
 mod control;
 mod publish;
+mod single_active;
 mod subscribe;
 
 use control::{ControlOp, Outcome, stream_code};
@@ -174,6 +177,11 @@ impl Bridge {
             sc::Action::Unsubscribe {
                 subscription_id, ..
             } => self.unsubscribe(subscription_id, master),
+            sc::Action::ConsumerUpdateAnswered {
+                subscription_id,
+                code,
+                offset,
+            } => self.on_consumer_update_answered(subscription_id, code, offset, master),
             sc::Action::WriteChunk { head, .. } => self.ack_written_chunk(&head, master),
             sc::Action::Credit {
                 subscription_id,
@@ -258,23 +266,21 @@ impl Bridge {
     /// The client ended a subscription: close its channel.
     fn unsubscribe(&mut self, subscription_id: u8, master: &mut Vec<Input>) {
         if let Some(s) = self.subs.remove(&subscription_id) {
-            self.channels.remove(&s.channel);
-            self.closing.insert(s.channel);
-            master.push(Input::ChannelClose {
-                conn: self.conn,
-                ch: s.channel,
-            });
+            self.close_subscription_channel(s.channel, master);
+            self.leave_group(subscription_id, &s, master);
         }
     }
 
     /// A chunk was written: ack its messages (up to its last delivery tag),
-    /// which moves its subscription's window.
+    /// which moves its subscription's window (unless its channel was
+    /// closed since: a single active consumer that gave way).
     fn ack_written_chunk(&mut self, head: &[u8], master: &mut Vec<Input>) {
         // The deliver frame's subscription id follows its size, key
         // and version.
         if let Some(&id) = head.get(8)
             && let Some(s) = self.subs.get_mut(&id)
-            && let Some(tag) = s.in_flight.pop_front()
+            && let Some((ch, tag)) = s.in_flight.pop_front()
+            && ch == s.channel
         {
             master.push(method(
                 self.conn,
@@ -337,10 +343,14 @@ impl Bridge {
             // The state machine sends a metadata update if the connection
             // has a publisher or a subscription on it; a subscription's own
             // cancel follows and finds the subscription gone.
-            ToConn::StreamDeleted(stream) => conn.push(sc::Input::StreamGone {
-                stream,
-                code: ResponseCode::StreamNotAvailable,
-            }),
+            ToConn::StreamDeleted(stream) => {
+                self.drop_waiting_members(&stream, master);
+                conn.push(sc::Input::StreamGone {
+                    stream,
+                    code: ResponseCode::StreamNotAvailable,
+                })
+            }
+            ToConn::SingleActive(note) => self.on_single_active(note, master, conn),
             // Deliveries, and the subscriptions' channels; open-ok, qos-ok
             // and select-ok need nothing.
             other => self.on_subscription(other, master, conn),
@@ -375,7 +385,7 @@ impl Bridge {
             let held = s.pending.split_off(ready);
             for chunk in pack(std::mem::replace(&mut s.pending, held), max_bytes) {
                 s.credit = s.credit.saturating_sub(1);
-                s.in_flight.push_back(chunk.last_tag);
+                s.in_flight.push_back((s.channel, chunk.last_tag));
                 conn.push(sc::Input::Deliver {
                     subscription_id: id,
                     committed_chunk_id: chunk.id,
@@ -401,5 +411,7 @@ fn close_input(e: &AmqpError) -> sc::Input {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sac;
 #[cfg(test)]
 mod tests_suites;

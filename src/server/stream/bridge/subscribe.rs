@@ -2,6 +2,8 @@
 //! consecutive offsets, acked once written.
 
 use super::*;
+use single_active::Sac;
+use stablemq_protocol::stream::Properties;
 
 /// One subscription's channel.
 #[derive(Debug)]
@@ -12,14 +14,28 @@ pub(super) struct Subscription {
     pub(super) subscribing: Option<u32>,
     /// Deliveries not packed yet, in delivery order.
     pub(super) pending: Vec<Delivered>,
-    /// The last delivery tag of each chunk handed to the connection and not
-    /// written yet, oldest first.
-    pub(super) in_flight: VecDeque<u64>,
+    /// The channel and last delivery tag of each chunk handed to the
+    /// connection and not written yet, oldest first (a single active
+    /// consumer that gave way has a new channel: the old one's are not
+    /// acked).
+    pub(super) in_flight: VecDeque<(u16, u64)>,
     /// Chunks the client will take now (the connection's count of its
     /// credit). Without any, deliveries wait here unpacked, so the chunk
     /// sent once credit comes holds all of them (as RabbitMQ's holds a
     /// whole publish batch) rather than the first of many small ones.
     pub(super) credit: u32,
+    /// Its single active consumer group, if it asked for one.
+    pub(super) sac: Option<Sac>,
+}
+
+/// A subscribe request, as the bridge starts it.
+#[derive(Debug)]
+pub(super) struct NewSubscription {
+    pub(super) id: u8,
+    pub(super) stream: String,
+    pub(super) offset: OffsetSpec,
+    pub(super) credit: u16,
+    pub(super) properties: Properties,
 }
 
 /// A delivery waiting to be packed into a chunk.
@@ -81,6 +97,7 @@ impl Bridge {
                         conn: self.conn,
                         ch,
                     });
+                    self.leave_group(id, &s, master);
                     conn.push(sc::Input::StreamGone {
                         stream: s.stream,
                         code: ResponseCode::StreamNotAvailable,
@@ -94,6 +111,7 @@ impl Bridge {
                 if let Some(id) = self.channels.remove(&ch)
                     && let Some(s) = self.subs.remove(&id)
                 {
+                    self.leave_group(id, &s, master);
                     match s.subscribing {
                         Some(correlation_id) => conn.push(sc::Input::Reply {
                             correlation_id,
@@ -110,16 +128,56 @@ impl Bridge {
         }
     }
 
+    /// A subscription: a channel of its own, and there a basic.consume
+    /// at once or, for a single active consumer, its group joined first
+    /// (it consumes once active, `single_active`).
     pub(super) fn subscribe(
         &mut self,
         correlation_id: u32,
-        id: u8,
-        stream: String,
-        offset: OffsetSpec,
-        credit: u16,
+        new: NewSubscription,
         master: &mut Vec<Input>,
     ) {
+        let NewSubscription {
+            id,
+            stream,
+            offset,
+            credit,
+            properties,
+        } = new;
         let ch = self.free_channel();
+        master.push(Input::ChannelOpen {
+            conn: self.conn,
+            ch,
+        });
+        let sac = single_active::group_of(&properties, &offset);
+        match &sac {
+            Some(sac) => self.join_group(id, &stream, sac, master),
+            None => self.consume(ch, id, &stream, offset, master),
+        }
+        self.channels.insert(ch, id);
+        self.subs.insert(
+            id,
+            Subscription {
+                channel: ch,
+                stream,
+                subscribing: Some(correlation_id),
+                pending: Vec::new(),
+                in_flight: VecDeque::new(),
+                credit: u32::from(credit),
+                sac,
+            },
+        );
+    }
+
+    /// basic.qos and basic.consume from `offset` on a subscription's channel.
+    pub(super) fn consume(
+        &self,
+        ch: u16,
+        id: u8,
+        stream: &str,
+        offset: OffsetSpec,
+        master: &mut Vec<Input>,
+    ) {
         let start = match offset {
             OffsetSpec::First => AMQPValue::LongString("first".into()),
             OffsetSpec::Last => AMQPValue::LongString("last".into()),
@@ -138,10 +196,6 @@ impl Bridge {
             ShortString::from(crate::broker::stream_record::RECORDS_ARG),
             AMQPValue::Boolean(true),
         );
-        master.push(Input::ChannelOpen {
-            conn: self.conn,
-            ch,
-        });
         master.push(method(
             self.conn,
             ch,
@@ -154,7 +208,7 @@ impl Bridge {
             self.conn,
             ch,
             AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
-                queue: ShortString::from(stream.as_str()),
+                queue: ShortString::from(stream),
                 consumer_tag: ShortString::from(format!("stream-subscription-{id}")),
                 no_local: false,
                 no_ack: false,
@@ -163,18 +217,6 @@ impl Bridge {
                 arguments,
             })),
         ));
-        self.channels.insert(ch, id);
-        self.subs.insert(
-            id,
-            Subscription {
-                channel: ch,
-                stream,
-                subscribing: Some(correlation_id),
-                pending: Vec::new(),
-                in_flight: VecDeque::new(),
-                credit: u32::from(credit),
-            },
-        );
     }
 
     /// The lowest subscription channel neither in use nor closing.
