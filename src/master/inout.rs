@@ -169,6 +169,25 @@ pub enum TrackOp {
         /// The stream.
         stream: String,
     },
+    /// Whether the connection's user may create or delete the super stream
+    /// `exchange` (answered [`TrackAnswer::Permitted`]): configure on the
+    /// exchange; with `partitions`, also read on the exchange and configure
+    /// and write on each partition (RabbitMQ's
+    /// `check_super_stream_management_permitted`).
+    SuperStreamPermitted {
+        /// The super stream's exchange.
+        exchange: String,
+        /// Its partitions, for the whole check.
+        partitions: Option<Vec<String>>,
+    },
+    /// Whether the exchange or any of the queues exists, of any type
+    /// (answered [`TrackAnswer::Exists`]): a new super stream takes none.
+    AnyExists {
+        /// The exchange.
+        exchange: String,
+        /// The queues.
+        queues: Vec<String>,
+    },
 }
 
 /// A single active consumer request ([`Input::SingleActive`]); a group is
@@ -240,6 +259,10 @@ pub enum TrackAnswer {
     Streams(Result<Vec<String>, ()>),
     /// A stream's statistics by name (`Err(())`: no such stream).
     Stats(Result<Vec<(String, i64)>, ()>),
+    /// The user may do it.
+    Permitted(bool),
+    /// Something of that name exists.
+    Exists(bool),
 }
 
 /// What a connection's handshake negotiated, as the management API lists it

@@ -27,6 +27,7 @@ mod stable;
 pub mod stats;
 mod stream;
 mod super_stream;
+pub(crate) use super_stream::PARTITION_ORDER;
 mod timers;
 
 use crate::broker::event::Event;

@@ -303,6 +303,27 @@ impl Master {
                 let streams = super::super_stream::partitions(&self.broker, &vhost, &exchange);
                 self.reply_tracked(conn, ch, TrackAnswer::Streams(streams));
             }
+            TrackOp::SuperStreamPermitted {
+                exchange,
+                partitions,
+            } => {
+                let user = self.sessions.conns.get(&conn).map(|s| s.user.clone());
+                let permitted = user.is_some_and(|user| {
+                    super::super_stream::permitted(
+                        &self.broker,
+                        &user,
+                        &vhost,
+                        &exchange,
+                        partitions.as_deref(),
+                    )
+                });
+                self.reply_tracked(conn, ch, TrackAnswer::Permitted(permitted));
+            }
+            TrackOp::AnyExists { exchange, queues } => {
+                let exists =
+                    super::super_stream::any_exists(&self.broker, &vhost, &exchange, &queues);
+                self.reply_tracked(conn, ch, TrackAnswer::Exists(exists));
+            }
         }
     }
 

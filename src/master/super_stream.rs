@@ -4,13 +4,19 @@
 //! state, so a super stream made by AMQP declares, by the management API or
 //! by the stream protocol's create super stream is the same thing.
 //!
-//! Neither looks at the exchange's `x-super-stream` argument: RabbitMQ does
+//! Create and delete super stream (3.13+) are run by the stream bridge as
+//! AMQP declares, binds and deletes; the master adds the two checks RabbitMQ
+//! makes first, from its state: the permissions, and that none of the names
+//! is taken.
+//!
+//! Neither route nor partitions looks at the exchange's `x-super-stream` argument: RabbitMQ does
 //! not either (rabbitmq-stream-js-client's tests make theirs with
 //! `x-super-stream-enabled`), any exchange with streams bound to it answers.
 
 use crate::broker::Broker;
 use crate::broker::event::{Binding, Destination};
 use crate::broker::queue_args::{int, text};
+use crate::users::Perm;
 use std::cmp::Ordering;
 
 /// The binding argument that orders a super stream's partitions.
@@ -55,6 +61,39 @@ pub(super) fn partitions(broker: &Broker, vhost: &str, exchange: &str) -> Result
         }
     }
     Ok(streams)
+}
+
+/// Whether `user` may create or delete the super stream `exchange` of
+/// `vhost`, as RabbitMQ's stream plugin checks before it touches anything:
+/// configure on the exchange (all a delete checks before it looks up the
+/// partitions); with `partitions`, read on the exchange and configure and
+/// write on every partition too (declaring, binding from, binding to).
+pub(super) fn permitted(
+    broker: &Broker,
+    user: &str,
+    vhost: &str,
+    exchange: &str,
+    partitions: Option<&[String]>,
+) -> bool {
+    let allows = |perm, name: &str| broker.access.allows(user, vhost, perm, name);
+    if !allows(Perm::Configure, exchange) {
+        return false;
+    }
+    let Some(partitions) = partitions else {
+        return true;
+    };
+    allows(Perm::Read, exchange)
+        && partitions
+            .iter()
+            .all(|p| allows(Perm::Configure, p) && allows(Perm::Write, p))
+}
+
+/// Whether the exchange or any of the queues (of any type) exists in
+/// `vhost`: a new super stream must take none of them (RabbitMQ answers
+/// stream already exists, 0x05).
+pub(super) fn any_exists(broker: &Broker, vhost: &str, exchange: &str, queues: &[String]) -> bool {
+    broker.exchange(vhost, exchange).is_some()
+        || queues.iter().any(|q| broker.queue(vhost, q).is_some())
 }
 
 /// A destination's name if it is a stream of `vhost`.

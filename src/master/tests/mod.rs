@@ -104,4 +104,5 @@ mod gate;
 mod recovery;
 mod sac;
 mod stable;
+mod super_stream;
 mod timers;

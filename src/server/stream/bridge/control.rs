@@ -1,10 +1,12 @@
 //! Requests the master answers on the control channel, one at a time:
 //! create and delete stream (a passive declare first, for the stream
 //! protocol's codes), declare publisher, metadata, the tracking queries, and
-//! a super stream's route and partitions.
+//! a super stream's route and partitions, create and delete super stream
+//! (their steps: `super_stream`).
 
 use super::*;
 use subscribe::NewSubscription;
+use super_stream::SuperStreamOp;
 
 /// A request being answered on the control channel.
 #[derive(Debug)]
@@ -46,11 +48,13 @@ pub(super) enum OpKind {
         todo: VecDeque<String>,
         done: Vec<StreamMetadata>,
     },
+    /// Create or delete super stream, step by step.
+    SuperStream(SuperStreamOp),
 }
 
 /// How the master answered the current control request.
 pub(super) enum Outcome<'a> {
-    /// declare-ok, delete-ok.
+    /// declare-ok, delete-ok, bind-ok (of a queue or an exchange).
     Done,
     /// The channel was closed with this error.
     Refused(&'a AmqpError),
@@ -178,9 +182,18 @@ impl Bridge {
             Request::StreamStats { stream } => {
                 Handling::Ask(OpKind::Lookup(TrackOp::Stats { stream }))
             }
-            r @ (Request::ResolveOffsetSpec { .. }
-            | Request::CreateSuperStream { .. }
-            | Request::DeleteSuperStream { .. }) => Handling::Answer(unsupported_reply(&r)),
+            r @ (Request::CreateSuperStream { .. } | Request::DeleteSuperStream { .. }) => {
+                match SuperStreamOp::new(r) {
+                    Ok(op) => Handling::Ask(OpKind::SuperStream(op)),
+                    Err(code) => Handling::Answer(Reply::Code(code)),
+                }
+            }
+            // Not supported: internal error, as RabbitMQ 3.10 has no such
+            // command either.
+            Request::ResolveOffsetSpec { .. } => Handling::Answer(Reply::Offset {
+                code: ResponseCode::InternalError,
+                offset: 0,
+            }),
         }
     }
 
@@ -259,6 +272,15 @@ impl Bridge {
                 self.current = Some(op);
                 return;
             }
+            OpKind::SuperStream(s) => match s.input(self.conn) {
+                Some(input) => {
+                    master.push(input);
+                    self.current = Some(op);
+                    return;
+                }
+                // Never: an op with no step left has been answered.
+                None => return,
+            },
             OpKind::Metadata { todo, .. } => match todo.front() {
                 Some(s) => declare(s, true, FieldTable::default()),
                 // Never: an empty request is answered in `on_request`, and
@@ -320,6 +342,14 @@ impl Bridge {
                 (o, _, _) => Some(Reply::Code(code(o))),
             },
             OpKind::Create { .. } | OpKind::Delete { .. } => Some(Reply::Code(code(&outcome))),
+            OpKind::SuperStream(s) => s
+                .on_outcome(&outcome)
+                .or_else(|| {
+                    s.input(self.conn)
+                        .is_none()
+                        .then_some(ResponseCode::InternalError)
+                })
+                .map(Reply::Code),
             OpKind::Query { kind, .. } => Some(query_reply(*kind, outcome)),
             OpKind::Lookup(TrackOp::Stats { .. }) => Some(stats_reply(outcome)),
             OpKind::Lookup(_) => Some(streams_reply(outcome)),
@@ -372,19 +402,6 @@ impl Bridge {
     }
 }
 
-/// The answer to a request StableMQ does not support: offset specs,
-/// creating and deleting super streams.
-fn unsupported_reply(request: &Request) -> Reply {
-    match request {
-        Request::ResolveOffsetSpec { .. } => Reply::Offset {
-            code: ResponseCode::InternalError,
-            offset: 0,
-        },
-        // Create and delete super stream.
-        _ => Reply::Code(ResponseCode::InternalError),
-    }
-}
-
 /// The stream protocol's code for what the master answered.
 fn outcome_code(o: &Outcome<'_>) -> ResponseCode {
     match o {
@@ -398,6 +415,10 @@ fn outcome_code(o: &Outcome<'_>) -> ResponseCode {
         | Outcome::Tracked(
             TrackAnswer::Value(Ok(_)) | TrackAnswer::Streams(Ok(_)) | TrackAnswer::Stats(Ok(_)),
         ) => ResponseCode::Ok,
+        // Answers to a super stream's checks only.
+        Outcome::Tracked(TrackAnswer::Permitted(_) | TrackAnswer::Exists(_)) => {
+            ResponseCode::InternalError
+        }
     }
 }
 
@@ -514,7 +535,7 @@ pub(super) fn stream_arguments(args: &[(String, String)]) -> Result<FieldTable, 
 
 /// Whether a new stream may have this name (RabbitMQ's stream plugin
 /// refuses the empty name and the `amq.` prefix).
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty() && !name.starts_with("amq.")
 }
 

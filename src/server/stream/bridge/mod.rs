@@ -10,7 +10,8 @@
 //! The channels of one stream connection:
 //! - [`CONTROL`]: requests answered by the master one at a time, in order
 //!   (create and delete stream, declare publisher and metadata as passive
-//!   declares). A refusal closes the channel; it is opened again for the next
+//!   declares; create and delete super stream as a sequence of declares,
+//!   binds and deletes). A refusal closes the channel; it is opened again for the next
 //!   request.
 //! - [`PUBLISH`]: every publisher's messages, with publisher confirms; each
 //!   delivery tag remembers its publisher and publishing id.
@@ -30,6 +31,7 @@ mod control;
 mod publish;
 mod single_active;
 mod subscribe;
+mod super_stream;
 
 use control::{ControlOp, Outcome, stream_code};
 use publish::{Deduplicated, Unconfirmed};
@@ -41,7 +43,7 @@ use crate::broker::stream_record::{ChunkMark, chunk_mark};
 use crate::error::{AmqpError, ReplyCode};
 use crate::master::inout::{ConnId, Input, ToConn, TrackAnswer, TrackOp};
 use bytes::Bytes;
-use stablemq_protocol::methods::{basic, channel, confirm, queue};
+use stablemq_protocol::methods::{basic, channel, confirm, exchange, queue};
 use stablemq_protocol::stream::conn::{self as sc, Reply, Request};
 use stablemq_protocol::stream::{
     Broker, ChunkBuilder, Entry, OffsetSpec, PublishedMessage, PublishingError, ResponseCode,
@@ -305,10 +307,17 @@ impl Bridge {
                 self.opened = true;
                 conn.push(sc::Input::VhostOpened(true))
             }
-            ToConn::Method(CONTROL, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_)))
-            | ToConn::Method(CONTROL, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(_))) => {
-                self.on_control(Outcome::Done, master, conn)
-            }
+            ToConn::Method(
+                CONTROL,
+                AMQPClass::Queue(
+                    queue::AMQPMethod::DeclareOk(_)
+                    | queue::AMQPMethod::DeleteOk(_)
+                    | queue::AMQPMethod::BindOk(_),
+                )
+                | AMQPClass::Exchange(
+                    exchange::AMQPMethod::DeclareOk(_) | exchange::AMQPMethod::DeleteOk(_),
+                ),
+            ) => self.on_control(Outcome::Done, master, conn),
             ToConn::Tracked { ch: CONTROL, value } => {
                 self.on_control(Outcome::Tracked(value), master, conn)
             }
@@ -415,3 +424,5 @@ mod tests;
 mod tests_sac;
 #[cfg(test)]
 mod tests_suites;
+#[cfg(test)]
+mod tests_super_stream;
