@@ -160,47 +160,77 @@ impl BrokerReducer {
     }
 
     /// Whether `queue` is a stream now (the definitions so far).
-    /// A stream's tracked reference, put under its key as apply leaves it
-    /// (a sequence never goes back); tracking of no stream does nothing, as
-    /// in apply.
-    fn put_tracking(
+    /// A `Published` event: each durable queue's copy, kept pending until
+    /// the window's end; a deduplicating publisher's sequence under its
+    /// stream's tracking key (`streams.rs`).
+    fn reduce_published(
         &mut self,
-        vhost: String,
-        queue: String,
-        kind: Tracking,
-        reference: String,
-        value: u64,
+        event: Event,
         out: &mut Vec<StateOp>,
     ) -> Result<(), ReduceError> {
-        if !self.is_stream(&vhost, &queue) {
+        let Some(Published { vhost, msg, queues }) = event.into_published() else {
             return Ok(());
-        }
-        let key = keys::tracking_key(&vhost, &queue, kind, &reference)?;
-        let mut tracked = Event::StreamTracked {
-            vhost,
-            queue,
-            kind,
-            reference,
-            value,
         };
-        self.defs.apply(&tracked, 0);
-        if let Event::StreamTracked {
-            vhost,
-            queue,
-            reference,
-            value,
-            ..
-        } = &mut tracked
-            && let Some(now) = self
-                .stream_of(vhost, queue)
-                .and_then(|s| s.tracked(kind, reference))
-        {
-            *value = now;
+        let (msg_id, timestamp_ms) = (msg.id, msg.timestamp_ms);
+        if msg_id > self.max_msg_id {
+            self.max_msg_id = msg_id;
+            self.max_dirty = true;
         }
-        out.push(StateOp::Put {
-            key,
-            value: tracked.encode(),
-        });
+        let msg_ttl = msg.expiration_ms();
+        // A deduplicating publisher's sequence rides in its record's
+        // event (`stream_record::PUBLISHER_HEADER`): kept as apply
+        // keeps it, under the stream's tracking key.
+        if let Some((reference, id)) = crate::broker::stream_record::publisher_sequence(&msg) {
+            let reference = reference.to_owned();
+            for queue in &queues {
+                self.put_tracking(
+                    vhost.to_string(),
+                    queue.to_string(),
+                    Tracking::Sequence,
+                    reference.clone(),
+                    id,
+                    out,
+                )?;
+            }
+        }
+        let transient_for_a_stream = !msg.is_persistent()
+            && queues
+                .iter()
+                .any(|q| self.defs.queue(&vhost, q).is_some_and(|q| q.args.stream));
+        for queue in &queues {
+            // Only queues the log declared: a non-durable queue is
+            // routed to but never logged, and apply skips it too.
+            let Some(q) = self.defs.queue(&vhost, queue) else {
+                continue;
+            };
+            // A transient message is logged when a stream got it:
+            // another durable queue loses it at a restart, as
+            // RabbitMQ's do, so only the stream keeps a copy.
+            if transient_for_a_stream && !q.args.stream {
+                continue;
+            }
+            let ttl = match (q.args.message_ttl, msg_ttl) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let expires_at_ms = ttl.map(|t| timestamp_ms.saturating_add(t));
+            let key = self.keys.message_key(&vhost, queue, msg_id)?;
+            if msg_id > self.batch_floor {
+                let copy = PendingCopy {
+                    msg: msg.clone(),
+                    expires_at_ms,
+                };
+                self.pending.insert(key, copy);
+            } else {
+                // An id the state may hold already (never made by
+                // the broker, which numbers publishes upwards): write
+                // it at once, in order with the ops around it.
+                out.push(StateOp::Put {
+                    key,
+                    value: encode_message_into(&mut self.values, &msg, expires_at_ms),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -275,73 +305,7 @@ impl Reducer for BrokerReducer {
         let event = Event::decode_shared(&entry.payload)
             .map_err(|e| ReduceError(format!("entry {}: {e}", entry.pos)))?;
         match event {
-            Event::Published { .. } => {
-                let Some(Published { vhost, msg, queues }) = event.into_published() else {
-                    return Ok(());
-                };
-                let (msg_id, timestamp_ms) = (msg.id, msg.timestamp_ms);
-                if msg_id > self.max_msg_id {
-                    self.max_msg_id = msg_id;
-                    self.max_dirty = true;
-                }
-                let msg_ttl = msg.expiration_ms();
-                // A deduplicating publisher's sequence rides in its record's
-                // event (`stream_record::PUBLISHER_HEADER`): kept as apply
-                // keeps it, under the stream's tracking key.
-                if let Some((reference, id)) =
-                    crate::broker::stream_record::publisher_sequence(&msg)
-                {
-                    let reference = reference.to_owned();
-                    for queue in &queues {
-                        self.put_tracking(
-                            vhost.to_string(),
-                            queue.to_string(),
-                            Tracking::Sequence,
-                            reference.clone(),
-                            id,
-                            out,
-                        )?;
-                    }
-                }
-                let transient_for_a_stream = !msg.is_persistent()
-                    && queues
-                        .iter()
-                        .any(|q| self.defs.queue(&vhost, q).is_some_and(|q| q.args.stream));
-                for queue in &queues {
-                    // Only queues the log declared: a non-durable queue is
-                    // routed to but never logged, and apply skips it too.
-                    let Some(q) = self.defs.queue(&vhost, queue) else {
-                        continue;
-                    };
-                    // A transient message is logged when a stream got it:
-                    // another durable queue loses it at a restart, as
-                    // RabbitMQ's do, so only the stream keeps a copy.
-                    if transient_for_a_stream && !q.args.stream {
-                        continue;
-                    }
-                    let ttl = match (q.args.message_ttl, msg_ttl) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    let expires_at_ms = ttl.map(|t| timestamp_ms.saturating_add(t));
-                    let key = self.keys.message_key(&vhost, queue, msg_id)?;
-                    if msg_id > self.batch_floor {
-                        let copy = PendingCopy {
-                            msg: msg.clone(),
-                            expires_at_ms,
-                        };
-                        self.pending.insert(key, copy);
-                    } else {
-                        // An id the state may hold already (never made by
-                        // the broker, which numbers publishes upwards): write
-                        // it at once, in order with the ops around it.
-                        out.push(StateOp::Put {
-                            key,
-                            value: encode_message_into(&mut self.values, &msg, expires_at_ms),
-                        });
-                    }
-                }
-            }
+            Event::Published { .. } => self.reduce_published(event, out)?,
             Event::Removed {
                 vhost,
                 queue,
@@ -352,41 +316,7 @@ impl Reducer for BrokerReducer {
                 queue,
                 first_offset,
                 msg_ids,
-            } => {
-                // The entries go, and the cut stays, under its stream's key
-                // (`f`): a restore applies it before the messages, so they
-                // are numbered from its first offset.
-                self.remove_copies(&vhost, &queue, &msg_ids, out)?;
-                // As apply: a cut of no stream does nothing.
-                if !self.is_stream(&vhost, &queue) {
-                    return Ok(());
-                }
-                // Stored as apply leaves the stream (a cut below the first
-                // offset does nothing), so a restore comes to the same.
-                self.defs.apply(
-                    &Event::StreamTruncated {
-                        vhost: vhost.clone(),
-                        queue: queue.clone(),
-                        first_offset,
-                        msg_ids: Vec::new(),
-                    },
-                    0,
-                );
-                let first_offset = self
-                    .stream_of(&vhost, &queue)
-                    .map_or(first_offset, |s| s.first_offset());
-                let key = keys::stream_first_key(&vhost, &queue)?;
-                let cut = Event::StreamTruncated {
-                    vhost,
-                    queue,
-                    first_offset,
-                    msg_ids: Vec::new(),
-                };
-                out.push(StateOp::Put {
-                    key,
-                    value: cut.encode(),
-                });
-            }
+            } => self.put_cut(vhost, queue, first_offset, &msg_ids, out)?,
             Event::StreamTracked {
                 vhost,
                 queue,
@@ -634,5 +564,6 @@ fn decode_message(b: &[u8]) -> Result<StoredMessage, RestoreError> {
 }
 
 mod keys;
+mod streams;
 #[cfg(test)]
 mod tests;
