@@ -29,6 +29,24 @@ fn run(args: &[&str], limit: Duration) -> (bool, String) {
     run_to_end(cmd, limit)
 }
 
+/// Run the case script `python/stream/NAME` with `args` (at most `limit`):
+/// it must exit 0 and print `checks` lines starting "ok ".
+fn run_cases(name: &str, args: &[String], limit: Duration, checks: usize) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python/stream")
+        .join(name);
+    let mut all = vec![script.to_str().expect("utf-8 path").to_string()];
+    all.extend(args.iter().cloned());
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let (ok, out) = run(&all, limit);
+    assert!(ok, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        checks,
+        "{out}"
+    );
+}
+
 /// Run `cmd` to its end (at most `limit`, else it is killed and the test
 /// fails); its stdout, and whether it exited 0.
 fn run_to_end(mut cmd: Command, limit: Duration) -> (bool, String) {
@@ -116,21 +134,12 @@ fn super_streams_route_and_partition_as_rabbitmq_binds_them() {
 #[test]
 fn create_and_delete_super_stream_as_rabbitmq_3_13() {
     let broker = Broker::start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/super_stream_create.py");
     let url = format!("http://127.0.0.1:{}", broker.management_port);
-    let (ok, out) = run(
-        &[
-            script.to_str().expect("utf-8 path"),
-            &broker.stream_port.to_string(),
-            &url,
-        ],
+    run_cases(
+        "super_stream_create.py",
+        &[broker.stream_port.to_string(), url],
         Duration::from_secs(120),
-    );
-    assert!(ok, "{out}");
-    assert_eq!(
-        out.lines().filter(|l| l.starts_with("ok ")).count(),
         24,
-        "{out}"
     );
 }
 
@@ -142,20 +151,11 @@ fn create_and_delete_super_stream_as_rabbitmq_3_13() {
 #[test]
 fn single_active_consumers_take_turns_on_streams_and_partitions() {
     let broker = Broker::start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/single_active.py");
-    let (ok, out) = run(
-        &[
-            script.to_str().expect("utf-8 path"),
-            &broker.stream_port.to_string(),
-            &broker.amqp_port.to_string(),
-        ],
+    run_cases(
+        "single_active.py",
+        &[broker.stream_port.to_string(), broker.amqp_port.to_string()],
         Duration::from_secs(120),
-    );
-    assert!(ok, "{out}");
-    assert_eq!(
-        out.lines().filter(|l| l.starts_with("ok ")).count(),
         13,
-        "{out}"
     );
 }
 
@@ -618,20 +618,11 @@ fn a_deduplicating_publisher_resending_after_a_master_kill_stores_each_id_once()
 #[test]
 fn the_stream_management_endpoints_list_publishers_and_consumers() {
     let broker = Broker::start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/stream_api.py");
     let url = format!("http://127.0.0.1:{}", broker.management_port);
-    let (ok, out) = run(
-        &[
-            script.to_str().expect("utf-8 path"),
-            &broker.stream_port.to_string(),
-            &url,
-        ],
+    run_cases(
+        "stream_api.py",
+        &[broker.stream_port.to_string(), url],
         Duration::from_secs(90),
-    );
-    assert!(ok, "{out}");
-    assert_eq!(
-        out.lines().filter(|l| l.starts_with("ok ")).count(),
         18,
-        "{out}"
     );
 }
