@@ -623,6 +623,6 @@ fn the_stream_management_endpoints_list_publishers_and_consumers() {
         "stream_api.py",
         &[broker.stream_port.to_string(), url],
         Duration::from_secs(90),
-        18,
+        19,
     );
 }

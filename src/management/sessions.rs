@@ -133,7 +133,13 @@ impl ConnectionJson {
             port: info.local.map(|a| a.port()),
             peer_host: info.peer.as_ref().map(host),
             peer_port: info.peer.map(|a| a.port()),
-            channels: s.channels.len(),
+            // A stream connection has no channels: the ones its bridge
+            // opens on the master are not the client's (RabbitMQ 3.10 lists
+            // none for it).
+            channels: match info.protocol {
+                crate::master::inout::ClientProtocol::Stream => 0,
+                crate::master::inout::ClientProtocol::Amqp091 => s.channels.len(),
+            },
             channel_max: info.channel_max,
             frame_max: info.frame_max,
             timeout: info.heartbeat_secs,

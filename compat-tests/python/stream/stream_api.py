@@ -1,6 +1,6 @@
 """rabbitmq_stream_management's endpoints, with rstream.
 
-    stream_api.py STREAM_PORT MANAGEMENT_URL
+    stream_api.py STREAM_PORT MANAGEMENT_URL [--rabbitmq]
 
 A publisher with a reference publishes 5 messages with confirms, a consumer
 with an `identifier` property reads them from the first offset; then the
@@ -8,6 +8,11 @@ with an `identifier` property reads them from the first offset; then the
 counts (recorded with its rabbitmq_stream_management plugin and this
 script's cases). Prints "ok NAME" per check, "FAIL NAME ..." otherwise, and
 exits 1 on any failure. Only 127.0.0.1, every wait bounded.
+
+The stream connection's object in /api/connections differs: RabbitMQ 3.10
+gives it no `channels` and no traffic counters; StableMQ counts its bytes
+and socket reads and writes as for an AMQP connection, and says 0 channels
+(with --rabbitmq the fields must be absent).
 """
 
 import asyncio
@@ -22,6 +27,7 @@ import urllib.request
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 
 PORT, MGMT = int(sys.argv[1]), sys.argv[2]
+RABBITMQ = "--rabbitmq" in sys.argv[3:]
 S = "stream-api"
 failed = []
 
@@ -116,6 +122,20 @@ async def main():
             check("its publishers", (status, [x.get("reference") for x in its or []]), (200, ["pref"]))
             status, its = get("/api/stream/connections/%2F/" + q + "/consumers")
             check("its consumers", (status, its), (200, []))
+            status, all_conns = get("/api/connections")
+            gen = [x for x in all_conns or [] if x.get("name") == name]
+            gen = (gen or [{}])[0]
+            traffic = [gen.get(k) for k in ("channels", "recv_oct", "recv_cnt", "send_oct", "send_cnt")]
+            if RABBITMQ:
+                check("its /api/connections object: no channels, no traffic", traffic, [None] * 5)
+            else:
+                # 5 publishes of 2 bytes and their frames in, 5 confirms out.
+                check(
+                    "its /api/connections object: 0 channels, bytes and reads/writes counted",
+                    [traffic[0]] + [isinstance(v, int) and v > 0 for v in traffic[1:]]
+                    + [traffic[1] > 5 * 2 if traffic[1] else False],
+                    [0, True, True, True, True, True],
+                )
             check("no such vhost: 404", get("/api/stream/publishers/nope")[0], 404)
             check("no such connection: 404", get("/api/stream/connections/%2F/nope/consumers")[0], 404)
             return out

@@ -196,6 +196,9 @@ async fn run(
     {
         return;
     }
+    // Bytes and reads/writes for `/api/connections` and Prometheus, as an
+    // AMQP connection counts them (`server/conn_task.rs`).
+    let traffic = crate::metrics::conn_stats::register(id);
     let mut shutdown = ctx.shutdown.clone();
     let mut t = Task::new(ctx, id, peer, local, advertised);
     let (mut rd, mut wr) = sock.into_split();
@@ -212,7 +215,10 @@ async fn run(
             // client's socket (deliveries and confirms still go out).
             r = rd.read_buf(&mut rbuf), if !t.paused => match r {
                 Ok(0) | Err(_) => break,
-                Ok(_) => t.conn.handle_bytes(&mut rbuf, Instant::now()),
+                Ok(n) => {
+                    traffic.stats().received(n);
+                    t.conn.handle_bytes(&mut rbuf, Instant::now());
+                }
             },
             n = out_rx.recv_many(&mut inbox, 64), if outbox_open => {
                 outbox_open = n > 0;
@@ -239,9 +245,11 @@ async fn run(
             break;
         }
         if !t.wbuf.is_empty() {
+            traffic.stats().sending(t.wbuf.len());
             if wr.write_all(&t.wbuf).await.is_err() {
                 break;
             }
+            traffic.stats().sent(t.wbuf.len());
             t.wbuf.clear();
         }
         if closed || t.conn.is_closed() {
