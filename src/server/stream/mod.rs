@@ -6,6 +6,7 @@
 //! inputs is `bridge`, and what is stored is the master's.
 
 mod bridge;
+mod codecs;
 mod record;
 mod shown;
 

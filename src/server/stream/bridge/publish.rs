@@ -157,49 +157,26 @@ impl Bridge {
 /// chunks a subscription delivers pack several of them.
 const STORED_CHUNK_RECORDS: usize = 100;
 
-/// A sub-batch this large once uncompressed is refused: the records are
-/// kept in memory while they are published.
-const MAX_UNCOMPRESSED: u32 = 64 << 20;
-
 /// The records of a published entry, each stored as one entry of the stream
-/// (so a sub-batch of N records takes N offsets, as in Osiris). A gzip
-/// sub-batch (compression 1, what rstream's and the js client's compression
-/// sends) is uncompressed first; the other codecs (snappy, lz4, zstd), a
-/// body that does not uncompress to its declared length, or a malformed
-/// batch give none, which the publisher gets as an error.
+/// (so a sub-batch of N records takes N offsets, as in Osiris). A compressed
+/// sub-batch is uncompressed first (`server/stream/codecs.rs`: gzip, snappy,
+/// lz4, zstd); a body that does not uncompress to its declared length, or a
+/// malformed batch, gives none, which the publisher gets as an error.
 pub(super) fn entry_records(entry: Entry) -> Vec<Bytes> {
     let body = match entry {
         Entry::Simple(r) => return vec![r],
         Entry::SubBatch {
-            compression: 0,
-            body,
-            ..
-        } => body,
-        Entry::SubBatch {
-            compression: 1,
+            compression,
             uncompressed_length,
             body,
             ..
-        } => match gunzip(&body, uncompressed_length) {
-            Some(b) => b,
-            None => return Vec::new(),
+        } => match super::super::codecs::uncompress(compression, body, uncompressed_length) {
+            Ok(b) => b,
+            Err(why) => {
+                tracing::debug!(%why, "a sub-entry batch refused");
+                return Vec::new();
+            }
         },
-        Entry::SubBatch { .. } => return Vec::new(),
     };
     stablemq_protocol::stream::sub_batch_records(&body).unwrap_or_default()
-}
-
-/// `body` uncompressed, if it is gzip data of exactly `length` bytes.
-fn gunzip(body: &[u8], length: u32) -> Option<Bytes> {
-    use std::io::Read;
-    if length > MAX_UNCOMPRESSED {
-        return None;
-    }
-    let mut out = Vec::with_capacity(length as usize);
-    // One byte past the declared length, to see a body that says less.
-    flate2::read::GzDecoder::new(body)
-        .take(u64::from(length) + 1)
-        .read_to_end(&mut out)
-        .ok()?;
-    (out.len() == length as usize).then(|| Bytes::from(out))
 }

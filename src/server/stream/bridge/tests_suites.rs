@@ -97,7 +97,7 @@ fn ids_repeated_within_one_publish_frame_are_stored_once() {
 }
 
 #[test]
-fn a_gzip_sub_batch_is_stored_as_its_records_and_other_codecs_are_refused() {
+fn a_gzip_sub_batch_is_stored_as_its_records_and_a_mislabelled_one_is_refused() {
     use std::io::Write;
     let mut plain = Vec::new();
     for r in ["a", "bc"] {
@@ -118,10 +118,12 @@ fn a_gzip_sub_batch_is_stored_as_its_records_and_other_codecs_are_refused() {
         publish::entry_records(batch(1, len)),
         [Bytes::from("a"), Bytes::from("bc")]
     );
-    // A wrong declared length, or a codec StableMQ does not read (zstd).
+    // A wrong declared length, gzip data labelled zstd, an unknown code
+    // (every codec's own cases: server/stream/codecs.rs).
     assert!(publish::entry_records(batch(1, len + 1)).is_empty());
     assert!(publish::entry_records(batch(1, len - 1)).is_empty());
     assert!(publish::entry_records(batch(4, len)).is_empty());
+    assert!(publish::entry_records(batch(5, len)).is_empty());
 }
 
 #[test]
