@@ -432,6 +432,8 @@ fn close_input(e: &AmqpError) -> sc::Input {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_filter;
+#[cfg(test)]
 mod tests_sac;
 #[cfg(test)]
 mod tests_suites;
