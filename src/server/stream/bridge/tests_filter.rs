@@ -88,3 +88,16 @@ fn match_unfiltered_keeps_chunks_with_a_record_without_a_value() {
     assert_eq!(drop_unmatched(&mut s), [(3, false)]);
     assert_eq!(offsets(&s), [0, 1, 3]);
 }
+
+#[test]
+fn create_stream_takes_a_filter_size_in_rabbitmq_s_range() {
+    let args = |v: &str| [("stream-filter-size-bytes".to_owned(), v.to_owned())];
+    assert!(super::control::stream_arguments(&args("16")).is_ok());
+    assert!(super::control::stream_arguments(&args("255")).is_ok());
+    for bad in ["15", "256", "x"] {
+        assert!(
+            super::control::stream_arguments(&args(bad)).is_err(),
+            "{bad}"
+        );
+    }
+}
