@@ -644,3 +644,23 @@ fn the_stream_management_endpoints_list_publishers_and_consumers() {
         19,
     );
 }
+
+/// Stream filtering (3.13+) over both protocols (`python/stream/filtering.py`):
+/// a filtered subscription gets no chunk that holds only other values, an
+/// AMQP 0-9-1 consumer only matching entries, across protocols, and the
+/// filter values are still there after a SIGKILL restart.
+#[test]
+fn stream_filtering_over_both_protocols_survives_a_kill_9_restart() {
+    let mut broker = Broker::start();
+    let ports = [broker.stream_port.to_string(), broker.amqp_port.to_string()];
+    let phase = |p: &str| [ports[0].clone(), ports[1].clone(), p.to_owned()];
+    run_cases(
+        "filtering.py",
+        &phase("write"),
+        Duration::from_secs(180),
+        15,
+    );
+    broker.kill9();
+    broker.start_again();
+    run_cases("filtering.py", &phase("check"), Duration::from_secs(90), 3);
+}

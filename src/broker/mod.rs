@@ -18,6 +18,7 @@ pub mod queue_args;
 pub mod routing;
 pub mod state;
 pub mod stream;
+pub mod stream_filter;
 pub mod stream_record;
 
 use crate::fastmap::{FastMap, FastSet};

@@ -4,6 +4,7 @@ use super::Master;
 use super::inout::{ClientProtocol, ConnId, ToConn};
 use super::session::{Consumer, ConsumerKey, HeldAck, Tx, Unacked};
 use crate::broker::event::Event;
+use crate::broker::stream_filter::StreamFilter;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::metrics::{self as m, QueueKind};
 use stablemq_protocol::AMQPClass;
@@ -169,6 +170,12 @@ impl Master {
             true => Some(self.stream_start(conn, ch, vhost, &queue, c.no_ack, &c.arguments)?),
             false => None,
         };
+        // A filter is read only for a stream consumer, as RabbitMQ's stream
+        // queue type reads it. The stream protocol's subscriptions pass
+        // none: they filter whole chunks in the bridge.
+        let stream_filter = stream_offset
+            .and_then(|_| StreamFilter::from_consume_args(&c.arguments))
+            .map(Arc::new);
         let chan = self.chan(conn, ch)?;
         let prefetch = chan.consumer_prefetch;
         chan.consumers.insert(
@@ -180,6 +187,7 @@ impl Master {
                 unacked: 0,
                 arguments: c.arguments.clone(),
                 stream_offset,
+                stream_filter,
             },
         );
         let qc = self.sessions.consumers.entry(key).or_default();

@@ -3,6 +3,7 @@
 //! failover closes every connection, and unacked messages return to their queues.
 
 use super::inout::{ClientProtocol, ConnId, ConnInfo};
+use crate::broker::stream_filter::StreamFilter;
 use crate::fastmap::FastMap;
 use crate::fifo_map::FifoMap;
 use bytes::Bytes;
@@ -57,6 +58,8 @@ pub struct Consumer {
     pub arguments: FieldTable,
     /// A stream consumer's next offset (None: not a stream consumer).
     pub stream_offset: Option<u64>,
+    /// A stream consumer's filter (`x-stream-filter`), if it has one.
+    pub stream_filter: Option<Arc<StreamFilter>>,
 }
 
 /// A publish held back until tx.commit.

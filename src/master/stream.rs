@@ -10,10 +10,11 @@
 
 use super::Master;
 use super::inout::{ClientProtocol, ConnId, ToConn, TrackAnswer, TrackOp};
-use super::session::Unacked;
+use super::session::{Channel, ConsumerKey, Unacked};
 use crate::broker::event::Event;
 use crate::broker::message::Message;
 use crate::broker::stream::{REFUSED_ARGS, StartAt, parse_start};
+use crate::broker::stream_filter::filter_value;
 use crate::broker::stream_record::{OFFSET_MS_ARG, RECORDS_ARG, for_amqp091};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::metrics::QueueKind;
@@ -54,6 +55,71 @@ fn with_offset(msg: &Message, offset: u64) -> Message {
     Message {
         properties: Arc::new((*msg.properties).clone().with_headers(headers)),
         ..msg.clone()
+    }
+}
+
+/// Entries a filtered consumer reads past per visit of the stream, beyond
+/// its credit (a visit reads paged entries back in one batch).
+const SKIP_BATCH: usize = 1024;
+
+/// Where the stream deliveries of one queue go, and what counts them.
+struct Sink<'a> {
+    out: &'a mut super::inout::Outputs,
+    counters: &'a mut super::counters::HotCounters,
+    stats: &'a mut super::stats::Stats,
+    vhost: &'a str,
+    queue: &'a str,
+    /// The queue's own shared name, for the unacked entry.
+    name: &'a Arc<str>,
+    now_ms: u64,
+}
+
+impl Sink<'_> {
+    /// Deliver the entry at `offset` to consumer `ck` on `chan`, converted
+    /// for AMQP 0-9-1 unless `raw`, with its `x-stream-offset` header.
+    fn deliver(
+        &mut self,
+        chan: &mut Channel,
+        ck: &ConsumerKey,
+        raw: bool,
+        offset: u64,
+        msg: &Message,
+    ) {
+        if let Some(c) = chan.consumers.get_mut(&ck.tag) {
+            c.unacked += 1;
+        }
+        let tag = chan.next_delivery_tag;
+        chan.next_delivery_tag += 1;
+        chan.unacked.insert(
+            tag,
+            Unacked {
+                queue: self.name.clone(),
+                msg_id: msg.id,
+                consumer_tag: Some(ck.tag.clone()),
+                delivered_at_ms: self.now_ms,
+            },
+        );
+        let protocol = match raw {
+            true => ClientProtocol::Stream,
+            false => ClientProtocol::Amqp091,
+        };
+        self.counters
+            .count_delivery(protocol, QueueKind::Stream, false, false);
+        self.stats
+            .delivered(self.vhost, self.queue, false, false, false);
+        self.out.send(
+            ck.conn,
+            ToConn::Deliver {
+                ch: ck.ch,
+                consumer_tag: ck.tag.clone(),
+                delivery_tag: tag,
+                redelivered: false,
+                msg: match (raw, for_amqp091(msg)) {
+                    (false, Some(converted)) => with_offset(&converted, offset),
+                    _ => with_offset(msg, offset),
+                },
+            },
+        );
     }
 }
 
@@ -119,6 +185,10 @@ impl Master {
     /// Hand each consumer of stream `queue` the stable entries from its
     /// offset on, within its prefetch. True when a consumer waits for an
     /// entry that is not stable yet (the queue stalls, I1).
+    ///
+    /// A consumer with a filter (`x-stream-filter`) gets only the entries
+    /// that match it, entry by entry (each AMQP 0-9-1 publish is a chunk of
+    /// its own here): the others move its offset on and cost no credit.
     pub(super) fn deliver_stream(&mut self, vhost: &str, queue: &str) -> bool {
         let Some(qc) = self.sessions.consumers.get(super::qkey(&(vhost, queue))) else {
             return false;
@@ -130,7 +200,16 @@ impl Master {
         let Some(stream) = q.stream.as_ref() else {
             return false;
         };
-        let (stable, now_ms) = (self.gate.stable(), self.now_ms);
+        let stable = self.gate.stable();
+        let mut sink = Sink {
+            out: &mut self.out,
+            counters: &mut self.counters,
+            stats: &mut self.stats,
+            vhost,
+            queue,
+            name: &q.name,
+            now_ms: self.now_ms,
+        };
         let mut stalled = false;
         for ck in keys {
             let Some(chan) = self
@@ -144,70 +223,61 @@ impl Master {
             if !chan.flow_active {
                 continue;
             }
-            let channel_prefetch = usize::from(chan.channel_prefetch);
-            // The stream protocol's consumers get records as stored.
-            let raw = chan
-                .consumers
-                .get(&ck.tag)
-                .is_some_and(|c| c.arguments.inner().contains_key(RECORDS_ARG));
             let Some(c) = chan.consumers.get(&ck.tag) else {
                 continue;
             };
+            // The stream protocol's consumers get records as stored.
+            let raw = c.arguments.inner().contains_key(RECORDS_ARG);
+            let filter = c.stream_filter.clone();
             // Retention may have cut entries this consumer had not read yet:
             // it goes on from the oldest entry kept (without this it waited
             // for ever on an offset that is gone).
-            let Some(offset) = c.stream_offset.map(|o| o.max(stream.first_offset())) else {
+            let Some(mut at) = c.stream_offset.map(|o| o.max(stream.first_offset())) else {
                 continue;
             };
-            let room = credit_room(
+            let mut left = credit_room(
                 c.prefetch,
                 c.unacked,
-                channel_prefetch,
+                usize::from(chan.channel_prefetch),
                 chan.unacked_count(),
             );
-            let (out, counters, stats) = (&mut self.out, &mut self.counters, &mut self.stats);
-            stream.visit_from(offset, room, |offset, entry| {
-                if entry.wait_index > stable {
-                    stalled = true;
-                    return false;
+            loop {
+                // A filtered consumer reads on past the entries it skips,
+                // a batch at a time, until its credit or the stream ends.
+                let budget = match filter {
+                    Some(_) => left.saturating_add(SKIP_BATCH),
+                    None => left,
+                };
+                let (mut visited, mut stop) = (0usize, false);
+                stream.visit_from(at, budget, |offset, entry| {
+                    visited += 1;
+                    if entry.wait_index > stable {
+                        (stalled, stop) = (true, true);
+                        return false;
+                    }
+                    let Some(c) = chan.consumers.get_mut(&ck.tag) else {
+                        stop = true;
+                        return false;
+                    };
+                    let skip = filter
+                        .as_ref()
+                        .is_some_and(|f| !f.matches(filter_value(&entry.msg)));
+                    if !skip && left == 0 {
+                        stop = true;
+                        return false;
+                    }
+                    c.stream_offset = Some(offset + 1);
+                    at = offset + 1;
+                    if !skip {
+                        left -= 1;
+                        sink.deliver(chan, &ck, raw, offset, &entry.msg);
+                    }
+                    true
+                });
+                if stop || visited < budget || filter.is_none() {
+                    break;
                 }
-                let Some(c) = chan.consumers.get_mut(&ck.tag) else {
-                    return false;
-                };
-                c.stream_offset = Some(offset + 1);
-                c.unacked += 1;
-                let tag = chan.next_delivery_tag;
-                chan.next_delivery_tag += 1;
-                chan.unacked.insert(
-                    tag,
-                    Unacked {
-                        queue: q.name.clone(),
-                        msg_id: entry.msg.id,
-                        consumer_tag: Some(ck.tag.clone()),
-                        delivered_at_ms: now_ms,
-                    },
-                );
-                let protocol = match raw {
-                    true => ClientProtocol::Stream,
-                    false => ClientProtocol::Amqp091,
-                };
-                counters.count_delivery(protocol, QueueKind::Stream, false, false);
-                stats.delivered(vhost, queue, false, false, false);
-                out.send(
-                    ck.conn,
-                    ToConn::Deliver {
-                        ch: ck.ch,
-                        consumer_tag: ck.tag.clone(),
-                        delivery_tag: tag,
-                        redelivered: false,
-                        msg: match (raw, for_amqp091(&entry.msg)) {
-                            (false, Some(converted)) => with_offset(&converted, offset),
-                            _ => with_offset(&entry.msg, offset),
-                        },
-                    },
-                );
-                true
-            });
+            }
         }
         stalled
     }

@@ -60,6 +60,15 @@ pub(crate) fn string(i: &[u8]) -> PResult<'_, String> {
     }
 }
 
+/// A string that may be null: `int16` length -1 (publish v2's filter
+/// value, which RabbitMQ's clients send as null when a message has none).
+pub(crate) fn nullable_string(i: &[u8]) -> PResult<'_, Option<String>> {
+    if let [0xff, 0xff, rest @ ..] = i {
+        return Ok((rest, None));
+    }
+    string(i).map(|(i, s)| (i, Some(s)))
+}
+
 /// Bytes: `int32` length (-1 for null), then the bytes.
 pub(crate) fn nullable_bytes(i: &[u8]) -> PResult<'_, Option<&[u8]>> {
     let (i, len) = i32(i)?;
@@ -133,6 +142,14 @@ pub(crate) fn put_string(buf: &mut BytesMut, s: &str) {
     let raw = &s.as_bytes()[..s.len().min(usize::from(u16::MAX))];
     buf.put_u16(raw.len() as u16);
     buf.put_slice(raw);
+}
+
+/// Writes a string that may be null (`None` as length -1).
+pub(crate) fn put_nullable_string(buf: &mut BytesMut, s: Option<&str>) {
+    match s {
+        Some(s) => put_string(buf, s),
+        None => buf.put_i16(-1),
+    }
 }
 
 /// Writes bytes: `int32` length, then the bytes; `None` as length -1.

@@ -7,6 +7,7 @@
 //! an AMQP 0-9-1 reader gets it converted (`broker::stream_record`).
 
 use crate::broker::message::Message;
+use crate::broker::stream_filter::FILTER_VALUE_HEADER;
 use crate::broker::stream_record::{
     PUBLISHER_HEADER, PUBLISHING_ID_HEADER, RECORD_HEADER, WRITER_HEADER,
 };
@@ -27,10 +28,16 @@ use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable, ShortString};
 /// The record that ends a message of a deduplicating publisher carries its
 /// reference and publishing id (`sequence`; `PUBLISHER_HEADER`), so the
 /// publisher's sequence is logged in the entry's own event.
+///
+/// A record of a message published with a filter value (publish v2) keeps
+/// it under `x-stream-filter-value` (`broker::stream_filter`), logged with
+/// it; no reader sees it (a stream-protocol reader gets the record, an AMQP
+/// 0-9-1 reader the properties of the AMQP 1.0 message inside it).
 pub(super) fn properties(
     starts_chunk_of: Option<u32>,
     writer: Option<&str>,
     sequence: Option<(&str, u64)>,
+    filter_value: Option<&str>,
 ) -> BasicProperties {
     let mut headers = FieldTable::default();
     let mark = match starts_chunk_of {
@@ -52,6 +59,12 @@ pub(super) fn properties(
         headers.insert(
             ShortString::from(PUBLISHING_ID_HEADER),
             AMQPValue::LongLongInt(id.cast_signed()),
+        );
+    }
+    if let Some(v) = filter_value {
+        headers.insert(
+            ShortString::from(FILTER_VALUE_HEADER),
+            AMQPValue::LongString(v.into()),
         );
     }
     BasicProperties::default()

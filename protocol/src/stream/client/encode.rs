@@ -9,7 +9,7 @@ impl ClientMessage {
     // scatter the wire format.
     pub fn encode(&self, buf: &mut BytesMut) {
         use ClientMessage as M;
-        use wire::{put_properties, put_string, put_strings};
+        use wire::{put_nullable_string, put_properties, put_string, put_strings};
         let command = self.command();
         let (key, version) = match self {
             M::Tune {
@@ -119,7 +119,7 @@ impl ClientMessage {
                 for m in messages {
                     buf.put_u64(m.publishing_id);
                     if *version >= 2 {
-                        put_string(buf, m.filter_value.as_deref().unwrap_or(""));
+                        put_nullable_string(buf, m.filter_value.as_deref());
                     }
                     m.entry.put(buf);
                 }

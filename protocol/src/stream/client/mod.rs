@@ -199,7 +199,7 @@ fn publish<'a>(i: &'a [u8], version: u16, s: &Slicer<'_>) -> PResult<'a, ClientM
     let (i, messages) = wire::array(i, |i| {
         let (i, publishing_id) = wire::u64(i)?;
         let (i, filter_value) = if version >= 2 {
-            wire::string(i).map(|(i, f)| (i, Some(f)))?
+            wire::nullable_string(i)?
         } else {
             (i, None)
         };

@@ -526,6 +526,13 @@ pub(super) fn stream_arguments(args: &[(String, String)]) -> Result<FieldTable, 
                 AMQPValue::LongLongInt(v.parse().map_err(|_| ())?)
             }
             "max-age" | "queue-leader-locator" => AMQPValue::LongString(v.as_str().into()),
+            // The size of RabbitMQ 3.13's bloom filters (16 to 255, or
+            // precondition failed as there): taken, and meaningless here,
+            // whose filters are exact sets.
+            "stream-filter-size-bytes" => match v.parse::<i64>() {
+                Ok(n) if (16..=255).contains(&n) => AMQPValue::LongLongInt(n),
+                _ => return Err(()),
+            },
             _ => return Err(()),
         };
         t.insert(ShortString::from(format!("x-{k}")), value);

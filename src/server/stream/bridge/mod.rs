@@ -125,7 +125,7 @@ impl Bridge {
             publish_open: false,
             next_tag: 1,
             unconfirmed: BTreeMap::new(),
-            record_properties: Arc::new(record::properties(None, None, None)),
+            record_properties: Arc::new(record::properties(None, None, None, None)),
             frame_records: 0,
             frame_total: 0,
             subs: HashMap::new(),
@@ -232,13 +232,18 @@ impl Bridge {
                         code: ResponseCode::InternalError,
                     });
             } else {
-                stored.push((m.publishing_id, records));
+                stored.push((m.publishing_id, m.filter_value, records));
             }
         }
         self.frame_records = 0;
-        self.frame_total = stored.iter().map(|(_, r)| r.len()).sum();
-        for (publishing_id, records) in stored {
-            self.publish(publisher_id, stream, publishing_id, records, master);
+        self.frame_total = stored.iter().map(|(_, _, r)| r.len()).sum();
+        for (publishing_id, filter_value, records) in stored {
+            let message = publish::Message {
+                publishing_id,
+                filter_value: filter_value.as_deref(),
+                records,
+            };
+            self.publish(publisher_id, stream, message, master);
         }
         // No sequence event: each message's last record carries its
         // publishing id, logged with it (`record::properties`).
@@ -284,14 +289,7 @@ impl Bridge {
             && let Some((ch, tag)) = s.in_flight.pop_front()
             && ch == s.channel
         {
-            master.push(method(
-                self.conn,
-                s.channel,
-                AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
-                    delivery_tag: tag,
-                    multiple: true,
-                })),
-            ));
+            master.push(ack(self.conn, s.channel, tag, true));
         }
     }
 
@@ -392,6 +390,7 @@ impl Bridge {
                 continue;
             }
             let held = s.pending.split_off(ready);
+            s.checked = 0;
             for chunk in pack(std::mem::replace(&mut s.pending, held), max_bytes) {
                 s.credit = s.credit.saturating_sub(1);
                 s.in_flight.push_back((s.channel, chunk.last_tag));
@@ -409,6 +408,18 @@ fn method(conn: ConnId, ch: u16, method: AMQPClass) -> Input {
     Input::Method { conn, ch, method }
 }
 
+/// basic.ack of a subscription's delivery tag.
+fn ack(conn: ConnId, ch: u16, delivery_tag: u64, multiple: bool) -> Input {
+    method(
+        conn,
+        ch,
+        AMQPClass::Basic(basic::AMQPMethod::Ack(basic::Ack {
+            delivery_tag,
+            multiple,
+        })),
+    )
+}
+
 /// The master closed the connection (an operator, the vhost deleted, the
 /// node stopping).
 fn close_input(e: &AmqpError) -> sc::Input {
@@ -420,6 +431,8 @@ fn close_input(e: &AmqpError) -> sc::Input {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_filter;
 #[cfg(test)]
 mod tests_sac;
 #[cfg(test)]

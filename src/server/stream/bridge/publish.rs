@@ -24,6 +24,14 @@ pub(super) struct Unconfirmed {
     pub(super) returned: bool,
 }
 
+/// One published message, as stored: its records (several for a
+/// sub-batch) and its filter value (publish v2), which every record keeps.
+pub(super) struct Message<'a> {
+    pub(super) publishing_id: u64,
+    pub(super) filter_value: Option<&'a str>,
+    pub(super) records: Vec<Bytes>,
+}
+
 impl Bridge {
     pub(super) fn open_publish(&mut self, master: &mut Vec<Input>) {
         if self.publish_open {
@@ -47,10 +55,14 @@ impl Bridge {
         &mut self,
         publisher_id: u8,
         stream: &Arc<str>,
-        publishing_id: u64,
-        records: Vec<Bytes>,
+        message: Message<'_>,
         master: &mut Vec<Input>,
     ) {
+        let Message {
+            publishing_id,
+            filter_value,
+            records,
+        } = message;
         self.open_publish(master);
         let last = records.len().saturating_sub(1);
         for (i, body) in records.into_iter().enumerate() {
@@ -66,10 +78,10 @@ impl Bridge {
             // its publishing id, logged with the entry (`PUBLISHER_HEADER`).
             let sequence = writer.filter(|_| i == last).map(|w| (w, publishing_id));
             let starts = self.frame_records.is_multiple_of(STORED_CHUNK_RECORDS);
-            let properties = if starts || sequence.is_some() {
+            let properties = if starts || sequence.is_some() || filter_value.is_some() {
                 let n = (self.frame_total - self.frame_records).min(STORED_CHUNK_RECORDS);
                 let count = if starts { u32::try_from(n).ok() } else { None };
-                Arc::new(record::properties(count, writer, sequence))
+                Arc::new(record::properties(count, writer, sequence, filter_value))
             } else {
                 self.record_properties.clone()
             };

@@ -222,6 +222,7 @@ impl Bridge {
         if let Some(s) = self.subs.get_mut(&id) {
             s.channel = ch;
             s.pending.clear();
+            s.checked = 0;
             if let Some(sac) = s.sac.as_mut() {
                 sac.consuming = false;
             }

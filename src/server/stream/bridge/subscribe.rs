@@ -2,6 +2,7 @@
 //! consecutive offsets, acked once written.
 
 use super::*;
+use crate::broker::stream_filter::{self, StreamFilter};
 use single_active::Sac;
 use stablemq_protocol::stream::Properties;
 
@@ -26,6 +27,11 @@ pub(super) struct Subscription {
     pub(super) credit: u32,
     /// Its single active consumer group, if it asked for one.
     pub(super) sac: Option<Sac>,
+    /// Its filter (`filter.N` and `match-unfiltered` properties), if any.
+    pub(super) filter: Option<StreamFilter>,
+    /// How many of `pending`, from its start, are whole stored chunks the
+    /// filter kept.
+    pub(super) checked: usize,
 }
 
 /// A subscribe request, as the bridge starts it.
@@ -49,6 +55,8 @@ pub(super) struct Delivered {
     pub(super) mark: ChunkMark,
     /// The trailer length of the chunk it starts (0 for the others).
     pub(super) trailer: u32,
+    /// Its filter value, kept only for a subscription with a filter.
+    pub(super) filter_value: Option<Box<str>>,
 }
 
 impl Bridge {
@@ -67,6 +75,11 @@ impl Bridge {
                 ..
             } => {
                 if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id)) {
+                    let filter_value = s
+                        .filter
+                        .as_ref()
+                        .and_then(|_| stream_filter::filter_value(&msg))
+                        .map(Box::from);
                     s.pending.push(Delivered {
                         offset: record::offset(&msg.properties).unwrap_or(0),
                         tag: delivery_tag,
@@ -74,7 +87,14 @@ impl Bridge {
                         record: record::for_stream(&msg),
                         mark: chunk_mark(&msg),
                         trailer: crate::broker::stream_record::trailer_length(&msg),
+                        filter_value,
                     });
+                    if s.filter.is_some() {
+                        let acks = drop_unmatched(s);
+                        for (tag, multiple) in acks {
+                            master.push(ack(self.conn, s.channel, tag, multiple));
+                        }
+                    }
                 }
             }
             ToConn::Method(ch, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))) => {
@@ -150,6 +170,7 @@ impl Bridge {
             ch,
         });
         let sac = single_active::group_of(&properties, &offset);
+        let filter = StreamFilter::from_properties(&properties);
         match &sac {
             Some(sac) => self.join_group(id, &stream, sac, master),
             None => self.consume(ch, id, &stream, offset, master),
@@ -165,6 +186,8 @@ impl Bridge {
                 in_flight: VecDeque::new(),
                 credit: u32::from(credit),
                 sac,
+                filter,
+                checked: 0,
             },
         );
     }
@@ -262,6 +285,61 @@ pub(super) fn ready_len(pending: &[Delivered]) -> usize {
         }
     }
     pending.len()
+}
+
+/// Drop from a filtered subscription's `pending` the whole stored chunks
+/// none of whose records matches its filter (RabbitMQ's chunk-level
+/// filtering: such a chunk is not sent and costs no credit), and give the
+/// delivery tags to ack for them, with whether each ack is `multiple`.
+///
+/// A chunk is whole once [`ready_len`] says so; the ones before
+/// `s.checked` were kept already. A dropped chunk at the head of `pending`,
+/// with no chunk of its channel waiting to be written, is acked with one
+/// multiple ack; any other is acked tag by tag (a multiple ack would take
+/// the kept deliveries before it too, whose own ack then would be of an
+/// unknown tag).
+pub(super) fn drop_unmatched(s: &mut Subscription) -> Vec<(u64, bool)> {
+    let Some(filter) = &s.filter else {
+        return Vec::new();
+    };
+    let ready = ready_len(&s.pending);
+    if ready <= s.checked {
+        return Vec::new();
+    }
+    let unwritten = s.in_flight.iter().any(|(ch, _)| *ch == s.channel);
+    let mut acks = Vec::new();
+    let tail = s.pending.split_off(ready);
+    let fresh = s.pending.split_off(s.checked);
+    for chunk in stored_chunks(fresh) {
+        if filter.chunk_matches(chunk.iter().map(|d| d.filter_value.as_deref())) {
+            s.pending.extend(chunk);
+        } else if s.pending.is_empty() && !unwritten {
+            acks.extend(chunk.last().map(|d| (d.tag, true)));
+        } else {
+            acks.extend(chunk.iter().map(|d| (d.tag, false)));
+        }
+    }
+    s.checked = s.pending.len();
+    s.pending.extend(tail);
+    acks
+}
+
+/// Deliveries (in delivery order) cut into the stored chunks they belong
+/// to: a new one at each chunk start and at a gap in the offsets.
+fn stored_chunks(deliveries: Vec<Delivered>) -> Vec<Vec<Delivered>> {
+    let mut out: Vec<Vec<Delivered>> = Vec::new();
+    for d in deliveries {
+        let continues = matches!(d.mark, ChunkMark::Continues)
+            && out
+                .last()
+                .and_then(|c| c.last())
+                .is_some_and(|p| p.offset.saturating_add(1) == d.offset);
+        match out.last_mut() {
+            Some(c) if continues => c.push(d),
+            _ => out.push(vec![d]),
+        }
+    }
+    out
 }
 
 /// Pack deliveries (in delivery order) into chunks of consecutive offsets,

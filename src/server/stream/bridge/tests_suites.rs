@@ -178,6 +178,7 @@ fn a_stored_chunk_is_held_until_its_last_record_is_delivered() {
         record: Bytes::from("r"),
         mark,
         trailer: 0,
+        filter_value: None,
     };
     use crate::broker::stream_record::ChunkMark::{Continues, Starts};
     // A chunk of 3 at offset 5: two of its records are in.
