@@ -131,7 +131,7 @@ if ! command -v javac >/dev/null 2>&1 || [[ ! -f $JARS/amqp-client.jar || ! -f $
         echo "warning: the Java client could not be installed; the client-recovery test will fail" >&2
 fi
 
-# The stream protocol's npm client (compat-tests/tests/stream_protocol.rs),
+# The stream protocol's npm client (compat-tests/tests/stream_protocol/),
 # installed from its lock file when the lock changed since the last install.
 JS_STREAM="$ROOT/compat-tests/js/stream"
 JS_STAMP="$JS_STREAM/node_modules/.lock.sha256"

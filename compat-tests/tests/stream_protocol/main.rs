@@ -1,0 +1,78 @@
+//! The RabbitMQ stream protocol on the stream port (`--stream-port`), driven
+//! by the third-party client rstream: the cases of
+//! `compat-tests/python/stream/stream_protocol.py`, each recorded against
+//! RabbitMQ 3.10.8 with its stream plugin, and what a SIGKILL restart must
+//! keep (entries at their offsets, stored consumer offsets, publisher
+//! sequences).
+
+use compat_tests::Broker;
+use compat_tests::cluster::Cluster;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn python() -> PathBuf {
+    match std::env::var_os("STABLEMQ_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => panic!(
+            "STABLEMQ_PYTHON is not set: run with scripts/test.sh, which creates .venv \
+             with rstream and sets it"
+        ),
+    }
+}
+
+/// Run `python args...` to its end (at most `limit`); its stdout, and
+/// whether it exited 0.
+fn run(args: &[&str], limit: Duration) -> (bool, String) {
+    let mut cmd = Command::new(python());
+    cmd.args(args);
+    run_to_end(cmd, limit)
+}
+
+/// Run the case script `python/stream/NAME` with `args` (at most `limit`):
+/// it must exit 0 and print `checks` lines starting "ok ".
+fn run_cases(name: &str, args: &[String], limit: Duration, checks: usize) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python/stream")
+        .join(name);
+    let mut all = vec![script.to_str().expect("utf-8 path").to_string()];
+    all.extend(args.iter().cloned());
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let (ok, out) = run(&all, limit);
+    assert!(ok, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        checks,
+        "{out}"
+    );
+}
+
+/// Run `cmd` to its end (at most `limit`, else it is killed and the test
+/// fails); its stdout, and whether it exited 0.
+fn run_to_end(mut cmd: Command, limit: Duration) -> (bool, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for the child") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().expect("the child's output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (status.success(), stdout)
+}
+
+mod cases;
+mod counted;
+mod durable;
