@@ -292,6 +292,11 @@ mod tests {
     fn front_door_settings_parse_with_rabbitmq_defaults() {
         let c = Config::from_toml("", "x").unwrap();
         assert_eq!(c.server_properties.product, "StableMQ");
+        assert_eq!(
+            c.server_properties.amqp_version(),
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(c.server_properties.stream_version(), "3.13.0");
         assert_eq!(c.connection_max, None);
         assert_eq!(c.handshake_timeout_ms, 10_000);
         let c = Config::from_toml(
@@ -302,7 +307,8 @@ mod tests {
         assert_eq!(c.connection_max, Some(5));
         assert_eq!(c.handshake_timeout_ms, 500);
         assert_eq!(c.server_properties.product, "RabbitMQ");
-        assert_eq!(c.server_properties.version, "3.10.8");
+        assert_eq!(c.server_properties.version.as_deref(), Some("3.10.8"));
+        assert_eq!(c.server_properties.stream_version(), "3.10.8");
         assert!(Config::from_toml("[server_properties]\nbogus = 1\n", "x").is_err());
     }
 }

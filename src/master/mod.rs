@@ -79,6 +79,10 @@ pub struct Master {
     /// The stream protocol's single active consumer groups (`sac`; not
     /// replicated).
     sac: sac::Groups,
+    /// Stream queues (vhost, name) whose filtered consumers passed over
+    /// `stream::SCAN_MAX` entries in one visit and go on at the next
+    /// (`resume_stream_scans`).
+    stream_rescans: Vec<(String, String)>,
 }
 
 impl Master {
@@ -99,6 +103,7 @@ impl Master {
             stats: stats::Stats::default(),
             counters: counters::HotCounters::new(),
             sac: sac::Groups::default(),
+            stream_rescans: Vec::new(),
         }
     }
 

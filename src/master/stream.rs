@@ -62,6 +62,13 @@ fn with_offset(msg: &Message, offset: u64) -> Message {
 /// its credit (a visit reads paged entries back in one batch).
 const SKIP_BATCH: usize = 1024;
 
+/// Entries a filtered consumer may pass over in one call of
+/// `deliver_stream`: a filter that matches nothing of a long stream would
+/// otherwise hold the master (and every other client) until the end of
+/// the stream. Past it the queue waits in [`Master::stream_rescans`] and
+/// the master task comes back to it after its next batch of inputs.
+pub(super) const SCAN_MAX: usize = 64 * SKIP_BATCH;
+
 /// Where the stream deliveries of one queue go, and what counts them.
 struct Sink<'a> {
     out: &'a mut super::inout::Outputs,
@@ -210,7 +217,7 @@ impl Master {
             name: &q.name,
             now_ms: self.now_ms,
         };
-        let mut stalled = false;
+        let (mut stalled, mut rescan) = (false, false);
         for ck in keys {
             let Some(chan) = self
                 .sessions
@@ -241,9 +248,11 @@ impl Master {
                 usize::from(chan.channel_prefetch),
                 chan.unacked_count(),
             );
+            let mut scanned = 0usize;
             loop {
                 // A filtered consumer reads on past the entries it skips,
-                // a batch at a time, until its credit or the stream ends.
+                // a batch at a time, until its credit or the stream ends,
+                // or [`SCAN_MAX`] for now.
                 let budget = match filter {
                     Some(_) => left.saturating_add(SKIP_BATCH),
                     None => left,
@@ -277,9 +286,34 @@ impl Master {
                 if stop || visited < budget || filter.is_none() {
                     break;
                 }
+                scanned += visited;
+                if scanned >= SCAN_MAX {
+                    rescan = true;
+                    break;
+                }
+            }
+        }
+        if rescan {
+            let key = (vhost.to_string(), queue.to_string());
+            if !self.stream_rescans.contains(&key) {
+                self.stream_rescans.push(key);
             }
         }
         stalled
+    }
+
+    /// Whether a filtered stream consumer stopped at [`SCAN_MAX`] and waits
+    /// for [`Master::resume_stream_scans`].
+    pub fn has_stream_rescans(&self) -> bool {
+        !self.stream_rescans.is_empty()
+    }
+
+    /// Go on with the stream queues whose filtered consumers stopped at
+    /// [`SCAN_MAX`] (each another [`SCAN_MAX`] at most).
+    pub fn resume_stream_scans(&mut self) {
+        for (vhost, queue) in std::mem::take(&mut self.stream_rescans) {
+            self.try_deliver(&vhost, &queue);
+        }
     }
 
     /// Retention after `queue` got an entry: whole closed segments go, oldest

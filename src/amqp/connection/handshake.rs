@@ -36,7 +36,7 @@ impl Connection {
         props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
         let shown = &self.config.server_properties;
         props.insert("product".into(), s(&shown.product));
-        props.insert("version".into(), s(&shown.version));
+        props.insert("version".into(), s(shown.amqp_version()));
         props.insert(
             "platform".into(),
             s(&format!("Rust / {}", std::env::consts::OS)),

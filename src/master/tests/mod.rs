@@ -104,5 +104,6 @@ mod gate;
 mod recovery;
 mod sac;
 mod stable;
+mod stream_scan;
 mod super_stream;
 mod timers;

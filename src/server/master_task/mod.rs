@@ -182,6 +182,12 @@ impl MasterTask {
                 }
                 Some(event) = self.backend.next() => self.on_log_event(event),
                 _ = tick.tick() => self.on_tick(),
+                // A filtered stream consumer stopped part way through a long
+                // stream (master/stream.rs, SCAN_MAX): on with it, between
+                // batches of inputs, so nobody else waits for the whole scan.
+                () = std::future::ready(()), if self.stream_rescans_pending() => {
+                    self.on_stream_rescans();
+                }
             }
         }
     }
@@ -310,6 +316,19 @@ impl MasterTask {
     }
 
     /// The clock: TTLs, expiry and consumer timeouts, and the resource alarms.
+    fn stream_rescans_pending(&self) -> bool {
+        matches!(&self.core, Core::Serving(master) if master.has_stream_rescans())
+    }
+
+    fn on_stream_rescans(&mut self) {
+        if let Core::Serving(master) = &mut self.core {
+            master.set_now(now_ms());
+            master.resume_stream_scans();
+            self.dirty = true;
+            self.flush();
+        }
+    }
+
     fn on_tick(&mut self) {
         if let Core::Serving(master) = &mut self.core {
             master.set_now(now_ms());

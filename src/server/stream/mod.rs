@@ -279,7 +279,11 @@ impl Task {
         let cluster_name = ctx.cluster_name.borrow().clone();
         let me = advertised.brokers.get(usize::from(advertised.leader));
         let config = StreamConnectionConfig {
-            server_properties: server_properties(&props.product, &props.version, &cluster_name),
+            server_properties: server_properties(
+                &props.product,
+                props.stream_version(),
+                &cluster_name,
+            ),
             advertised_host: me.map(|b| b.host.clone()),
             advertised_port: me.and_then(|b| u16::try_from(b.port).ok()),
             ..StreamConnectionConfig::default()
