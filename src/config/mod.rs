@@ -8,7 +8,7 @@ mod front;
 mod tls;
 
 pub use cluster::{ClusterConfig, NodeConfig, NodeRole};
-pub use front::ServerProperties;
+pub use front::{STREAM_PROTOCOL_VERSION, ServerProperties};
 pub use tls::{CertLoginFrom, TlsConfig, Verify};
 
 use serde::Deserialize;

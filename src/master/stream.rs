@@ -302,14 +302,14 @@ impl Master {
         stalled
     }
 
-    /// Whether a filtered stream consumer stopped at [`SCAN_MAX`] and waits
+    /// Whether a filtered stream consumer stopped at `SCAN_MAX` entries and waits
     /// for [`Master::resume_stream_scans`].
     pub fn has_stream_rescans(&self) -> bool {
         !self.stream_rescans.is_empty()
     }
 
     /// Go on with the stream queues whose filtered consumers stopped at
-    /// [`SCAN_MAX`] (each another [`SCAN_MAX`] at most).
+    /// `SCAN_MAX` entries (each another `SCAN_MAX` at most).
     pub fn resume_stream_scans(&mut self) {
         for (vhost, queue) in std::mem::take(&mut self.stream_rescans) {
             self.try_deliver(&vhost, &queue);
