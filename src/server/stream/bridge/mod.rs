@@ -208,22 +208,26 @@ impl Bridge {
     ) {
         let mut stored = Vec::with_capacity(messages.len());
         for m in messages {
-            if let Some(d) = self.dedup.get_mut(&publisher_id) {
-                // Compared with every id before it, those of this frame too:
-                // a frame may repeat ids (a client's batch of two sends of
-                // the same messages), and Osiris keeps only the first.
-                if d.last.is_some_and(|last| m.publishing_id <= last) {
-                    // A duplicate: confirmed, not stored (RabbitMQ).
-                    self.confirms
-                        .entry(publisher_id)
-                        .or_default()
-                        .push(m.publishing_id);
-                    continue;
-                }
-                d.last = Some(m.publishing_id);
+            // Compared with every id before it, those of this frame too: a
+            // frame may repeat ids (a client's batch of two sends of the
+            // same messages), and Osiris keeps only the first.
+            let duplicate = self
+                .dedup
+                .get(&publisher_id)
+                .is_some_and(|d| d.last.is_some_and(|last| m.publishing_id <= last));
+            if duplicate {
+                // A duplicate: confirmed, not stored (RabbitMQ).
+                self.confirms
+                    .entry(publisher_id)
+                    .or_default()
+                    .push(m.publishing_id);
+                continue;
             }
             let records = publish::entry_records(m.entry);
             if records.is_empty() {
+                // Refused, so not published: the sequence stays where it
+                // was, and a resend of the id is taken (it would be
+                // confirmed unstored otherwise).
                 self.errors
                     .entry(publisher_id)
                     .or_default()
@@ -232,6 +236,9 @@ impl Bridge {
                         code: ResponseCode::InternalError,
                     });
             } else {
+                if let Some(d) = self.dedup.get_mut(&publisher_id) {
+                    d.last = Some(m.publishing_id);
+                }
                 stored.push((m.publishing_id, m.filter_value, records));
             }
         }

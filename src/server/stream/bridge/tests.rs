@@ -292,6 +292,75 @@ fn a_publisher_with_a_reference_skips_what_it_published_before_and_logs_its_sequ
     );
 }
 
+/// A deduplicating publisher's message that is refused (a sub-batch that
+/// does not uncompress) leaves the sequence where it was: the same id sent
+/// again is stored, not confirmed as a duplicate of nothing.
+#[test]
+fn a_refused_message_does_not_move_a_deduplicating_publishers_sequence() {
+    let mut b = bridge();
+    request(
+        &mut b,
+        1,
+        Request::DeclarePublisher {
+            publisher_id: 4,
+            reference: Some("p".into()),
+            stream: "s".into(),
+        },
+    );
+    from_master(&mut b, declare_ok(CONTROL));
+    from_master(
+        &mut b,
+        ToConn::Tracked {
+            ch: CONTROL,
+            value: TrackAnswer::Value(Ok(None)),
+        },
+    );
+    let send = |b: &mut Bridge, entry: Entry| {
+        let (mut m, mut c) = (Vec::new(), Vec::new());
+        b.on_action(
+            sc::Action::Publish {
+                publisher_id: 4,
+                stream: "s".into(),
+                reference: Some("p".into()),
+                version: 1,
+                messages: vec![PublishedMessage {
+                    publishing_id: 1,
+                    filter_value: None,
+                    entry,
+                }],
+            },
+            &mut m,
+            &mut c,
+        );
+        let mut out = Vec::new();
+        b.flush(0, &mut out);
+        let stored = m
+            .iter()
+            .filter(|i| matches!(i, Input::Publish { .. }))
+            .count();
+        (stored, out)
+    };
+    let corrupt = Entry::SubBatch {
+        compression: 4,
+        num_records: 1,
+        uncompressed_length: 5,
+        body: Bytes::from_static(b"not zstd"),
+    };
+    let (stored, out) = send(&mut b, corrupt);
+    assert_eq!(stored, 0);
+    assert!(
+        matches!(&out[..], [sc::Input::PublishError { errors, .. }] if errors.len() == 1),
+        "{out:?}"
+    );
+    let (stored, out) = send(&mut b, Entry::Simple(Bytes::from("m1")));
+    assert_eq!(stored, 1, "the resend is stored: {out:?}");
+    assert!(
+        !out.iter()
+            .any(|i| matches!(i, sc::Input::PublishConfirm { .. })),
+        "no confirm before the master's: {out:?}"
+    );
+}
+
 fn delivery(tag: u64, offset: i64) -> ToConn {
     let mut headers = FieldTable::default();
     headers.insert("x-stream-offset".into(), AMQPValue::LongLongInt(offset));
