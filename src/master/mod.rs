@@ -428,6 +428,7 @@ impl Master {
                 }
             }
             self.sac.remove_stream(&key.0, &key.1);
+            self.expiry.forget(&key);
             self.gate.forget_queue(&key);
         }
         applied

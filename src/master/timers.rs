@@ -92,6 +92,13 @@ impl Expiry {
         self.last_used
             .insert((vhost.to_string(), queue.to_string()), now_ms);
     }
+
+    /// A queue was deleted: its last use goes with it. Kept, it grew with
+    /// every `x-expires` queue ever deleted, and a new queue of the same
+    /// name inherited it and could expire at its first tick.
+    pub(super) fn forget(&mut self, key: &QueueKey) {
+        self.last_used.remove(key);
+    }
 }
 
 impl Master {

@@ -255,6 +255,9 @@ impl Master {
         if let Some(chan) = self.channel_mut(conn, ch) {
             chan.declared_queue.clone_from(&name);
         }
+        // A declare, passive or not, renews an `x-expires` queue's lease,
+        // as in RabbitMQ (and starts a new queue's).
+        self.touch_queue(vhost, &name);
         let (message_count, consumer_count) = match self.broker.queue(vhost, &name) {
             Some(q) => (
                 q.ready.len() as u32,
