@@ -27,9 +27,10 @@ pub struct ServerProperties {
 /// and filtering, create and delete super stream, single active consumer,
 /// deliver v2), said as the stream protocol's `version` peer property unless
 /// `[server_properties] version` is set. The stream clients decide from it
-/// what to use: rabbitmq-stream-js-client (like the Go client) turns
-/// filtering, publish and deliver v2 and create/delete super stream off for
-/// a server below 3.13.0, and StableMQ's own version (0.x) is below. The
+/// what to use: rabbitmq-stream-js-client turns filtering, publish and
+/// deliver v2 and create/delete super stream off for a server below 3.13.0;
+/// the Go client turns single active consumer off below 3.11.0 and super
+/// stream creation below 3.13.0. StableMQ's own version (0.x) is below. The
 /// management API's `rabbitmq_version` is 3.10's
 /// (`management::RABBITMQ_COMPAT_VERSION`): the API it imitates is 3.10's.
 pub const STREAM_PROTOCOL_VERSION: &str = "3.13.0";
