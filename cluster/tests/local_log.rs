@@ -193,6 +193,73 @@ fn idle_appends_are_each_committed_without_waiting_for_more() {
 }
 
 #[test]
+fn deferred_entries_wait_for_an_entry_or_a_sync_that_needs_them() {
+    // An entry nothing waits for (a consumer's ack) is not committed on its
+    // own: it rides on the fsync of the next entry that something waits for,
+    // or of a sync. The deferral bound is set far out, so only those commit.
+    let (store, probe) = ProbeStore::new(MemoryStore::new());
+    let (acks_tx, acks) = mpsc::channel();
+    let (mut log, _) =
+        LocalLog::open(Box::new(store), move |i| acks_tx.send(i).unwrap(), no_error).unwrap();
+    log.set_defer_max(Duration::from_secs(600));
+
+    log.append_deferred(payload(1));
+    log.append_deferred(payload(2));
+    assert_eq!(
+        acks.recv_timeout(Duration::from_millis(300)),
+        Err(mpsc::RecvTimeoutError::Timeout),
+        "deferred entries committed with nothing waiting for them"
+    );
+    // An entry something waits for commits them with it, in one fsync.
+    log.append(payload(3));
+    assert_eq!(acks.recv_timeout(Duration::from_secs(60)), Ok(3));
+    assert_eq!(*probe.batches.lock().unwrap(), vec![3]);
+
+    // A sync commits what was deferred since; one up to an index a commit
+    // was asked for already is not even sent.
+    log.append_deferred(payload(4));
+    log.append_deferred(payload(5));
+    log.sync_to(3);
+    assert_eq!(
+        acks.recv_timeout(Duration::from_millis(300)),
+        Err(mpsc::RecvTimeoutError::Timeout)
+    );
+    log.sync_to(4);
+    assert_eq!(acks.recv_timeout(Duration::from_secs(60)), Ok(5));
+    assert_eq!(*probe.batches.lock().unwrap(), vec![3, 2]);
+
+    // An urgent entry after it commits on its own.
+    log.sync_to(5);
+    log.append(payload(6));
+    assert_eq!(acks.recv_timeout(Duration::from_secs(60)), Ok(6));
+    log.shutdown().unwrap();
+    assert_eq!(*probe.batches.lock().unwrap(), vec![3, 2, 1]);
+}
+
+#[test]
+fn a_deferred_entry_nothing_asks_for_commits_within_the_bound() {
+    // Nobody syncs: the entry still becomes stable, at most the bound late
+    // (the bound is what a crash may lose of what nobody waited for).
+    let (acks_tx, acks) = mpsc::channel();
+    let (mut log, _) = LocalLog::open(
+        Box::new(MemoryStore::new()),
+        move |i| acks_tx.send(i).unwrap(),
+        no_error,
+    )
+    .unwrap();
+    log.set_defer_max(Duration::from_millis(20));
+    for i in 1..=5 {
+        log.append_deferred(payload(i));
+        assert_eq!(acks.recv_timeout(Duration::from_secs(60)), Ok(i));
+    }
+    // And shutdown commits a deferred entry at once, bound or not.
+    log.set_defer_max(Duration::from_secs(600));
+    log.append_deferred(payload(6));
+    log.shutdown().unwrap();
+    assert_eq!(acks.recv_timeout(Duration::from_secs(60)), Ok(6));
+}
+
+#[test]
 fn recovery_returns_every_entry_and_starts_a_new_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let open = || {

@@ -206,6 +206,7 @@ impl Master {
             (reply.0)(result, &self.broker.access);
         } else {
             let index = self.gate.last_appended();
+            self.gate.need(index);
             self.admin_waiting.queue.push_back((index, reply, result));
         }
     }

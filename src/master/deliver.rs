@@ -94,20 +94,21 @@ impl Master {
     /// Hand ready, stable messages to consumers within their prefetch limits.
     /// Expired heads are dead-lettered on the way and never delivered.
     pub(super) fn try_deliver(&mut self, vhost: &str, queue: &str) {
-        if self.deliver_all(vhost, queue) {
-            self.gate.stall(vhost, queue);
+        if let Some(index) = self.deliver_all(vhost, queue) {
+            self.gate.stall(vhost, queue, index);
         }
     }
 
-    /// [`Master::try_deliver`] without the bookkeeping: true when the queue
-    /// still has messages for its consumers that wait for the stable index.
-    pub(super) fn deliver_all(&mut self, vhost: &str, queue: &str) -> bool {
+    /// [`Master::try_deliver`] without the bookkeeping: when the queue still
+    /// has messages for its consumers that wait for the stable index, the
+    /// log index the next of them waits for.
+    pub(super) fn deliver_all(&mut self, vhost: &str, queue: &str) -> Option<u64> {
         loop {
             self.expire_heads(vhost, queue);
             match self.deliver_round(vhost, queue) {
                 Round::Expired => continue,
-                Round::Stalled => return true,
-                Round::Done => return false,
+                Round::Stalled(index) => return Some(index),
+                Round::Done => return None,
             }
         }
     }
@@ -132,8 +133,8 @@ impl Master {
         if q.stream.is_some() {
             // Each stream consumer reads from its own offset.
             return match self.deliver_stream(vhost, queue) {
-                true => Round::Stalled,
-                false => Round::Done,
+                Some(index) => Round::Stalled(index),
+                None => Round::Done,
             };
         }
         let (stable, now_ms) = (self.gate.stable(), self.now_ms);
@@ -146,8 +147,8 @@ impl Master {
         let quorum = q.args.quorum;
         loop {
             let Some(head) = q.peek_deliverable(stable) else {
-                if !q.ready.is_empty() {
-                    stop = Round::Stalled;
+                if let Some(head) = q.head() {
+                    stop = Round::Stalled(head.wait_index);
                 }
                 break;
             };
@@ -238,6 +239,6 @@ enum Round {
     Done,
     /// The head expired: expire it, then go on.
     Expired,
-    /// The head waits for the stable index.
-    Stalled,
+    /// The head waits for the stable index to reach this.
+    Stalled(u64),
 }

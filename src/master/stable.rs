@@ -70,6 +70,8 @@ pub(super) struct StableGate {
     stalled_spare: Vec<QueueKey>,
     /// Keys of queues that stalled lately, kept (a few) for their next stall.
     stalled_keys: Vec<QueueKey>,
+    /// See [`StableGate::needed`].
+    needed: u64,
 }
 
 impl StableGate {
@@ -83,6 +85,7 @@ impl StableGate {
             stalled: Vec::new(),
             stalled_spare: Vec::new(),
             stalled_keys: Vec::new(),
+            needed: last_index,
         }
     }
 
@@ -107,6 +110,17 @@ impl StableGate {
         self.stable >= self.last_appended
     }
 
+    /// The highest log index something waits for: a held effect's, or a
+    /// stalled queue's next delivery's. Never goes down.
+    pub(super) fn needed(&self) -> u64 {
+        self.needed
+    }
+
+    /// Something waits for `index` to be stable.
+    pub(super) fn need(&mut self, index: u64) {
+        self.needed = self.needed.max(index);
+    }
+
     /// Everything appended is stable and nothing waits: an effect may go out
     /// now without passing one that waits (I5).
     pub(super) fn clear(&self) -> bool {
@@ -124,6 +138,7 @@ impl StableGate {
         what: Completion,
     ) {
         debug_assert!(self.waiting.back().is_none_or(|w| w.index <= index));
+        self.need(index);
         self.waiting.push_back(Waiting {
             index,
             conn,
@@ -158,8 +173,9 @@ impl StableGate {
     }
 
     /// Note that `vhost`/`queue` has a head waiting for the stable index
-    /// (unless it is noted already).
-    pub(super) fn stall(&mut self, vhost: &str, queue: &str) {
+    /// (unless it is noted already): its next delivery waits for `index`.
+    pub(super) fn stall(&mut self, vhost: &str, queue: &str, index: u64) {
+        self.need(index);
         if self.is_stalled(vhost, queue) {
             return;
         }
@@ -194,7 +210,8 @@ impl StableGate {
     }
 
     /// A queue taken by `take_stalled` that still waits.
-    pub(super) fn restall(&mut self, key: QueueKey) {
+    pub(super) fn restall(&mut self, key: QueueKey, index: u64) {
+        self.need(index);
         self.stalled.push(key);
     }
 
@@ -214,6 +231,15 @@ impl StableGate {
 }
 
 impl Master {
+    /// The highest log index a client (or the management API) waits for: a
+    /// held reply or confirm, a queue whose next delivery waits for its head,
+    /// a management write. The single node's log commits at once only what
+    /// something waits for (`LocalLog::append_deferred`): an entry above it,
+    /// a consumer's ack say, may wait for the next commit.
+    pub fn stable_needed(&self) -> u64 {
+        self.gate.needed()
+    }
+
     /// Send a reply once everything appended so far is stable.
     pub(super) fn reply(&mut self, conn: ConnId, ch: u16, method: AMQPClass) {
         if self.gate.settled() {
@@ -331,10 +357,16 @@ impl Master {
         self.release_admin();
         let mut stalled = self.gate.take_stalled();
         for key in stalled.drain(..) {
-            if self.deliver_all(&key.0, &key.1) && !self.gate.is_stalled(&key.0, &key.1) {
-                self.gate.restall(key);
-            } else {
-                self.gate.recycle(key);
+            match self.deliver_all(&key.0, &key.1) {
+                Some(index) if !self.gate.is_stalled(&key.0, &key.1) => {
+                    self.gate.restall(key, index);
+                }
+                // Stalled again meanwhile (the key is on the list already).
+                Some(index) => {
+                    self.gate.need(index);
+                    self.gate.recycle(key);
+                }
+                None => self.gate.recycle(key),
             }
         }
         self.gate.return_spare(stalled);

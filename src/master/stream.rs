@@ -190,23 +190,18 @@ impl Master {
     }
 
     /// Hand each consumer of stream `queue` the stable entries from its
-    /// offset on, within its prefetch. True when a consumer waits for an
-    /// entry that is not stable yet (the queue stalls, I1).
+    /// offset on, within its prefetch. When a consumer waits for an entry
+    /// that is not stable yet (the queue stalls, I1), the lowest log index
+    /// one waits for.
     ///
     /// A consumer with a filter (`x-stream-filter`) gets only the entries
     /// that match it, entry by entry (each AMQP 0-9-1 publish is a chunk of
     /// its own here): the others move its offset on and cost no credit.
-    pub(super) fn deliver_stream(&mut self, vhost: &str, queue: &str) -> bool {
-        let Some(qc) = self.sessions.consumers.get(super::qkey(&(vhost, queue))) else {
-            return false;
-        };
+    pub(super) fn deliver_stream(&mut self, vhost: &str, queue: &str) -> Option<u64> {
+        let qc = self.sessions.consumers.get(super::qkey(&(vhost, queue)))?;
         let keys = qc.list.clone();
-        let Some(q) = self.broker.queue(vhost, queue) else {
-            return false;
-        };
-        let Some(stream) = q.stream.as_ref() else {
-            return false;
-        };
+        let q = self.broker.queue(vhost, queue)?;
+        let stream = q.stream.as_ref()?;
         let stable = self.gate.stable();
         let mut sink = Sink {
             out: &mut self.out,
@@ -217,7 +212,7 @@ impl Master {
             name: &q.name,
             now_ms: self.now_ms,
         };
-        let (mut stalled, mut rescan) = (false, false);
+        let (mut stalled, mut rescan) = (None::<u64>, false);
         for ck in keys {
             let Some(chan) = self
                 .sessions
@@ -261,7 +256,8 @@ impl Master {
                 stream.visit_from(at, budget, |offset, entry| {
                     visited += 1;
                     if entry.wait_index > stable {
-                        (stalled, stop) = (true, true);
+                        let at = stalled.map_or(entry.wait_index, |s| s.min(entry.wait_index));
+                        (stalled, stop) = (Some(at), true);
                         return false;
                     }
                     let Some(c) = chan.consumers.get_mut(&ck.tag) else {

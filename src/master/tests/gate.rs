@@ -54,8 +54,8 @@ fn a_stable_index_beyond_the_last_append_is_refused() {
 #[test]
 fn a_stalled_queue_is_noted_once_and_its_key_reused() {
     let mut g = StableGate::new(0);
-    g.stall("/", "q");
-    g.stall("/", "q");
+    g.stall("/", "q", 0);
+    g.stall("/", "q", 0);
     assert!(g.is_stalled("/", "q"));
     let taken: Vec<QueueKey> = g.take_stalled();
     assert_eq!(taken, vec![("/".to_string(), "q".to_string())]);
@@ -65,8 +65,29 @@ fn a_stalled_queue_is_noted_once_and_its_key_reused() {
         g.recycle(key);
     }
     g.return_spare(taken);
-    g.stall("/", "q");
+    g.stall("/", "q", 0);
     assert!(g.is_stalled("/", "q"));
     g.forget_queue(&("/".to_string(), "q".to_string()));
     assert!(!g.is_stalled("/", "q"));
+}
+
+#[test]
+fn what_is_needed_is_the_highest_index_held_or_stalled_on_and_never_goes_down() {
+    let mut g = StableGate::new(0);
+    for _ in 0..5 {
+        g.append(&ev());
+    }
+    assert_eq!(g.needed(), 0, "appends alone are needed by nobody");
+    g.stall("/", "q", 2);
+    assert_eq!(
+        g.needed(),
+        2,
+        "a stalled queue needs its head, not the last append"
+    );
+    g.stall("/", "q", 3);
+    assert_eq!(g.needed(), 3, "noted even when the queue stalled before");
+    g.need(1);
+    assert_eq!(g.needed(), 3);
+    g.advance(5);
+    assert_eq!(g.needed(), 3);
 }

@@ -101,6 +101,7 @@ pub(super) fn delivered(out: &[Output]) -> Vec<String> {
 
 mod acks;
 mod gate;
+mod needed;
 mod recovery;
 mod sac;
 mod stable;

@@ -29,11 +29,17 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Append the entry the master numbered `index`.
-    pub(super) fn append(&mut self, index: u64, payload: Bytes) {
+    /// Append the entry the master numbered `index`; `waited_for`: a client
+    /// waits for it (`Master::stable_needed`), else the single node may defer
+    /// its commit to the next one that is.
+    pub(super) fn append(&mut self, index: u64, payload: Bytes, waited_for: bool) {
         match self {
             Backend::Local { log, .. } => {
-                let pos = log.append(payload);
+                let pos = if waited_for {
+                    log.append(payload)
+                } else {
+                    log.append_deferred(payload)
+                };
                 // I3: the master numbers its appends as the log does; a gap
                 // would make a confirm wait for (or skip) the wrong entry.
                 assert_eq!(pos.index, index, "I3: master and log numbering");
@@ -42,6 +48,14 @@ impl Backend {
                 // Fails only when the driver is gone, i.e. the node is stopping.
                 let _ = handle.append_expecting(index, payload);
             }
+        }
+    }
+
+    /// A client waits for the entries up to `index`: the single node
+    /// commits those it deferred now. (A replicated log defers none.)
+    pub(super) fn sync_to(&mut self, index: u64) {
+        if let Backend::Local { log, .. } = self {
+            log.sync_to(index);
         }
     }
 

@@ -351,21 +351,27 @@ impl MasterTask {
         let Core::Serving(master) = &mut self.core else {
             return;
         };
+        // After the inputs: what, of the log, anything they left waits for.
+        let needed = master.stable_needed();
         let mut outputs = master.swap_outputs(std::mem::take(&mut self.spare));
         let mut last_append = None;
         for o in outputs.drain(..) {
             match o {
                 Output::Append { index, entry } => {
-                    self.backend.append(index, entry);
+                    self.backend.append(index, entry, index <= needed);
                     last_append = Some(index);
                 }
                 Output::ToConn(conn, msg) => self.outboxes.push(conn, msg),
             }
         }
+        // Also what earlier dispatches deferred, when only now a reply or
+        // delivery waits for it.
+        self.backend.sync_to(needed);
         // Each connection gets what this dispatch has for it in one send.
         self.outboxes.send_all();
         self.spare = outputs;
-        if let Some(index) = last_append {
+        if let Some(index) = last_append.filter(|&i| i <= needed) {
+            // What nothing waits for is not timed: its wait is by design.
             self.backend.appended_up_to(index);
         }
     }

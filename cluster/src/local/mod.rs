@@ -5,8 +5,17 @@
 //! group-commits: it blocks for the first pending entry, drains whatever else is
 //! already queued, appends the batch, fsyncs once, and reports the new durable
 //! index. The batch size is therefore set by the load (an fsync's worth of
-//! arrivals), never by a sleep: an idle system commits each entry at once, a busy
-//! one amortises one fsync over many entries.
+//! arrivals), never by a sleep: an idle system commits each entry something
+//! waits for at once, a busy one amortises one fsync over many entries.
+//!
+//! An entry nothing waits for yet may be appended deferred
+//! ([`LocalLog::append_deferred`]): a batch of only such entries waits, up to
+//! [`DEFER_MAX`], for an entry or a [`LocalLog::sync`] that needs it, and is
+//! then committed with it. A consumer's ack has no reply; committed on its
+//! own, it made the publish that arrived during its fsync wait a second one
+//! (a publisher at confirm window 1 met 1.6 fsyncs per message). The caller
+//! says what something waits for: the master, at the end of each pass
+//! (`src/server/master_task`).
 //!
 //! With one store the durable index is the stable index. The cluster issue
 //! replaces the single store with a quorum of local and remote stores; `append`
@@ -19,9 +28,13 @@
 //! the window) between two commits. The commit latency, and with it the
 //! confirm latency, then no longer carries the reduction.
 
+mod commit;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use std::collections::BTreeMap;
 
@@ -36,6 +49,12 @@ use crate::store::{EventStore, Materializer, Reducer, StateRead, StoreError};
 const BATCH_ENTRIES_MAX: usize = 8192;
 /// Same bound in payload bytes.
 const BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// How long a batch of deferred entries alone waits for an entry or a
+/// [`LocalLog::sync_to`] that needs it, unless [`LocalLog::set_defer_max`] says otherwise: the
+/// most a crash can lose of what nobody waited for (a consumer's ack, a
+/// publish without confirms), and the most an answer can wait for a
+/// deferred entry the caller forgot to sync.
+pub const DEFER_MAX: Duration = Duration::from_millis(2);
 
 /// The single-node log; see the module docs.
 pub struct LocalLog {
@@ -50,6 +69,11 @@ pub struct LocalLog {
     /// Epoch of this run: above every epoch the store has seen, so an index
     /// reused after a crash lost an unsynced tail never repeats a position (I3).
     epoch: u64,
+    /// The highest index a commit was asked for (by [`LocalLog::append`] or
+    /// [`LocalLog::sync_to`]): entries above it were appended deferred.
+    asked: u64,
+    /// [`DEFER_MAX`] in microseconds, shared with the store thread.
+    defer_max_us: Arc<AtomicU64>,
 }
 
 impl LocalLog {
@@ -155,6 +179,8 @@ impl LocalLog {
         store.sync()?;
 
         let (tx, rx) = mpsc::channel();
+        let defer_max_us = Arc::new(AtomicU64::new(DEFER_MAX.as_micros() as u64));
+        let defer = defer_max_us.clone();
         let reducer = match materializer {
             Some(m) => {
                 let wake = tx.clone();
@@ -169,7 +195,7 @@ impl LocalLog {
         };
         let thread = std::thread::Builder::new()
             .name("stablemq-store".into())
-            .spawn(move || run(store, reducer, rx, on_stable, on_error))?;
+            .spawn(move || commit::run(store, reducer, rx, &defer, on_stable, on_error))?;
 
         tracing::info!(
             epoch,
@@ -183,6 +209,8 @@ impl LocalLog {
             thread: Some(thread),
             next_index: last.index + 1,
             epoch,
+            asked: last.index,
+            defer_max_us,
         };
         Ok((
             log,
@@ -198,9 +226,43 @@ impl LocalLog {
     /// blocks on disk. After the store thread has stopped on an error the entry
     /// is dropped: it will never become stable, which `on_error` already said.
     pub fn append(&mut self, payload: bytes::Bytes) -> LogPosition {
+        let pos = self.send_entry(payload, true);
+        self.asked = pos.index;
+        pos
+    }
+
+    /// [`LocalLog::append`] an entry nothing waits for yet: its commit may
+    /// wait, up to [`DEFER_MAX`], for a later entry or [`LocalLog::sync_to`]
+    /// that needs it (see the module docs).
+    pub fn append_deferred(&mut self, payload: bytes::Bytes) -> LogPosition {
+        self.send_entry(payload, false)
+    }
+
+    /// Something waits for the entries up to `index`: commit them now, with
+    /// whatever else is queued. Sends nothing when a commit up to there was
+    /// asked for already.
+    pub fn sync_to(&mut self, index: u64) {
+        if index <= self.asked {
+            return;
+        }
+        self.asked = self.last_appended();
+        if self.tx.send(Input::Sync).is_err() {
+            tracing::trace!("store thread stopped; sync dropped");
+        }
+    }
+
+    /// Change [`DEFER_MAX`] for this log (tests, and a caller that wants a
+    /// crash to lose less of what nobody waited for).
+    pub fn set_defer_max(&self, max: Duration) {
+        let us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+        self.defer_max_us.store(us, Ordering::Relaxed);
+    }
+
+    fn send_entry(&mut self, payload: bytes::Bytes, commit: bool) -> LogPosition {
         let pos = LogPosition::new(self.epoch, self.next_index);
         self.next_index += 1;
-        if self.tx.send(Input::Entry(Entry { pos, payload })).is_err() {
+        let entry = Entry { pos, payload };
+        if self.tx.send(Input::Entry { entry, commit }).is_err() {
             tracing::trace!(%pos, "store thread stopped; entry dropped");
         }
         pos
@@ -244,8 +306,11 @@ impl Drop for LocalLog {
 
 /// What the store thread receives.
 enum Input {
-    /// An entry to commit.
-    Entry(Entry),
+    /// An entry to commit; `commit`: something waits for it, so its batch is
+    /// committed at once (else it may wait, see [`DEFER_MAX`]).
+    Entry { entry: Entry, commit: bool },
+    /// Something waits for every entry sent before: commit them now.
+    Sync,
     /// The reducer thread queued a batch (see [`ReducerThread`]): a wake-up
     /// only, the batch itself is in the bounded channel.
     Reduced,
@@ -268,234 +333,3 @@ pub struct RecoveredLog {
 /// Rebuilds something from the state at open; see
 /// [`LocalLog::open_with_state_reader`].
 pub type StateReader<'a> = &'a mut dyn FnMut(&dyn StateRead) -> Result<(), StoreError>;
-
-/// Body of the store thread.
-fn run(
-    mut store: Box<dyn EventStore>,
-    reducer: Option<ReducerThread>,
-    rx: mpsc::Receiver<Input>,
-    on_stable: impl Fn(u64),
-    on_error: impl Fn(StoreError),
-) -> Result<(), StoreError> {
-    match commit_loop(store.as_mut(), reducer, &rx, &on_stable) {
-        Ok(()) => Ok(()),
-        Err(err) => {
-            // Stop receiving at once, so later appends fail fast instead of piling
-            // up behind a store that will never ack again.
-            drop(rx);
-            let description = err.to_string();
-            tracing::error!(error = %description, "event store failed; log stopped");
-            on_error(err);
-            Err(StoreError::Stopped(description))
-        }
-    }
-}
-
-/// A log with nothing to commit for this long hands its window over even
-/// though it is not full, so the state (and the log's compaction) catches up
-/// when traffic stops. Not a commit timer: commits never wait.
-const STATE_IDLE: Duration = Duration::from_millis(100);
-
-/// A commit step slower than this is logged: every confirm, delivery and
-/// answer of the node waits for it (I1), so a client sees it as a stall.
-const SLOW_STEP: Duration = Duration::from_secs(1);
-
-/// Log a commit step that took longer than [`SLOW_STEP`].
-fn note_slow(step: &str, began: Instant, entries: usize, bytes: usize) {
-    let took = began.elapsed();
-    if took >= SLOW_STEP {
-        tracing::warn!(
-            step,
-            took_ms = took.as_millis() as u64,
-            entries,
-            bytes,
-            "slow event store commit: stability waits for it"
-        );
-    }
-}
-
-/// Group commit until `Close`; then the state of the last window, and a
-/// final sync for the stable index.
-fn commit_loop(
-    store: &mut dyn EventStore,
-    mut reducer: Option<ReducerThread>,
-    rx: &mpsc::Receiver<Input>,
-    on_stable: &impl Fn(u64),
-) -> Result<(), StoreError> {
-    let mut batch: Vec<Entry> = Vec::new();
-    let mut durable = store.last_position().index;
-    let mut closing = false;
-    // A reduced batch was written since the last fsync.
-    let mut state_unsynced = false;
-    while !closing {
-        let first = match rx.try_recv() {
-            Ok(input) => input,
-            Err(mpsc::TryRecvError::Disconnected) => break,
-            Err(mpsc::TryRecvError::Empty) => {
-                match wait_idle(store, reducer.as_mut(), rx, &mut state_unsynced)? {
-                    Idle::Input(input) => input,
-                    Idle::WindowEnded => continue,
-                    Idle::Disconnected => break,
-                }
-            }
-        };
-        let first = match first {
-            Input::Entry(entry) => entry,
-            Input::Reduced => {
-                if let Some(r) = reducer.as_mut() {
-                    state_unsynced |= r.write_queued(store)?;
-                }
-                continue;
-            }
-            Input::Close => break,
-        };
-        let (batch_bytes, last) = fill_batch(store, reducer.as_mut(), rx, &mut batch, first)?;
-        closing = last;
-        durable = commit_batch(store, &batch, batch_bytes, durable)?;
-        state_unsynced = false;
-        on_stable(durable);
-        // After the ack: the state write rides on a later fsync, like the
-        // stable index, and a crash before it only means reducing again.
-        if let Some(r) = reducer.as_mut() {
-            state_unsynced |= hand_off(store, r, &mut batch, batch_bytes)?;
-        }
-    }
-    if let Some(r) = reducer {
-        close_reducer(store, r)?;
-    }
-    // Closed: make the last stable index (and state) durable too, so a clean
-    // shutdown leaves meta equal to the log.
-    store.sync()
-}
-
-/// What waiting for the store thread's next input brought.
-enum Idle {
-    /// An input.
-    Input(Input),
-    /// Nothing for [`STATE_IDLE`]: the reducer's window was handed over.
-    WindowEnded,
-    /// Every sender is gone.
-    Disconnected,
-}
-
-/// Wait for the next input with none queued: first make the state written
-/// since the last fsync durable, then, with a reducer window open, hand it
-/// over if nothing comes within [`STATE_IDLE`].
-fn wait_idle(
-    store: &mut dyn EventStore,
-    reducer: Option<&mut ReducerThread>,
-    rx: &mpsc::Receiver<Input>,
-    state_unsynced: &mut bool,
-) -> Result<Idle, StoreError> {
-    if std::mem::take(state_unsynced) {
-        // Idle: make the state durable now, so the log's space
-        // is reclaimed without waiting for more traffic.
-        store.sync()?;
-    }
-    Ok(match reducer {
-        // Idle with a window: hand it over if nothing comes soon.
-        Some(r) if r.window_open() => match rx.recv_timeout(STATE_IDLE) {
-            Ok(input) => Idle::Input(input),
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                *state_unsynced |= r.end_window(store)?;
-                Idle::WindowEnded
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => Idle::Disconnected,
-        },
-        _ => match rx.recv() {
-            Ok(input) => Idle::Input(input),
-            Err(_) => Idle::Disconnected,
-        },
-    })
-}
-
-/// Start a new batch with `first` and add what is queued already, up to
-/// [`BATCH_ENTRIES_MAX`] and [`BATCH_BYTES_MAX`]. Returns the batch's payload
-/// bytes, and whether `Close` came (the batch is then the last).
-fn fill_batch(
-    store: &mut dyn EventStore,
-    mut reducer: Option<&mut ReducerThread>,
-    rx: &mpsc::Receiver<Input>,
-    batch: &mut Vec<Entry>,
-    first: Entry,
-) -> Result<(usize, bool), StoreError> {
-    batch.clear();
-    let mut batch_bytes = first.payload.len();
-    batch.push(first);
-    while batch.len() < BATCH_ENTRIES_MAX && batch_bytes < BATCH_BYTES_MAX {
-        match rx.try_recv() {
-            Ok(Input::Entry(entry)) => {
-                batch_bytes += entry.payload.len();
-                batch.push(entry);
-            }
-            // Written before this batch's commit, made durable by its fsync.
-            Ok(Input::Reduced) => {
-                if let Some(r) = reducer.as_mut() {
-                    r.write_queued(store)?;
-                }
-            }
-            Ok(Input::Close) => return Ok((batch_bytes, true)),
-            Err(_) => break,
-        }
-    }
-    Ok((batch_bytes, false))
-}
-
-/// Append the batch and fsync once; record the new durable index (also the
-/// stable one) and return it.
-fn commit_batch(
-    store: &mut dyn EventStore,
-    batch: &[Entry],
-    batch_bytes: usize,
-    durable: u64,
-) -> Result<u64, StoreError> {
-    let began = Instant::now();
-    store.append(batch)?;
-    store.sync()?;
-    note_slow("append and fsync", began, batch.len(), batch_bytes);
-    let synced = store.last_position().index;
-    assert!(synced > durable, "a sync must advance the durable index");
-    // Lazy: written now, made durable by the next batch's fsync. Recovery
-    // treats the whole surviving log as stable anyway.
-    store.set_stable_index(synced)?;
-    Ok(synced)
-}
-
-/// Move the committed batch's entries on to the reducer (emptying `batch`);
-/// returns whether a reduced batch was written.
-fn hand_off(
-    store: &mut dyn EventStore,
-    r: &mut ReducerThread,
-    batch: &mut Vec<Entry>,
-    batch_bytes: usize,
-) -> Result<bool, StoreError> {
-    let batch_len = batch.len();
-    let mut written = false;
-    // The entries move on: a clone of a payload made from a boxed
-    // slice (`Event::encode`'s) would allocate its shared header, one
-    // allocation per entry.
-    let began = Instant::now();
-    for e in batch.drain(..) {
-        written |= r.push(store, e)?;
-    }
-    // A reducer behind its queue holds up the next batch's fsync.
-    note_slow(
-        "hand-off to the state reducer",
-        began,
-        batch_len,
-        batch_bytes,
-    );
-    Ok(written)
-}
-
-/// At close: hand over the reducer's last window, write every batch it still
-/// owes, and stop it.
-fn close_reducer(store: &mut dyn EventStore, mut r: ReducerThread) -> Result<(), StoreError> {
-    r.end_window(store)?;
-    // Nothing but reduced batches can come now: the log is closed.
-    while r.outstanding() > 0 {
-        r.write_next(store)?;
-    }
-    r.stop()?;
-    Ok(())
-}
