@@ -10,7 +10,7 @@
 //!
 //! An entry nothing waits for yet may be appended deferred
 //! ([`LocalLog::append_deferred`]): a batch of only such entries waits, up to
-//! [`DEFER_MAX`], for an entry or a [`LocalLog::sync`] that needs it, and is
+//! [`LocalLog::DEFER_MAX`], for an entry or a [`LocalLog::sync_to`] that needs it, and is
 //! then committed with it. A consumer's ack has no reply; committed on its
 //! own, it made the publish that arrived during its fsync wait a second one
 //! (a publisher at confirm window 1 met 1.6 fsyncs per message). The caller
@@ -49,12 +49,6 @@ use crate::store::{EventStore, Materializer, Reducer, StateRead, StoreError};
 const BATCH_ENTRIES_MAX: usize = 8192;
 /// Same bound in payload bytes.
 const BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
-/// How long a batch of deferred entries alone waits for an entry or a
-/// [`LocalLog::sync_to`] that needs it, unless [`LocalLog::set_defer_max`] says otherwise: the
-/// most a crash can lose of what nobody waited for (a consumer's ack, a
-/// publish without confirms), and the most an answer can wait for a
-/// deferred entry the caller forgot to sync.
-pub const DEFER_MAX: Duration = Duration::from_millis(2);
 
 /// The single-node log; see the module docs.
 pub struct LocalLog {
@@ -72,11 +66,18 @@ pub struct LocalLog {
     /// The highest index a commit was asked for (by [`LocalLog::append`] or
     /// [`LocalLog::sync_to`]): entries above it were appended deferred.
     asked: u64,
-    /// [`DEFER_MAX`] in microseconds, shared with the store thread.
+    /// [`LocalLog::DEFER_MAX`] in microseconds, shared with the store thread.
     defer_max_us: Arc<AtomicU64>,
 }
 
 impl LocalLog {
+    /// How long a batch of deferred entries alone waits for an entry or a
+    /// [`LocalLog::sync_to`] that needs it, unless [`LocalLog::set_defer_max`] says otherwise: the
+    /// most a crash can lose of what nobody waited for (a consumer's ack, a
+    /// publish without confirms), and the most an answer can wait for a
+    /// deferred entry the caller forgot to sync.
+    pub const DEFER_MAX: Duration = Duration::from_millis(2);
+
     /// Open: reads every entry for recovery (returned in order, as the stable
     /// log), then starts the store thread.
     ///
@@ -179,7 +180,7 @@ impl LocalLog {
         store.sync()?;
 
         let (tx, rx) = mpsc::channel();
-        let defer_max_us = Arc::new(AtomicU64::new(DEFER_MAX.as_micros() as u64));
+        let defer_max_us = Arc::new(AtomicU64::new(LocalLog::DEFER_MAX.as_micros() as u64));
         let defer = defer_max_us.clone();
         let reducer = match materializer {
             Some(m) => {
@@ -232,7 +233,7 @@ impl LocalLog {
     }
 
     /// [`LocalLog::append`] an entry nothing waits for yet: its commit may
-    /// wait, up to [`DEFER_MAX`], for a later entry or [`LocalLog::sync_to`]
+    /// wait, up to [`LocalLog::DEFER_MAX`], for a later entry or [`LocalLog::sync_to`]
     /// that needs it (see the module docs).
     pub fn append_deferred(&mut self, payload: bytes::Bytes) -> LogPosition {
         self.send_entry(payload, false)
@@ -251,7 +252,7 @@ impl LocalLog {
         }
     }
 
-    /// Change [`DEFER_MAX`] for this log (tests, and a caller that wants a
+    /// Change [`LocalLog::DEFER_MAX`] for this log (tests, and a caller that wants a
     /// crash to lose less of what nobody waited for).
     pub fn set_defer_max(&self, max: Duration) {
         let us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
@@ -307,7 +308,7 @@ impl Drop for LocalLog {
 /// What the store thread receives.
 enum Input {
     /// An entry to commit; `commit`: something waits for it, so its batch is
-    /// committed at once (else it may wait, see [`DEFER_MAX`]).
+    /// committed at once (else it may wait, see [`LocalLog::DEFER_MAX`]).
     Entry { entry: Entry, commit: bool },
     /// Something waits for every entry sent before: commit them now.
     Sync,
