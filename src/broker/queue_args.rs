@@ -166,8 +166,10 @@ impl QueueArgs {
                             .ok_or(("x-max-age", "invalid_max_age".to_string()))?,
                     )
                 }
+                // 0 is accepted, as RabbitMQ 3.10 does: every entry closes its
+                // segment. The upper bound is a stream's (declare checks it).
                 "x-stream-max-segment-size-bytes" => {
-                    a.max_segment_bytes = Some(positive("x-stream-max-segment-size-bytes", v)?)
+                    a.max_segment_bytes = Some(non_negative("x-stream-max-segment-size-bytes", v)?)
                 }
                 _ => {}
             }

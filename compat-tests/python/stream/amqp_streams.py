@@ -75,6 +75,18 @@ check("bad x-max-age", outcome(declare("s_age", **{"x-max-age": "10X"})),
       refused(406, "PRECONDITION_FAILED - invalid arg 'x-max-age' for queue 's_age' in vhost '/': invalid_max_age"))
 check("retention arguments", outcome(declare("s_ret", **{
     "x-max-age": "10s", "x-max-length-bytes": 1000000, "x-stream-max-segment-size-bytes": 100000})), ("ok", 0))
+check("segment size over 3 GB", outcome(declare("s_big", **{"x-stream-max-segment-size-bytes": 3_000_000_001})),
+      refused(406, "PRECONDITION_FAILED - Exceeded max value for x-stream-max-segment-size-bytes"))
+check("segment size 0", outcome(declare("s_zero", **{"x-stream-max-segment-size-bytes": 0})), ("ok", 0))
+check("negative segment size", outcome(declare("s_neg", **{"x-stream-max-segment-size-bytes": -5}))[:2],
+      ("error", 406))
+# x-stream-filter-size-bytes: RabbitMQ 3.13 (stream filtering) checks it,
+# 3.10 ignores it.
+for value, why in [(300, "value"), (8, "value"), ("x", "type")]:
+    check(f"filter size {value!r}", outcome(declare("s_fs", **{"x-stream-filter-size-bytes": value})),
+          ("ok", 0) if RABBITMQ else
+          refused(406, f"PRECONDITION_FAILED - Invalid {why} for x-stream-filter-size-bytes"))
+check("filter size 32", outcome(declare("s_fs32", **{"x-stream-filter-size-bytes": 32})), ("ok", 0))
 check("declare", outcome(declare("s1")), ("ok", 0))
 
 

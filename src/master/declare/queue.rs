@@ -385,6 +385,9 @@ fn validate_queue_spec(vhost: &str, name: &str, spec: &QueueSpec) -> AmqpResult<
                     "invalid property 'auto-delete' for queue '{name}' in vhost '{vhost}'"
                 )));
             }
+            if queue_type(&spec.arguments).as_deref() == Some("stream") {
+                crate::master::stream::check_sizes(&spec.arguments)?;
+            }
             Ok(())
         }
         Some(other) => Err(AmqpError::precondition(format!(
