@@ -19,6 +19,7 @@ mod process;
 mod stream;
 pub mod stream_clients;
 pub mod text;
+pub mod upkeep;
 
 pub use stream::{global_stream, global_stream_by_queue, stream_errors};
 
@@ -315,8 +316,21 @@ pub fn alarm_state() -> (u64, bool, bool) {
 
 /// Install the global recorder (the endpoint renders it), describe every
 /// counter, and create them at zero so that `rate()` over a counter that has
-/// not moved yet gives 0 rather than no series, as with RabbitMQ.
+/// not moved yet gives 0 rather than no series, as with RabbitMQ. The caller
+/// runs [`upkeep::run`] beside it: the recorder buffers histogram samples
+/// until they are drained.
 pub fn install() -> Result<metrics_exporter_prometheus::PrometheusHandle, String> {
+    let handle = builder()?
+        .install_recorder()
+        .map_err(|e| format!("prometheus recorder: {e}"))?;
+    describe();
+    stablemq_cluster::metrics::describe();
+    register_zeroes();
+    Ok(handle)
+}
+
+/// The recorder's configuration: the histograms' buckets.
+fn builder() -> Result<metrics_exporter_prometheus::PrometheusBuilder, String> {
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
     let seconds = [
         0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -325,7 +339,7 @@ pub fn install() -> Result<metrics_exporter_prometheus::PrometheusHandle, String
     let batch = [
         1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
     ];
-    let builder = PrometheusBuilder::new()
+    PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
         .and_then(|b| {
             b.set_buckets_for_metric(
@@ -333,14 +347,7 @@ pub fn install() -> Result<metrics_exporter_prometheus::PrometheusHandle, String
                 &batch,
             )
         })
-        .map_err(|e| format!("prometheus buckets: {e}"))?;
-    let handle = builder
-        .install_recorder()
-        .map_err(|e| format!("prometheus recorder: {e}"))?;
-    describe();
-    stablemq_cluster::metrics::describe();
-    register_zeroes();
-    Ok(handle)
+        .map_err(|e| format!("prometheus buckets: {e}"))
 }
 
 fn describe() {

@@ -194,17 +194,20 @@ async fn start_management(
     Ok(guards)
 }
 
-/// Install the metrics recorder and serve `/metrics` and
-/// `/metrics/per-object`, if a Prometheus address is set; the endpoint stops
-/// when the returned guard drops.
+/// Install the metrics recorder, with its upkeep, and serve `/metrics` and
+/// `/metrics/per-object`, if a Prometheus address is set; both stop when the
+/// returned guards drop.
 async fn start_metrics(
     opts: &ServeOptions,
     master: mpsc::Sender<MasterMsg>,
-) -> Result<Option<AbortOnDrop>, ServeError> {
+) -> Result<Vec<AbortOnDrop>, ServeError> {
     let Some(addr) = opts.prometheus_addr else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let recorder = crate::metrics::install().map_err(ServeError::Other)?;
+    // Histogram samples wait in the recorder until drained: by a scrape, and
+    // without one by this (`metrics/upkeep.rs`).
+    let upkeep = AbortOnDrop(tokio::spawn(crate::metrics::upkeep::run(recorder.clone())));
     let state = crate::metrics::endpoint::EndpointState {
         recorder,
         master,
@@ -216,7 +219,7 @@ async fn start_metrics(
     let task = crate::metrics::endpoint::serve(addr, state)
         .await
         .map_err(|source| ServeError::Listen { addr, source })?;
-    Ok(Some(AbortOnDrop(task)))
+    Ok(vec![upkeep, AbortOnDrop(task)])
 }
 
 /// Aborts a background task when dropped.
