@@ -499,45 +499,6 @@ async fn confirmed_entries_keep_their_offsets_across_a_master_kill() {
 /// a RabbitMQ 3.10 node with `--rabbitmq`: there a bad offset is a 541).
 #[test]
 fn pika_gets_the_answers_rabbitmq_3_10_gives() {
-    use std::process::{Command, Stdio};
     let broker = Broker::start();
-    let python = match std::env::var_os("STABLEMQ_PYTHON") {
-        Some(p) if !p.is_empty() => std::path::PathBuf::from(p),
-        _ => panic!(
-            "STABLEMQ_PYTHON is not set: run with scripts/test.sh, which creates .venv \
-             with pika and sets it"
-        ),
-    };
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/amqp_streams.py");
-    let mut child = Command::new(python)
-        .arg(&script)
-        .arg(broker.amqp_port.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the pika script");
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for the pika script") {
-            break s;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the pika script did not finish within 180 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let out = child.wait_with_output().expect("the script's output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        status.success(),
-        "a case differs from RabbitMQ 3.10:\n{stdout}"
-    );
-    assert!(
-        stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 30,
-        "{stdout}"
-    );
+    compat_tests::common::python::run_cases("stream/amqp_streams.py", broker.amqp_port, 30);
 }

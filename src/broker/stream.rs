@@ -344,21 +344,6 @@ pub fn parse_age_ms(s: &str) -> Option<u64> {
     (n > 0).then(|| n.saturating_mul(secs).saturating_mul(1000))
 }
 
-/// The declared arguments RabbitMQ refuses on a stream (406, "of queue type
-/// rabbit_stream_queue").
-pub const REFUSED_ARGS: &[&str] = &[
-    "x-max-length",
-    "x-message-ttl",
-    "x-expires",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-overflow",
-    "x-max-priority",
-    "x-delivery-limit",
-    "x-single-active-consumer",
-    "x-queue-mode",
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;

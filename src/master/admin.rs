@@ -494,12 +494,12 @@ impl Master {
                 if self.broker.queue(vhost, name).is_some() {
                     return Ok(None);
                 }
-                if let Err((arg, why)) =
-                    crate::broker::queue_args::QueueArgs::parse(&spec.arguments)
+                use crate::broker::queue_args::{QueueType, check_declared};
+                // The same answer as a declare (an unknown type is left to it).
+                if let Some(queue_type) = QueueType::declared(&spec.arguments)
+                    && let Err(e) = check_declared(&spec.arguments, queue_type)
                 {
-                    return Err(format!(
-                        "queue '{name}' in vhost '{vhost}': invalid arg '{arg}': {why}"
-                    ));
+                    return Err(e.message(vhost, name));
                 }
                 Ok(Some(spec.durable))
             }

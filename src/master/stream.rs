@@ -13,26 +13,13 @@ use super::inout::{ClientProtocol, ConnId, ToConn, TrackAnswer, TrackOp};
 use super::session::{Channel, ConsumerKey, Unacked};
 use crate::broker::event::Event;
 use crate::broker::message::Message;
-use crate::broker::stream::{REFUSED_ARGS, StartAt, parse_start};
+use crate::broker::stream::{StartAt, parse_start};
 use crate::broker::stream_filter::filter_value;
 use crate::broker::stream_record::{OFFSET_MS_ARG, RECORDS_ARG, for_amqp091};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::metrics::QueueKind;
 use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
 use std::sync::Arc;
-
-/// The arguments RabbitMQ refuses on a stream, with its wording.
-pub(super) fn refuse_args(vhost: &str, name: &str, arguments: &FieldTable) -> AmqpResult<()> {
-    match REFUSED_ARGS
-        .iter()
-        .find(|a| arguments.inner().contains_key(**a))
-    {
-        Some(arg) => Err(AmqpError::precondition(format!(
-            "invalid arg '{arg}' for queue '{name}' in vhost '{vhost}' of queue type rabbit_stream_queue"
-        ))),
-        None => Ok(()),
-    }
-}
 
 /// RabbitMQ's largest `x-stream-max-segment-size-bytes` (3 GB).
 const MAX_SEGMENT_SIZE_BYTES: u64 = 3_000_000_000;

@@ -2,7 +2,12 @@
 //!
 //! Parsing is a pure function of the declared arguments, so every replica derives
 //! the same settings from the same `QueueDeclared` event (I4). Validation follows
-//! RabbitMQ: a bad value is refused at declare time with 406.
+//! RabbitMQ: a bad value is refused at declare time with 406, in RabbitMQ's
+//! words (`check.rs`: which arguments each queue type takes).
+
+mod check;
+
+pub use check::{QueueType, check_declared};
 
 use stablemq_protocol::{AMQPValue, FieldTable};
 
@@ -78,20 +83,116 @@ pub fn text(v: &AMQPValue) -> Option<String> {
     }
 }
 
-/// A refused argument: (name, RabbitMQ-style explanation).
-pub type ArgError = (&'static str, String);
+/// A refused argument, in RabbitMQ's words (`message` gives the whole text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    /// A bad value: "invalid arg 'ARG' for queue 'Q' in vhost 'V': WHY", WHY
+    /// as RabbitMQ prints it (`{value_negative,-1}`, `invalid_overflow`, ...).
+    Value {
+        /// The argument.
+        arg: &'static str,
+        /// Why, as RabbitMQ prints it.
+        why: String,
+    },
+    /// An argument of another queue type.
+    NotForType {
+        /// The argument.
+        arg: &'static str,
+        /// The queue type's RabbitMQ module (`rabbit_quorum_queue`).
+        queue_type: &'static str,
+    },
+    /// An `x-dead-letter-exchange` that is not a string, which RabbitMQ words
+    /// apart from the rest.
+    Type {
+        /// The argument.
+        arg: &'static str,
+        /// The value's type, by RabbitMQ's name ([`type_name`]).
+        type_name: &'static str,
+    },
+}
 
-fn non_negative(name: &'static str, v: &AMQPValue) -> Result<u64, ArgError> {
-    match int(v) {
-        Some(n) if n >= 0 => Ok(u64::try_from(n).unwrap_or(u64::MAX)),
-        Some(n) => Err((name, format!("{n} must be non-negative"))),
-        None => Err((name, format!("{v:?} is not an integer"))),
+impl ArgError {
+    /// RabbitMQ's text of the 406 for queue `queue` in vhost `vhost`.
+    pub fn message(&self, vhost: &str, queue: &str) -> String {
+        match self {
+            ArgError::Value { arg, why } => {
+                format!("invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}': {why}")
+            }
+            ArgError::NotForType { arg, queue_type } => format!(
+                "invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}' of queue type {queue_type}"
+            ),
+            ArgError::Type { arg, type_name } => format!(
+                "invalid type '{type_name}' for arg '{arg}' in queue '{queue}' in vhost '{vhost}'"
+            ),
+        }
+    }
+
+    /// The argument it names.
+    pub fn arg(&self) -> &'static str {
+        match self {
+            ArgError::Value { arg, .. }
+            | ArgError::NotForType { arg, .. }
+            | ArgError::Type { arg, .. } => arg,
+        }
+    }
+
+    pub(super) fn value(arg: &'static str, why: impl Into<String>) -> ArgError {
+        ArgError::Value {
+            arg,
+            why: why.into(),
+        }
     }
 }
 
-fn positive(name: &'static str, v: &AMQPValue) -> Result<u64, ArgError> {
+/// The name RabbitMQ gives a field table value's type in its errors.
+pub fn type_name(v: &AMQPValue) -> &'static str {
+    match v {
+        AMQPValue::Boolean(_) => "bool",
+        AMQPValue::ShortShortInt(_) => "byte",
+        AMQPValue::ShortShortUInt(_) => "unsignedbyte",
+        AMQPValue::ShortInt(_) => "short",
+        AMQPValue::ShortUInt(_) => "unsignedshort",
+        AMQPValue::LongInt(_) => "signedint",
+        AMQPValue::LongUInt(_) => "unsignedint",
+        AMQPValue::LongLongInt(_) => "long",
+        AMQPValue::Float(_) => "float",
+        AMQPValue::Double(_) => "double",
+        AMQPValue::DecimalValue(_) => "decimal",
+        AMQPValue::ShortString(_) => "shortstr",
+        AMQPValue::LongString(_) => "longstr",
+        AMQPValue::FieldArray(_) => "array",
+        AMQPValue::Timestamp(_) => "timestamp",
+        AMQPValue::FieldTable(_) => "table",
+        AMQPValue::ByteArray(_) => "binary",
+        AMQPValue::Void => "void",
+    }
+}
+
+/// An integer argument, as RabbitMQ checks one: any AMQP integer type (not
+/// a timestamp), else `"expected integer, got TYPE"`.
+pub(super) fn integer(name: &'static str, v: &AMQPValue) -> Result<i128, ArgError> {
+    match v {
+        AMQPValue::Timestamp(_) => None,
+        _ => int(v),
+    }
+    .ok_or_else(|| ArgError::value(name, format!("\"expected integer, got {}\"", type_name(v))))
+}
+
+/// A string argument, else RabbitMQ's `{unacceptable_type,TYPE}`.
+pub(super) fn string(name: &'static str, v: &AMQPValue) -> Result<String, ArgError> {
+    text(v).ok_or_else(|| ArgError::value(name, format!("{{unacceptable_type,{}}}", type_name(v))))
+}
+
+fn non_negative(name: &'static str, v: &AMQPValue) -> Result<u64, ArgError> {
+    match integer(name, v)? {
+        n if n >= 0 => Ok(u64::try_from(n).unwrap_or(u64::MAX)),
+        n => Err(ArgError::value(name, format!("{{value_negative,{n}}}"))),
+    }
+}
+
+pub(super) fn positive(name: &'static str, v: &AMQPValue) -> Result<u64, ArgError> {
     match non_negative(name, v)? {
-        0 => Err((name, "0 must be positive".into())),
+        0 => Err(ArgError::value(name, "{value_zero,0}")),
         n => Ok(n),
     }
 }
@@ -109,34 +210,29 @@ impl QueueArgs {
                     a.max_length_bytes = Some(non_negative("x-max-length-bytes", v)?)
                 }
                 "x-overflow" => {
-                    a.overflow = match text(v).as_deref() {
-                        Some("drop-head") => Overflow::DropHead,
-                        Some("reject-publish") => Overflow::RejectPublish,
-                        Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
-                        _ => {
-                            return Err((
-                                "x-overflow",
-                                format!("{v:?} is not a valid overflow mode"),
-                            ));
-                        }
+                    a.overflow = match string("x-overflow", v)?.as_str() {
+                        "drop-head" => Overflow::DropHead,
+                        "reject-publish" => Overflow::RejectPublish,
+                        "reject-publish-dlx" => Overflow::RejectPublishDlx,
+                        _ => return Err(ArgError::value("x-overflow", "invalid_overflow")),
                     }
                 }
                 "x-dead-letter-exchange" => {
-                    a.dead_letter_exchange = Some(
-                        text(v)
-                            .ok_or(("x-dead-letter-exchange", format!("{v:?} is not a string")))?,
-                    )
+                    a.dead_letter_exchange = Some(text(v).ok_or(ArgError::Type {
+                        arg: "x-dead-letter-exchange",
+                        type_name: type_name(v),
+                    })?)
                 }
                 "x-dead-letter-routing-key" => {
-                    a.dead_letter_routing_key = Some(text(v).ok_or((
-                        "x-dead-letter-routing-key",
-                        format!("{v:?} is not a string"),
-                    ))?)
+                    a.dead_letter_routing_key = Some(string("x-dead-letter-routing-key", v)?)
                 }
                 "x-max-priority" => {
                     let n = non_negative("x-max-priority", v)?;
                     if n > 255 {
-                        return Err(("x-max-priority", format!("{n} is out of range 0..255")));
+                        return Err(ArgError::value(
+                            "x-max-priority",
+                            format!("{{max_value_exceeded,{n}}}"),
+                        ));
                     }
                     // 0 priority levels behaves like a queue without priorities.
                     a.max_priority = (n > 0).then_some(n as u8);
@@ -144,9 +240,9 @@ impl QueueArgs {
                 "x-single-active-consumer" => match v {
                     AMQPValue::Boolean(b) => a.single_active_consumer = *b,
                     _ => {
-                        return Err((
+                        return Err(ArgError::value(
                             "x-single-active-consumer",
-                            format!("{v:?} is not a boolean"),
+                            format!("{{unacceptable_type,{}}}", type_name(v)),
                         ));
                     }
                 },
@@ -160,10 +256,8 @@ impl QueueArgs {
                 }
                 "x-max-age" => {
                     a.max_age_ms = Some(
-                        text(v)
-                            .as_deref()
-                            .and_then(super::stream::parse_age_ms)
-                            .ok_or(("x-max-age", "invalid_max_age".to_string()))?,
+                        super::stream::parse_age_ms(&string("x-max-age", v)?)
+                            .ok_or(ArgError::value("x-max-age", "invalid_max_age"))?,
                     )
                 }
                 // 0 is accepted, as RabbitMQ 3.10 does: every entry closes its
@@ -175,9 +269,9 @@ impl QueueArgs {
             }
         }
         if a.dead_letter_routing_key.is_some() && a.dead_letter_exchange.is_none() {
-            return Err((
+            return Err(ArgError::value(
                 "x-dead-letter-routing-key",
-                "x-dead-letter-exchange must be set too".into(),
+                "routing_key_but_no_dlx_defined",
             ));
         }
         Ok(a)

@@ -357,43 +357,45 @@ fn key_shortcut(sent_queue: &str, sent_key: &str, queue: &str) -> String {
     }
 }
 
-/// Check declared arguments we act on, as RabbitMQ does at declare time.
+/// Check a new queue's arguments and properties in RabbitMQ's order: the
+/// arguments' values and types (`queue_args::check_declared`), then, for a
+/// quorum queue or a stream, auto-delete, exclusive and durable, then a
+/// stream's sizes.
 fn validate_queue_spec(vhost: &str, name: &str, spec: &QueueSpec) -> AmqpResult<()> {
-    if let Err((arg, why)) = crate::broker::queue_args::QueueArgs::parse(&spec.arguments) {
+    use crate::broker::queue_args::{QueueType, check_declared};
+    let queue_type = match queue_type(&spec.arguments).as_deref() {
+        None | Some("classic") => QueueType::Classic,
+        Some("quorum") => QueueType::Quorum,
+        Some("stream") => QueueType::Stream,
+        Some(other) => {
+            return Err(AmqpError::precondition(format!(
+                "invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': unsupported queue type '{other}' (StableMQ supports classic, quorum and stream)"
+            )));
+        }
+    };
+    check_declared(&spec.arguments, queue_type)
+        .map_err(|e| AmqpError::precondition(e.message(vhost, name)))?;
+    if queue_type == QueueType::Classic {
+        return Ok(());
+    }
+    let property = if spec.auto_delete {
+        Some("auto-delete")
+    } else if spec.exclusive_owner.is_some() {
+        Some("exclusive-owner")
+    } else if !spec.durable {
+        Some("non-durable")
+    } else {
+        None
+    };
+    if let Some(property) = property {
         return Err(AmqpError::precondition(format!(
-            "invalid arg '{arg}' for queue '{name}' in vhost '{vhost}': {why}"
+            "invalid property '{property}' for queue '{name}' in vhost '{vhost}'"
         )));
     }
-    match queue_type(&spec.arguments).as_deref() {
-        None | Some("classic") => Ok(()),
-        Some("quorum" | "stream") => {
-            if queue_type(&spec.arguments).as_deref() == Some("stream") {
-                crate::master::stream::refuse_args(vhost, name, &spec.arguments)?;
-            }
-            if !spec.durable {
-                return Err(AmqpError::precondition(format!(
-                    "invalid property 'non-durable' for queue '{name}' in vhost '{vhost}'"
-                )));
-            }
-            if spec.exclusive_owner.is_some() {
-                return Err(AmqpError::precondition(format!(
-                    "invalid property 'exclusive-owner' for queue '{name}' in vhost '{vhost}'"
-                )));
-            }
-            if spec.auto_delete {
-                return Err(AmqpError::precondition(format!(
-                    "invalid property 'auto-delete' for queue '{name}' in vhost '{vhost}'"
-                )));
-            }
-            if queue_type(&spec.arguments).as_deref() == Some("stream") {
-                crate::master::stream::check_sizes(&spec.arguments)?;
-            }
-            Ok(())
-        }
-        Some(other) => Err(AmqpError::precondition(format!(
-            "invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': unsupported queue type '{other}' (StableMQ supports classic, quorum and stream)"
-        ))),
+    if queue_type == QueueType::Stream {
+        crate::master::stream::check_sizes(&spec.arguments)?;
     }
+    Ok(())
 }
 
 /// A redeclare must match the queue's flags and arguments, as RabbitMQ
