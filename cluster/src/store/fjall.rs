@@ -439,15 +439,14 @@ impl EventStore for FjallStore {
         }
         for (key, op) in &batch.ops {
             match op {
-                // Copied, not handed over: a reducer cuts its keys and
-                // values from shared chunks (16 and 64 KiB), and fjall keeps a
-                // `Bytes` it is given as it is, so one key or value in a
-                // memtable kept its whole chunk alive until the flush, which
-                // counts only the key's and value's own bytes. With most
-                // publishes consumed within their batch (never written), few
-                // survivors pinned a chunk each: the memtable took hours to
-                // fill and the heap grew meanwhile (docs/reliability.md).
-                MergedOp::Put(value) => write.insert(&self.state, key.as_ref(), value.as_ref()),
+                // The key is copied, not handed over: a reducer cuts every
+                // publish's key from shared 16 KiB chunks, most of them for
+                // publishes consumed within the batch (never written), and
+                // fjall keeps a `Bytes` it is given as it is, so one written
+                // key kept its whole chunk alive until the memtable's flush,
+                // which counts only the key's own bytes (docs/reliability.md).
+                // A value is handed over: its chunk holds written values only.
+                MergedOp::Put(value) => write.insert(&self.state, key.as_ref(), value.clone()),
                 MergedOp::Delete => write.remove(&self.state, key.as_ref()),
                 // Put and deleted within the batch: write nothing unless an
                 // older value must go (a point read, bloom-filtered when absent).
