@@ -183,6 +183,11 @@ pub const EPOCH: &str = "stablemq_epoch";
 /// Counter: times this node took over as master from an earlier one (won an
 /// election in an epoch above 1).
 pub const FAILOVERS: &str = "stablemq_failovers_total";
+/// Counter: stream chunks this node delivered from its replica (a slave's
+/// stream clients read there: `server/stream/replica`).
+pub const STREAM_REPLICA_CHUNKS: &str = "stablemq_stream_replica_chunks_delivered_total";
+/// Counter: stream entries in the chunks of [`STREAM_REPLICA_CHUNKS`].
+pub const STREAM_REPLICA_RECORDS: &str = "stablemq_stream_replica_records_delivered_total";
 /// Gauge: log entries this slave's applied state trails the stable index the
 /// master last told it (0 on the master).
 pub const SLAVE_LAG: &str = "stablemq_slave_lag_entries";
@@ -366,6 +371,14 @@ fn describe() {
         "Log entries this slave's applied state trails the master's stable index"
     );
     describe_counter!(FAILOVERS, "Times this node became master by election");
+    describe_counter!(
+        STREAM_REPLICA_CHUNKS,
+        "Stream chunks this node delivered from its replica"
+    );
+    describe_counter!(
+        STREAM_REPLICA_RECORDS,
+        "Stream entries in the chunks this node delivered from its replica"
+    );
     stream::describe_errors();
 }
 
@@ -552,6 +565,8 @@ fn register_zeroes() {
         QUEUES_CREATED,
         QUEUES_DELETED,
         FAILOVERS,
+        STREAM_REPLICA_CHUNKS,
+        STREAM_REPLICA_RECORDS,
     ] {
         metrics::counter!(name).increment(0);
     }

@@ -397,6 +397,7 @@ async fn run_broker(
         opts.data_dir.clone(),
         (Arc::new(users.clone()), cluster_name.0),
     );
+    let replica_applied = task.replica_applied();
     let master_handle = tokio::spawn(task.run(master_rx));
     let ctx = ConnContext {
         config: opts.config.clone(),
@@ -407,6 +408,7 @@ async fn run_broker(
         users: users.subscribe(),
         cluster_name: cluster_name.1,
         slots: slots::Slots::new(opts.config.connection_max),
+        replica_applied,
     };
 
     if let Some((events, not_imported)) = definitions {

@@ -50,6 +50,9 @@ pub(super) struct ConnContext {
     pub(super) cluster_name: watch::Receiver<String>,
     /// The node's connection limit (`connection_max`).
     pub(super) slots: super::slots::Slots,
+    /// The log index the replica applied last (a slave's): stream reads
+    /// served from the replica wait on it (`stream::replica`).
+    pub(super) replica_applied: watch::Receiver<u64>,
 }
 
 /// Over `connection_max`, wait unserved for a slot, as RabbitMQ's listener

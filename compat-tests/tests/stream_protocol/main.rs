@@ -76,3 +76,4 @@ fn run_to_end(mut cmd: Command, limit: Duration) -> (bool, String) {
 mod cases;
 mod counted;
 mod durable;
+mod replica_reads;

@@ -120,6 +120,8 @@ pub struct MasterTask {
     /// The cluster name last published, and the default when none is stored.
     name_out: String,
     default_name: String,
+    /// The last log index applied to the replica while following.
+    applied: watch::Sender<u64>,
 }
 
 /// Whether the task goes on after a message.
@@ -157,7 +159,14 @@ impl MasterTask {
             users_out,
             name_out,
             published,
+            applied: watch::Sender::new(0),
         }
+    }
+
+    /// The last log index applied to the replica (it grows while this
+    /// node follows): what a stream read from the replica waits on.
+    pub fn replica_applied(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     /// Run until shutdown (or until every sender of `rx` is gone).

@@ -31,6 +31,9 @@ impl MasterTask {
             }
             (Core::Following(broker), BrokerEvent::Apply(entries)) => {
                 replica::apply_entries(broker, &entries);
+                if let Some(last) = entries.last() {
+                    self.applied.send_replace(last.pos.index);
+                }
             }
             (
                 Core::Following(_),
@@ -105,6 +108,7 @@ impl MasterTask {
         self.core = Core::Following(Broker::new());
         tracing::info!(%base, "replica restored from a store's snapshot");
         self.core = Core::Following(builder.finish());
+        self.applied.send_replace(base.index);
     }
 
     /// This node won an election: its replica, which holds exactly the

@@ -8,6 +8,7 @@
 mod bridge;
 mod codecs;
 mod record;
+mod replica;
 mod shown;
 
 use super::master_task::MasterMsg;
@@ -56,7 +57,13 @@ pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, pee
             Ok(None) => cluster_topology(*me, &reachable(*me, stream_addrs).await, local),
             Ok(Some(master)) => {
                 match stream_addrs.get(&master) {
-                    Some(&addr) => forward(sock, addr, ctx.shutdown.clone()).await,
+                    Some(&addr) => {
+                        // This node as its clients reach it, as metadata names it.
+                        let me_at = stream_addrs.get(me).copied().unwrap_or(local);
+                        let advertise = (me_at.ip().to_string(), me_at.port());
+                        let applied = ctx.replica_applied.clone();
+                        replica::serve(&ctx, sock, addr, advertise, applied).await
+                    }
                     None => {
                         tracing::info!(master, %peer, "no stream_addr for the master; stream client closed")
                     }
@@ -129,34 +136,6 @@ fn cluster_topology(
     Advertised {
         brokers,
         leader: u16::try_from(leader).unwrap_or(0),
-    }
-}
-
-/// A slave's stream client: its bytes go to the master's stream listener
-/// and back, unchanged, until either side closes (the master's going ends
-/// it; the client reconnects and finds the new one).
-async fn forward(
-    mut sock: TcpStream,
-    to: SocketAddr,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    // Nothing goes upstream before the client speaks: a master probing
-    // this node (`reachable`) sends nothing, so it never reaches itself.
-    let mut first = [0u8; 1];
-    match tokio::time::timeout(Duration::from_secs(10), sock.peek(&mut first)).await {
-        Ok(Ok(n)) if n > 0 => {}
-        _ => return,
-    }
-    let Ok(Ok(mut upstream)) =
-        tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to)).await
-    else {
-        tracing::info!(%to, "the master's stream listener did not answer; stream client closed");
-        return;
-    };
-    let _ = upstream.set_nodelay(true);
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut sock, &mut upstream) => {}
-        _ = shutdown.changed() => {}
     }
 }
 

@@ -35,7 +35,8 @@ mod super_stream;
 
 use control::{ControlOp, Outcome, stream_code};
 use publish::{Deduplicated, Unconfirmed};
-use subscribe::{Subscription, pack};
+use subscribe::Subscription;
+pub(super) use subscribe::{Delivered, Packed, pack, ready_len};
 
 use super::record;
 use crate::broker::event::Tracking;
@@ -387,10 +388,7 @@ impl Bridge {
                 errors,
             });
         }
-        let max_bytes = match frame_max {
-            0 => CHUNK_BYTES,
-            n => (n as usize).saturating_sub(128).max(1),
-        };
+        let max_bytes = chunk_max_bytes(frame_max);
         for (&id, s) in &mut self.subs {
             let ready = subscribe::ready_len(&s.pending);
             if ready == 0 || s.credit == 0 {
@@ -408,6 +406,15 @@ impl Bridge {
                 });
             }
         }
+    }
+}
+
+/// The most data a chunk may hold for a client with `frame_max` (0: none
+/// set): the frame's room less the deliver head.
+pub(super) fn chunk_max_bytes(frame_max: u32) -> usize {
+    match frame_max {
+        0 => CHUNK_BYTES,
+        n => (n as usize).saturating_sub(128).max(1),
     }
 }
 

@@ -44,19 +44,20 @@ pub(super) struct NewSubscription {
     pub(super) properties: Properties,
 }
 
-/// A delivery waiting to be packed into a chunk.
+/// A delivery waiting to be packed into a chunk (a replica's read too:
+/// `stream::replica`).
 #[derive(Debug)]
-pub(super) struct Delivered {
-    pub(super) offset: u64,
-    pub(super) tag: u64,
-    pub(super) timestamp_ms: u64,
-    pub(super) record: Bytes,
+pub(in crate::server::stream) struct Delivered {
+    pub(in crate::server::stream) offset: u64,
+    pub(in crate::server::stream) tag: u64,
+    pub(in crate::server::stream) timestamp_ms: u64,
+    pub(in crate::server::stream) record: Bytes,
     /// Where it stands in the chunk it was stored in.
-    pub(super) mark: ChunkMark,
+    pub(in crate::server::stream) mark: ChunkMark,
     /// The trailer length of the chunk it starts (0 for the others).
-    pub(super) trailer: u32,
+    pub(in crate::server::stream) trailer: u32,
     /// Its filter value, kept only for a subscription with a filter.
-    pub(super) filter_value: Option<Box<str>>,
+    pub(in crate::server::stream) filter_value: Option<Box<str>>,
 }
 
 impl Bridge {
@@ -255,10 +256,13 @@ impl Bridge {
 const EPOCH: u64 = 1;
 
 /// One chunk made of deliveries.
-pub(super) struct Packed {
-    pub(super) id: u64,
-    pub(super) last_tag: u64,
-    pub(super) bytes: Bytes,
+#[derive(Debug)]
+pub(in crate::server::stream) struct Packed {
+    pub(in crate::server::stream) id: u64,
+    pub(in crate::server::stream) last_tag: u64,
+    /// Records in it.
+    pub(in crate::server::stream) records: u64,
+    pub(in crate::server::stream) bytes: Bytes,
 }
 
 /// How many of `pending` (in delivery order) may be packed now: all but a
@@ -269,7 +273,7 @@ pub(super) struct Packed {
 /// count on (one credit, one chunk: the js client's credit policies). A
 /// chunk whose tail never comes (lost unstable in a failover, so never
 /// confirmed) is held only until the next chunk: the newest start decides.
-pub(super) fn ready_len(pending: &[Delivered]) -> usize {
+pub(in crate::server::stream) fn ready_len(pending: &[Delivered]) -> usize {
     let Some(last) = pending.last() else {
         return 0;
     };
@@ -346,7 +350,7 @@ fn stored_chunks(deliveries: Vec<Delivered>) -> Vec<Vec<Delivered>> {
 /// at most [`CHUNK_RECORDS`] records and about `max_bytes` each. Stored
 /// chunks that came together go out together (fewer, fuller chunks than
 /// one per publish frame: a client grants credit per chunk).
-pub(super) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
+pub(in crate::server::stream) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
     let mut out = Vec::new();
     let mut b = ChunkBuilder::new();
     let mut first: Option<(u64, u64)> = None;
@@ -361,6 +365,7 @@ pub(super) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
             out.push(Packed {
                 id,
                 last_tag,
+                records: records as u64,
                 bytes: b.trailer_length(trailer).build(
                     i64::try_from(ts0).unwrap_or(i64::MAX),
                     EPOCH,
@@ -385,6 +390,7 @@ pub(super) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
         out.push(Packed {
             id,
             last_tag,
+            records: records as u64,
             bytes: b.trailer_length(trailer).build(
                 i64::try_from(ts0).unwrap_or(i64::MAX),
                 EPOCH,

@@ -1,0 +1,117 @@
+//! Reading from replicas: rstream's consumer connects to a replica that
+//! `metadata` names, and the slave serves its subscription from its own
+//! replica of the stable log, while everything else on the connection
+//! (stored offsets, metadata, a single active consumer) is the master's.
+
+use super::*;
+
+/// Publish to the master, then read through a slave from every offset
+/// specification, follow the tail, store and query an offset over the
+/// slave's connection, and check the advertised address is the slave's.
+const READS: &str = r#"
+import asyncio, sys
+from rstream import Producer, Consumer, ConsumerOffsetSpecification, OffsetType
+from rstream.client import Client
+MASTER, SLAVE = int(sys.argv[1]), int(sys.argv[2])
+S = "replicated-reads"
+N = 300
+def body(i): return f"r{i}".encode()
+async def read(spec, want, port, extra=None):
+    got = []
+    done = asyncio.Event()
+    async with Consumer("127.0.0.1", port=port, username="guest", password="guest") as c:
+        await c.start()
+        async def cb(msg, ctx):
+            got.append((ctx.offset, msg))
+            if len(got) >= want:
+                done.set()
+        await c.subscribe(S, cb, offset_specification=spec)
+        if extra:
+            await extra()
+        await asyncio.wait_for(done.wait(), 20)
+    return got
+async def main():
+    async with Producer("127.0.0.1", port=MASTER, username="guest", password="guest") as p:
+        await p.create_stream(S)
+        for i in range(N):
+            await p.send_wait(S, body(i))
+    got = await read(ConsumerOffsetSpecification(OffsetType.FIRST, None), N, SLAVE)
+    print("first", got[:N] == [(i, body(i)) for i in range(N)], len(got))
+    got = await read(ConsumerOffsetSpecification(OffsetType.OFFSET, 250), N - 250, SLAVE)
+    print("offset", got[:N - 250] == [(i, body(i)) for i in range(250, N)])
+    got = await read(ConsumerOffsetSpecification(OffsetType.LAST, None), 1, SLAVE)
+    print("last", got[0] == (N - 1, body(N - 1)))
+    async def publish_more():
+        async with Producer("127.0.0.1", port=MASTER, username="guest", password="guest") as p:
+            for i in range(N, N + 50):
+                await p.send_wait(S, body(i))
+    got = await read(ConsumerOffsetSpecification(OffsetType.NEXT, None), 50, SLAVE, publish_more)
+    print("next", got[:50] == [(i, body(i)) for i in range(N, N + 50)])
+    # Over a connection to the slave: writes and tracking go to the master.
+    client = Client("127.0.0.1", SLAVE, frame_max=1048576, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", username="guest", password="guest")
+    print("advertised", client.server_properties.get("advertised_port"))
+    await client.store_offset(S, "reader", 123)
+    stored = None
+    for _ in range(100):
+        try:
+            stored = await client.query_offset(S, "reader")
+            if stored == 123:
+                break
+        except Exception:
+            pass
+        await asyncio.sleep(0.05)
+    print("stored", stored)
+    await client.close()
+asyncio.run(asyncio.wait_for(main(), 120))
+"#;
+
+/// The value of an unlabelled counter in a Prometheus scrape (0 if absent).
+fn counter(scrape: &str, name: &str) -> u64 {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+#[test]
+fn a_consumer_on_a_slave_reads_its_replica() {
+    let cluster = Cluster::start_example();
+    let master = cluster.wait_master(Duration::from_secs(30));
+    let slaves: Vec<usize> = (0..3).filter(|i| *i != master).collect();
+    let port = |i: usize| cluster.nodes[i].stream_port.to_string();
+    let (ok, out) = run(
+        &["-c", READS, &port(master), &port(slaves[0])],
+        Duration::from_secs(150),
+    );
+    assert!(ok, "{out}");
+    for want in [
+        "first True 300",
+        "offset True",
+        "last True",
+        "next True",
+        "stored 123",
+    ] {
+        assert!(out.contains(want), "want {want:?}:\n{out}");
+    }
+    // rstream's consumer reads from a replica metadata names: a slave.
+    let records = |i: usize| {
+        counter(
+            &cluster.metrics(i),
+            "stablemq_stream_replica_records_delivered_total",
+        )
+    };
+    // From first, from offset 250, the last chunk, and the 50 next.
+    let read: u64 = 300 + 50 + 1 + 50;
+    let served: u64 = slaves.iter().map(|&i| records(i)).sum();
+    assert!(
+        served >= read,
+        "the slaves delivered {served} records from their replicas:\n{out}"
+    );
+    assert_eq!(records(master), 0, "the master reads its own state");
+    // The client connected to a slave is told that slave's address.
+    let advertised = format!("advertised {}", port(slaves[0]));
+    assert!(out.contains(&advertised), "want {advertised:?}:\n{out}");
+}

@@ -1,0 +1,179 @@
+//! Reading from replicas: a slave's stream client, served in part here.
+//!
+//! RabbitMQ's stream clients read from replicas: `metadata` names a
+//! stream's leader and replicas, and a consumer connects to a replica so the
+//! leader is left to the publishers. A StableMQ slave holds every stable
+//! entry in its replica of the broker state (`server::replica`), so it can
+//! serve those reads itself: this task relays the client's frames to the
+//! master's stream listener, as a plain proxy would, except for the
+//! subscriptions [`split::Split`] takes, whose chunks it reads from the
+//! replica (`read`, run in the master task) and writes between the master's
+//! frames.
+//!
+//! Nothing unstable can reach a client this way (I1): a replica is fed only
+//! stable entries. A read finds the node serving instead of following (it
+//! was elected) and ends the connection; the client reconnects, as it does
+//! when the old master's connection ends.
+//!
+//! What it is not: a second implementation of the stream protocol. The
+//! master answers everything else, the handshake and its checks included;
+//! a byte stream this cannot split (a frame past the client's frame_max,
+//! garbage) is relayed as it comes from there on, for the master to answer.
+
+mod read;
+mod split;
+
+use super::super::route::ConnContext;
+use crate::management::{CoreView, Query};
+use crate::server::master_task::MasterMsg;
+use bytes::{Buf, BytesMut};
+use read::{ReadAnswer, ReadRequest};
+use split::{ClientStep, Split};
+use stablemq_protocol::stream::split_frame;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch};
+
+/// How much may wait for one side before this stops reading the other.
+const BACKLOG: usize = 4 << 20;
+/// How long a read of the replica may take before the connection ends.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serve a slave's stream client: the master at `to` answers it, except
+/// the reads this node serves from its replica. `advertise`: this node's
+/// stream address as clients reach it; `applied`: the replica's applied
+/// log index, which wakes subscriptions waiting for more.
+pub(in crate::server) async fn serve(
+    ctx: &ConnContext,
+    sock: TcpStream,
+    to: SocketAddr,
+    advertise: (String, u16),
+    mut applied: watch::Receiver<u64>,
+) {
+    // Nothing goes upstream before the client speaks: a master probing
+    // this node (`reachable`) sends nothing, so it never reaches itself.
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(Duration::from_secs(10), sock.peek(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        _ => return,
+    }
+    let Ok(Ok(upstream)) =
+        tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to)).await
+    else {
+        tracing::info!(%to, "the master's stream listener did not answer; stream client closed");
+        return;
+    };
+    let _ = upstream.set_nodelay(true);
+    let (mut crd, mut cwr) = sock.into_split();
+    let (mut mrd, mut mwr) = upstream.into_split();
+    let mut shutdown = ctx.shutdown.clone();
+    let mut split = Split::new(advertise);
+    let (mut from_client, mut from_master) = (BytesMut::new(), BytesMut::new());
+    let (mut to_master, mut to_client) = (BytesMut::new(), BytesMut::new());
+    // A byte stream that does not split into frames goes on unsplit.
+    let mut unsplit = false;
+    loop {
+        tokio::select! {
+            r = crd.read_buf(&mut from_client), if to_master.len() < BACKLOG => {
+                if !matches!(r, Ok(n) if n > 0) {
+                    break;
+                }
+            }
+            r = mrd.read_buf(&mut from_master), if to_client.len() < BACKLOG => {
+                if !matches!(r, Ok(n) if n > 0) {
+                    break;
+                }
+            }
+            r = cwr.write(&to_client), if !to_client.is_empty() => match r {
+                Ok(n) if n > 0 => to_client.advance(n),
+                _ => break,
+            },
+            r = mwr.write(&to_master), if !to_master.is_empty() => match r {
+                Ok(n) if n > 0 => to_master.advance(n),
+                _ => break,
+            },
+            r = applied.changed(), if split.has_local() => {
+                if r.is_err() {
+                    break;
+                }
+                split.on_applied();
+            }
+            _ = shutdown.changed() => break,
+            // A subscription read less than it may take: on with it, after
+            // what else is ready.
+            () = std::future::ready(()), if split.wants_read() => {}
+        }
+        // The client's frames, in order: each relayed or answered here.
+        let users = ctx.users.borrow().clone();
+        while !unsplit {
+            let Some(size) = from_client
+                .get(..4)
+                .map(|h| u32::from_be_bytes([h[0], h[1], h[2], h[3]]))
+            else {
+                break;
+            };
+            if size < 4 || size > split.client_frame_max() {
+                unsplit = true;
+                break;
+            }
+            let total = 4 + size as usize;
+            if from_client.len() < total {
+                break;
+            }
+            let raw = from_client.split_to(total).freeze();
+            match split.on_client(&raw.slice(4..), &users) {
+                ClientStep::Relay => to_master.extend_from_slice(&raw),
+                ClientStep::Done => {}
+                ClientStep::Subscribe(p) => {
+                    let Some(answer) = read_replica(ctx, p.read.clone()).await else {
+                        return;
+                    };
+                    if !split.subscribed(p, answer) {
+                        to_master.extend_from_slice(&raw);
+                    }
+                }
+            }
+        }
+        if unsplit {
+            to_master.extend_from_slice(&from_client.split());
+        }
+        // The master's frames, each whole, on to the client.
+        loop {
+            match split_frame(&mut from_master, 0) {
+                Ok(Some(frame)) => split.on_master(frame),
+                Ok(None) => break,
+                Err(_) => {
+                    // Not a frame from a StableMQ master: end it.
+                    tracing::warn!(%to, "the master's stream frames do not split; closing");
+                    return;
+                }
+            }
+        }
+        // One read per subscription that wants one per pass.
+        for (id, req) in split.reads() {
+            let Some(answer) = read_replica(ctx, req).await else {
+                return;
+            };
+            split.on_read(id, answer);
+        }
+        to_client.extend_from_slice(&split.take_output());
+    }
+    let _ = cwr.shutdown().await;
+}
+
+/// Read the replica in the master task. `None`: the node serves as master
+/// now (its state holds unstable entries: not read here), or it stopped.
+async fn read_replica(ctx: &ConnContext, req: ReadRequest) -> Option<ReadAnswer> {
+    let (tx, rx) = oneshot::channel();
+    let q: Query = Box::new(move |view: CoreView<'_>| {
+        let answer = match view.master {
+            None => Some(read::read(view.broker, &req)),
+            Some(_) => None,
+        };
+        let _ = tx.send(answer);
+    });
+    ctx.master_tx.send(MasterMsg::Query(q)).await.ok()?;
+    tokio::time::timeout(READ_TIMEOUT, rx).await.ok()?.ok()?
+}
