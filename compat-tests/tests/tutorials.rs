@@ -25,15 +25,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The guard kills them long before this; it only matters if the test runner dies.
 const SCRIPT_LIFETIME_S: &str = "180";
 
-fn python() -> PathBuf {
-    match std::env::var_os("STABLEMQ_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => panic!(
-            "STABLEMQ_PYTHON is not set. The tutorial tests need a Python with pika 1.3.2: \
-             run them with scripts/test.sh, which creates .venv and sets STABLEMQ_PYTHON"
-        ),
-    }
-}
+use compat_tests::common::python::python;
 
 fn script_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

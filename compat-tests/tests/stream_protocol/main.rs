@@ -7,19 +7,10 @@
 
 use compat_tests::Broker;
 use compat_tests::cluster::Cluster;
-use std::path::{Path, PathBuf};
+use compat_tests::common::python::{python, run_to_end};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn python() -> PathBuf {
-    match std::env::var_os("STABLEMQ_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => panic!(
-            "STABLEMQ_PYTHON is not set: run with scripts/test.sh, which creates .venv \
-             with rstream and sets it"
-        ),
-    }
-}
 
 /// Run `python args...` to its end (at most `limit`); its stdout, and
 /// whether it exited 0.
@@ -45,32 +36,6 @@ fn run_cases(name: &str, args: &[String], limit: Duration, checks: usize) {
         checks,
         "{out}"
     );
-}
-
-/// Run `cmd` to its end (at most `limit`, else it is killed and the test
-/// fails); its stdout, and whether it exited 0.
-fn run_to_end(mut cmd: Command, limit: Duration) -> (bool, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for the child") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let out = child.wait_with_output().expect("the child's output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    (status.success(), stdout)
 }
 
 mod cases;

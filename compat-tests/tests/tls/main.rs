@@ -19,12 +19,7 @@ use lapin::protocol::connection::AMQPMethod as ConnMethod;
 use std::process::Command;
 use std::time::Duration;
 
-fn python() -> std::path::PathBuf {
-    match std::env::var_os("STABLEMQ_PYTHON") {
-        Some(p) if !p.is_empty() => p.into(),
-        _ => panic!("STABLEMQ_PYTHON is not set: run the tests with scripts/test.sh"),
-    }
-}
+use compat_tests::common::python::python;
 
 fn pika_script() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tls/pika_amqps.py")

@@ -363,15 +363,11 @@ fn key_shortcut(sent_queue: &str, sent_key: &str, queue: &str) -> String {
 /// stream's sizes.
 fn validate_queue_spec(vhost: &str, name: &str, spec: &QueueSpec) -> AmqpResult<()> {
     use crate::broker::queue_args::{QueueType, check_declared};
-    let queue_type = match queue_type(&spec.arguments).as_deref() {
-        None | Some("classic") => QueueType::Classic,
-        Some("quorum") => QueueType::Quorum,
-        Some("stream") => QueueType::Stream,
-        Some(other) => {
-            return Err(AmqpError::precondition(format!(
-                "invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': unsupported queue type '{other}' (StableMQ supports classic, quorum and stream)"
-            )));
-        }
+    let Some(queue_type) = QueueType::declared(&spec.arguments) else {
+        let other = queue_type(&spec.arguments).unwrap_or_default();
+        return Err(AmqpError::precondition(format!(
+            "invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': unsupported queue type '{other}' (StableMQ supports classic, quorum and stream)"
+        )));
     };
     check_declared(&spec.arguments, queue_type)
         .map_err(|e| AmqpError::precondition(e.message(vhost, name)))?;
