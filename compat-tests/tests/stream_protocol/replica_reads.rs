@@ -115,3 +115,41 @@ fn a_consumer_on_a_slave_reads_its_replica() {
     let advertised = format!("advertised {}", port(slaves[0]));
     assert!(out.contains(&advertised), "want {advertised:?}:\n{out}");
 }
+
+/// The npm client rabbitmq-stream-js-client, connected to a slave: it
+/// publishes 100 with confirms (relayed to the master) and reads them back
+/// from `first` on a replica it picks from `metadata`; the replicas, not the
+/// master, delivered them.
+#[test]
+fn the_js_client_reads_from_a_replica() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/stream");
+    assert!(
+        dir.join("node_modules/rabbitmq-stream-js-client").is_dir(),
+        "rabbitmq-stream-js-client is not installed in {}: run scripts/test.sh, which runs npm ci there",
+        dir.display()
+    );
+    let cluster = Cluster::start_example();
+    let master = cluster.wait_master(Duration::from_secs(30));
+    let slaves: Vec<usize> = (0..3).filter(|i| *i != master).collect();
+    let mut node = Command::new("node");
+    node.current_dir(&dir)
+        .arg("smoke.js")
+        .arg(cluster.nodes[slaves[0]].stream_port.to_string())
+        .arg("--exchange-command-versions");
+    let (ok, stdout) = run_to_end(node, Duration::from_secs(120));
+    assert!(ok, "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        4,
+        "{stdout}"
+    );
+    let records = |i: usize| {
+        counter(
+            &cluster.metrics(i),
+            "stablemq_stream_replica_records_delivered_total",
+        )
+    };
+    let served: u64 = slaves.iter().map(|&i| records(i)).sum();
+    assert_eq!(served, 100, "records the slaves delivered:\n{stdout}");
+    assert_eq!(records(master), 0, "the master reads its own state");
+}

@@ -38,6 +38,8 @@ use tokio::sync::{oneshot, watch};
 
 /// How much may wait for one side before this stops reading the other.
 const BACKLOG: usize = 4 << 20;
+/// How long what one side is owed may take to write once the other ended.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a read of the replica may take before the connection ends.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -160,6 +162,14 @@ pub(in crate::server) async fn serve(
         }
         to_client.extend_from_slice(&split.take_output());
     }
+    // One side ended: what the other is owed still goes (the master's
+    // answer to a close comes just before it closes its socket).
+    to_client.extend_from_slice(&split.take_output());
+    let _ = tokio::time::timeout(FLUSH_TIMEOUT, async {
+        let _ = mwr.write_all(&to_master).await;
+        let _ = cwr.write_all(&to_client).await;
+    })
+    .await;
     let _ = cwr.shutdown().await;
 }
 
