@@ -153,3 +153,42 @@ fn the_js_client_reads_from_a_replica() {
     assert_eq!(served, 100, "records the slaves delivered:\n{stdout}");
     assert_eq!(records(master), 0, "the master reads its own state");
 }
+
+/// Stream filtering read from a replica: `filtering.py` writes through the
+/// master, then its filtered reads (rstream, whose consumer connects to a
+/// replica) get from a slave exactly the chunks they get from the master
+/// (the case script's expectations), and the slaves served them.
+#[test]
+fn filtered_reads_on_a_replica_get_what_the_master_gives() {
+    let cluster = Cluster::start_example();
+    let master = cluster.wait_master(Duration::from_secs(30));
+    let slaves: Vec<usize> = (0..3).filter(|i| *i != master).collect();
+    let ports = |i: usize, p: &str| {
+        vec![
+            cluster.nodes[i].stream_port.to_string(),
+            cluster.nodes[i].amqp_port.to_string(),
+            p.to_owned(),
+        ]
+    };
+    run_cases(
+        "filtering.py",
+        &ports(master, "write"),
+        Duration::from_secs(180),
+        15,
+    );
+    run_cases(
+        "filtering.py",
+        &ports(slaves[0], "check"),
+        Duration::from_secs(90),
+        3,
+    );
+    let records = |i: usize| {
+        counter(
+            &cluster.metrics(i),
+            "stablemq_stream_replica_records_delivered_total",
+        )
+    };
+    let served: u64 = slaves.iter().map(|&i| records(i)).sum();
+    assert!(served > 0, "the slaves served no filtered read");
+    assert_eq!(records(master), 0, "the master reads its own state");
+}

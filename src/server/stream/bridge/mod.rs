@@ -36,7 +36,7 @@ mod super_stream;
 use control::{ControlOp, Outcome, stream_code};
 use publish::{Deduplicated, Unconfirmed};
 use subscribe::Subscription;
-pub(super) use subscribe::{Delivered, Packed, pack, ready_len};
+pub(super) use subscribe::{Delivered, Packed, pack, ready_len, stored_chunks};
 
 use super::record;
 use crate::broker::event::Tracking;

@@ -330,7 +330,7 @@ pub(super) fn drop_unmatched(s: &mut Subscription) -> Vec<(u64, bool)> {
 
 /// Deliveries (in delivery order) cut into the stored chunks they belong
 /// to: a new one at each chunk start and at a gap in the offsets.
-fn stored_chunks(deliveries: Vec<Delivered>) -> Vec<Vec<Delivered>> {
+pub(in crate::server::stream) fn stored_chunks(deliveries: Vec<Delivered>) -> Vec<Vec<Delivered>> {
     let mut out: Vec<Vec<Delivered>> = Vec::new();
     for d in deliveries {
         let continues = matches!(d.mark, ChunkMark::Continues)

@@ -8,6 +8,7 @@
 use super::super::bridge::Delivered;
 use crate::broker::Broker;
 use crate::broker::stream::StartAt;
+use crate::broker::stream_filter::filter_value;
 use crate::broker::stream_record::{chunk_mark, record_of, trailer_length};
 
 /// Where a read starts.
@@ -31,6 +32,8 @@ pub(in crate::server::stream) struct ReadRequest {
     pub(in crate::server::stream) max_records: usize,
     /// Record bytes at most (the entry that crosses it is the last).
     pub(in crate::server::stream) max_bytes: usize,
+    /// Each entry's filter value is wanted (a filtered subscription).
+    pub(in crate::server::stream) filter_values: bool,
 }
 
 /// What a read found.
@@ -72,7 +75,10 @@ pub(in crate::server::stream) fn read(broker: &Broker, req: &ReadRequest) -> Rea
             record,
             mark: chunk_mark(&entry.msg),
             trailer: trailer_length(&entry.msg),
-            filter_value: None,
+            filter_value: req
+                .filter_values
+                .then(|| filter_value(&entry.msg).map(Box::from))
+                .flatten(),
         });
         next = offset + 1;
         bytes < req.max_bytes
@@ -137,6 +143,7 @@ mod tests {
             from,
             max_records,
             max_bytes: usize::MAX,
+            filter_values: false,
         }
     }
 

@@ -4,7 +4,8 @@
 //! what this says. Everything goes to the master (the frames unchanged), so
 //! writes, tracking, the handshake and its checks are the master's, except
 //! the reads this node can serve from its replica: a subscribe without a
-//! single active consumer group or a filter, on a stream the replica has,
+//! single active consumer group (with a filter or not), on a stream the
+//! replica has,
 //! by a user the replicated permissions let read it, and that
 //! subscription's credit and unsubscribe. Their chunks are packed as the
 //! master packs them (`bridge::pack`) and go to the client between the
@@ -18,9 +19,10 @@
 //! landed (a load balancer's address resolver) finds the replica it asked
 //! for.
 
-use super::super::bridge::{Delivered, Packed, chunk_max_bytes, pack, ready_len};
+use super::super::bridge::{Delivered, Packed, chunk_max_bytes, pack, ready_len, stored_chunks};
 use super::read::{From, ReadAnswer, ReadRequest};
 use crate::broker::stream::StartAt;
+use crate::broker::stream_filter::StreamFilter;
 use crate::metrics as m;
 use crate::users::{AccessTable, Perm};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -53,6 +55,7 @@ pub(super) struct PendingSubscribe {
     correlation_id: u32,
     id: u8,
     credit: u16,
+    filter: Option<StreamFilter>,
     pub(super) read: ReadRequest,
 }
 
@@ -73,6 +76,10 @@ struct Local {
     caught_up: bool,
     /// A read of it is out.
     reading: bool,
+    /// Its filter (`filter.N` and `match-unfiltered` properties), if any:
+    /// a stored chunk none of whose entries matches is not sent and costs
+    /// no credit, as the master's chunk-level filtering.
+    filter: Option<StreamFilter>,
 }
 
 impl Local {
@@ -248,7 +255,7 @@ impl Split {
         }
         let here = match (&self.user, &self.vhost) {
             (Some(user), Some(vhost)) => {
-                plain_read(properties) && users.allows(user, vhost, Perm::Read, &stream)
+                !single_active(properties) && users.allows(user, vhost, Perm::Read, &stream)
             }
             _ => false,
         };
@@ -263,6 +270,7 @@ impl Split {
             OffsetSpec::Offset(o) => StartAt::Offset(o),
             OffsetSpec::Timestamp(ms) => StartAt::TimestampMs(u64::try_from(ms).unwrap_or(0)),
         };
+        let filter = StreamFilter::from_properties(properties);
         ClientStep::Subscribe(PendingSubscribe {
             correlation_id,
             id,
@@ -273,7 +281,9 @@ impl Split {
                 from: From::Spec(start),
                 max_records: READ_RECORDS,
                 max_bytes: READ_BYTES,
+                filter_values: filter.is_some(),
             },
+            filter,
         })
     }
 
@@ -298,6 +308,7 @@ impl Split {
                 chunks: VecDeque::new(),
                 caught_up: false,
                 reading: true,
+                filter: p.filter,
             },
         );
         self.on_read(p.id, answer);
@@ -333,6 +344,7 @@ impl Split {
                         from: From::Offset(s.at),
                         max_records: READ_RECORDS,
                         max_bytes: READ_BYTES,
+                        filter_values: s.filter.is_some(),
                     },
                 ));
             }
@@ -375,7 +387,16 @@ impl Split {
                 s.pending.extend(entries);
                 let ready = ready_len(&s.pending);
                 let held = s.pending.split_off(ready);
-                let whole = std::mem::replace(&mut s.pending, held);
+                let mut whole = std::mem::replace(&mut s.pending, held);
+                if let Some(filter) = &s.filter {
+                    whole = stored_chunks(whole)
+                        .into_iter()
+                        .filter(|c| {
+                            filter.chunk_matches(c.iter().map(|d| d.filter_value.as_deref()))
+                        })
+                        .flatten()
+                        .collect();
+                }
                 s.chunks.extend(pack(whole, max_bytes));
             }
         }
@@ -459,13 +480,12 @@ impl Split {
     }
 }
 
-/// Whether a subscribe's properties ask for nothing the master must decide:
-/// no single active consumer group (the master keeps the groups) and no
-/// filter (left to the master's consumer, which skips what does not match).
-fn plain_read(properties: &[(String, String)]) -> bool {
-    !properties.iter().any(|(k, _)| {
-        k == "single-active-consumer" || k.starts_with("filter.") || k == "match-unfiltered"
-    })
+/// Whether a subscribe asks for a single active consumer: the master keeps
+/// the groups (and tells the active one), so it serves those.
+fn single_active(properties: &[(String, String)]) -> bool {
+    properties
+        .iter()
+        .any(|(k, _)| k == "single-active-consumer")
 }
 
 #[cfg(test)]

@@ -256,31 +256,27 @@ fn the_master_gets_what_this_node_must_not_decide() {
         s.on_client(&subscribe(1, "other", 1, None), &t),
         ClientStep::Relay
     ));
-    // A single active consumer and a filter are the master's; so are their
-    // credit and unsubscribe.
-    for props in [
-        vec![
-            ("single-active-consumer".to_string(), "true".to_string()),
-            ("name".to_string(), "app".to_string()),
-        ],
-        vec![("filter.0".to_string(), "red".to_string())],
-    ] {
-        let mut s = opened("reader", ResponseCode::Ok, false);
-        assert!(matches!(
-            s.on_client(&subscribe(2, "s1", 1, Some(props)), &t),
-            ClientStep::Relay
-        ));
-        let credit = ClientMessage::Credit {
-            subscription_id: 2,
-            credit: 1,
-        };
-        assert!(matches!(s.on_client(&frame(credit), &t), ClientStep::Relay));
-        // The same id again goes to the master too, which knows it.
-        assert!(matches!(
-            s.on_client(&subscribe(2, "s1", 1, None), &t),
-            ClientStep::Relay
-        ));
-    }
+    // A single active consumer is the master's (it keeps the groups); so
+    // are its credit and unsubscribe.
+    let mut s = opened("reader", ResponseCode::Ok, false);
+    let sac = vec![
+        ("single-active-consumer".to_string(), "true".to_string()),
+        ("name".to_string(), "app".to_string()),
+    ];
+    assert!(matches!(
+        s.on_client(&subscribe(2, "s1", 1, Some(sac)), &t),
+        ClientStep::Relay
+    ));
+    let credit = ClientMessage::Credit {
+        subscription_id: 2,
+        credit: 1,
+    };
+    assert!(matches!(s.on_client(&frame(credit), &t), ClientStep::Relay));
+    // The same id again goes to the master too, which knows it.
+    assert!(matches!(
+        s.on_client(&subscribe(2, "s1", 1, None), &t),
+        ClientStep::Relay
+    ));
     // Publishing is the master's.
     let publish = ClientMessage::Publish {
         version: 1,
@@ -369,4 +365,36 @@ fn a_stored_chunk_goes_out_whole_and_retention_skips_ahead() {
     // Retention removed offsets 3..10 before they were read.
     s.on_read(1, found(10, 1));
     assert_eq!(delivered(&output(&mut s)), vec![(None, vec![10])]);
+}
+
+#[test]
+fn a_filtered_subscription_gets_only_the_stored_chunks_that_match() {
+    let t = users();
+    let mut s = opened("reader", ResponseCode::Ok, false);
+    output(&mut s);
+    let props = vec![("filter.0".to_string(), "red".to_string())];
+    let ClientStep::Subscribe(p) = s.on_client(&subscribe(1, "s1", 5, Some(props)), &t) else {
+        panic!("served here");
+    };
+    assert!(p.read.filter_values, "the read brings the filter values");
+    // Stored chunks [0, 1] (blue, red), [2] (blue), [3] (none).
+    let mut e = entries(0, 4);
+    e[0].mark = ChunkMark::Starts(Some(2));
+    e[1].mark = ChunkMark::Continues;
+    for (d, v) in e
+        .iter_mut()
+        .zip([Some("blue"), Some("red"), Some("blue"), None])
+    {
+        d.filter_value = v.map(Box::from);
+    }
+    let answer = ReadAnswer::Entries {
+        start: 0,
+        next: 4,
+        entries: e,
+    };
+    assert!(s.subscribed(p, answer));
+    // The matching chunk whole (its blue entry too: chunk-level, as RabbitMQ).
+    assert_eq!(delivered(&output(&mut s)), vec![(None, vec![0, 1])]);
+    // Credit left and nothing packed: it reads on.
+    assert_eq!(s.reads().len(), 1);
 }
