@@ -19,6 +19,8 @@ struct Peer {
     matched: u64,
     /// When we last sent anything, for the heartbeat.
     last_sent_ms: u64,
+    /// The stable index the last message sent to it carried.
+    stable_sent: u64,
     /// When `matched` last moved (or we last went back to it), for the resend.
     last_progress_ms: u64,
     /// When the peer last answered anything in this epoch (an ack or a
@@ -86,6 +88,7 @@ impl Replicator {
             next,
             matched: 0,
             last_sent_ms: 0,
+            stable_sent: 0,
             last_progress_ms: now,
             heard_ms: now,
             incarnation: 0,
@@ -227,9 +230,18 @@ impl Replicator {
                 peer.next = batch_end + 1;
                 sent = true;
             }
+            // A slave broker applies only what it knows is stable, and serves
+            // reads from that (stream subscriptions on a replica): it hears
+            // of a new stable index at once, not at the next heartbeat (up to
+            // `heartbeat_ms` later when no entries follow), at most once a
+            // millisecond. A store needs no such news.
+            let stable_news = to.service == Service::Broker
+                && self.stable > peer.stable_sent
+                && now > peer.last_sent_ms;
             if sent {
                 peer.last_sent_ms = now;
-            } else if now.saturating_sub(peer.last_sent_ms) >= cfg.heartbeat_ms {
+                peer.stable_sent = self.stable;
+            } else if stable_news || now.saturating_sub(peer.last_sent_ms) >= cfg.heartbeat_ms {
                 // The heartbeat claims only what the peer acked, so it never
                 // races entries still in flight into a spurious reject.
                 let prev = log.pos_at(peer.matched).unwrap_or(LogPosition::ZERO);
@@ -244,6 +256,7 @@ impl Replicator {
                     }),
                 ));
                 peer.last_sent_ms = now;
+                peer.stable_sent = self.stable;
             }
         }
         out

@@ -192,3 +192,31 @@ fn filtered_reads_on_a_replica_get_what_the_master_gives() {
     assert!(served > 0, "the slaves served no filtered read");
     assert_eq!(records(master), 0, "the master reads its own state");
 }
+
+/// Every case of `stream_protocol.py` (RabbitMQ 3.10.8's answers, bad input
+/// with a bystander included) through a slave, whose relay splits the
+/// connection: the same answers as from the master, but for the two
+/// metadata cases, which expect a single node (a cluster names the master as
+/// leader and the other nodes as replicas; `durable.rs` checks that).
+#[test]
+fn every_stream_case_answers_the_same_through_a_slave() {
+    let cluster = Cluster::start_example();
+    let master = cluster.wait_master(Duration::from_secs(30));
+    let slave = (master + 1) % 3;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream/stream_protocol.py");
+    let (_, out) = run(
+        &[
+            script.to_str().expect("utf-8 path"),
+            &cluster.nodes[slave].stream_port.to_string(),
+            &cluster.nodes[slave].amqp_port.to_string(),
+        ],
+        Duration::from_secs(240),
+    );
+    let passed = out.lines().filter(|l| l.starts_with("ok ")).count();
+    let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(passed >= 38, "{passed} cases passed:\n{out}");
+    assert!(
+        failed.len() == 2 && failed.iter().all(|l| l.starts_with("FAIL metadata")),
+        "cases other than the single-node metadata ones differ:\n{out}"
+    );
+}

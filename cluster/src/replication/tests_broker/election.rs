@@ -138,6 +138,12 @@ pub(super) fn elect() -> BrokerNode {
                 epoch: 2,
                 stable: 4
             },
+            // The slave broker hears of the new stable index at once (it
+            // applies and serves reads only what it knows is stable).
+            send(
+                Endpoint::broker(5),
+                append_msg(2, LogPosition::ZERO, vec![], 4)
+            ),
         ]
     );
     assert_eq!(b.role(), RoleKind::Master);

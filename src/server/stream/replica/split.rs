@@ -27,8 +27,8 @@ use crate::metrics as m;
 use crate::users::{AccessTable, Perm};
 use bytes::{BufMut, Bytes, BytesMut};
 use stablemq_protocol::stream::{
-    ClientMessage, Command, FrameHeader, INITIAL_FRAME_MAX, OffsetSpec, Properties, ResponseCode,
-    ServerMessage, encode_deliver_header,
+    ClientMessage, Command, DEFAULT_FRAME_MAX, FrameHeader, INITIAL_FRAME_MAX, OffsetSpec,
+    Properties, RESPONSE_FLAG, ResponseCode, ServerMessage, encode_deliver_header,
 };
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -94,7 +94,7 @@ impl Local {
 pub(super) struct Split {
     /// This node's stream address, advertised in the open answer.
     advertise: (String, u16),
-    /// The client's frame_max (its tune answer; 0: no limit).
+    /// The frame_max agreed on (once the client's tune answer came).
     frame_max: Option<u32>,
     /// The user of the SASL response sent, until the master answers it.
     authenticating: Option<String>,
@@ -128,12 +128,14 @@ impl Split {
         }
     }
 
-    /// The largest client frame this node splits off; a larger one turns
-    /// the connection into a plain relay (the master answers it).
+    /// The largest client frame this node splits off, the master's limit:
+    /// [`INITIAL_FRAME_MAX`] until the client's tune, then the frame_max
+    /// the two tunes agree on (the server's is [`DEFAULT_FRAME_MAX`]). A
+    /// larger one turns the connection into a plain relay, and the master
+    /// answers it as it answers a client of its own.
     pub(super) fn client_frame_max(&self) -> u32 {
         match self.frame_max {
-            None => INITIAL_FRAME_MAX.max(stablemq_protocol::stream::DEFAULT_FRAME_MAX),
-            Some(0) => u32::MAX,
+            None => INITIAL_FRAME_MAX,
             Some(n) => n,
         }
     }
@@ -163,7 +165,16 @@ impl Split {
             Command::Credit,
             Command::Unsubscribe,
         ];
-        if header.is_response() || !header.command().is_ok_and(|c| interesting.contains(&c)) {
+        // The client's tune is its answer to the server's (a response key);
+        // every other frame watched here is a request.
+        let tune = header.key & !RESPONSE_FLAG == Command::Tune.key();
+        let watched = FrameHeader {
+            key: header.key & !RESPONSE_FLAG,
+            ..header
+        }
+        .command()
+        .is_ok_and(|c| interesting.contains(&c));
+        if !watched || (header.is_response() && !tune) {
             return ClientStep::Relay;
         }
         let Ok(msg) = ClientMessage::decode(frame) else {
@@ -172,7 +183,12 @@ impl Split {
         };
         use ClientMessage as C;
         match msg {
-            C::Tune { frame_max, .. } => self.frame_max = Some(frame_max),
+            C::Tune { frame_max, .. } => {
+                self.frame_max = Some(match frame_max {
+                    0 => DEFAULT_FRAME_MAX,
+                    n => n.min(DEFAULT_FRAME_MAX),
+                })
+            }
             C::SaslAuthenticate {
                 mechanism, data, ..
             } => {

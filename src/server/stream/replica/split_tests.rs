@@ -398,3 +398,23 @@ fn a_filtered_subscription_gets_only_the_stored_chunks_that_match() {
     // Credit left and nothing packed: it reads on.
     assert_eq!(s.reads().len(), 1);
 }
+
+#[test]
+fn frames_are_split_within_the_masters_frame_max() {
+    let t = users();
+    let mut s = Split::new(("h".into(), 1));
+    assert_eq!(s.client_frame_max(), INITIAL_FRAME_MAX, "before the tune");
+    for (client, agreed) in [
+        (0, DEFAULT_FRAME_MAX),
+        (1 << 30, DEFAULT_FRAME_MAX),
+        (65536, 65536),
+    ] {
+        let tune = ClientMessage::Tune {
+            frame_max: client,
+            heartbeat: 60,
+            as_response: true,
+        };
+        assert!(matches!(s.on_client(&frame(tune), &t), ClientStep::Relay));
+        assert_eq!(s.client_frame_max(), agreed, "client tune {client}");
+    }
+}
