@@ -37,6 +37,7 @@ mod query;
 mod sessions;
 mod stats;
 mod stream_api;
+mod stream_replicas;
 mod tls;
 mod ui;
 mod user_limits;

@@ -9,6 +9,7 @@
 
 use super::query::{CoreView, query};
 use super::sessions::{ConnectionJson, visible};
+use super::stream_replicas::{self, ReplicaConsumer};
 use super::{Access, ApiError, AppState, Caller, caller};
 use crate::master::inout::{ClientProtocol, ConnId};
 use crate::master::session::Session;
@@ -46,6 +47,10 @@ pub fn routes() -> Router<AppState> {
         .route("/api/stream/consumers", get(consumers_all))
         .route("/api/stream/consumers/{vhost}", get(consumers_in))
         .route("/api/stream/consumers/{vhost}/{stream}", get(consumers_of))
+        .route(
+            "/api/stablemq/replica-consumers",
+            get(super::stream_replicas::this_node),
+        )
 }
 
 /// The connection a publisher or consumer belongs to.
@@ -213,17 +218,17 @@ fn list_publishers(
 }
 
 fn list_consumers(
-    view: CoreView<'_>,
+    view: &CoreView<'_>,
     who: &Caller,
     f: &Filter,
     node: &str,
 ) -> Option<Vec<ConsumerJson>> {
-    let sessions = stream_sessions(&view, who, f, node)?;
+    let sessions = stream_sessions(view, who, f, node)?;
     let mut out = Vec::new();
     for (id, s, json) in sessions {
         for c in stream_clients::read(id).consumers {
             if f.stream.as_deref().is_none_or(|st| st == c.stream) {
-                out.push(consumer_json(&view, c, &json, s));
+                out.push(consumer_json(view, c, &json, s));
             }
         }
     }
@@ -262,8 +267,53 @@ async fn consumers(
 ) -> Result<Json<Vec<ConsumerJson>>, ApiError> {
     let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
-    let list = query(&state, move |view| list_consumers(view, &who, &f, &node)).await?;
+    // The subscriptions slaves serve from their replicas are on no
+    // connection of this node: they are listed with the rest, but not under
+    // one connection of this node's.
+    let replicas = match f.name {
+        Some(_) => Vec::new(),
+        None => stream_replicas::gather(&state, &who).await,
+    };
+    let list = query(&state, move |view| {
+        let mut list = list_consumers(&view, &who, &f, &node)?;
+        list.extend(
+            replicas
+                .into_iter()
+                .filter(|c| f.vhost.as_deref().is_none_or(|v| v == c.vhost))
+                .filter(|c| f.stream.as_deref().is_none_or(|s| s == c.stream))
+                .map(|c| replica_consumer_json(&view, c)),
+        );
+        Some(list)
+    })
+    .await?;
     list.map(Json).ok_or(ApiError::NotFound)
+}
+
+/// A subscription a node serves from its replica, with its lag behind this
+/// node's newest stable offset.
+fn replica_consumer_json(view: &CoreView<'_>, c: ReplicaConsumer) -> ConsumerJson {
+    let offset = c.offset.unwrap_or(0);
+    let lag =
+        last_stable_offset(view, &c.vhost, &c.stream).map_or(0, |last| last.saturating_sub(offset));
+    ConsumerJson {
+        connection_details: ConnectionDetails {
+            name: c.connection,
+            node: c.node,
+            peer_host: c.peer_host,
+            peer_port: c.peer_port,
+            user: c.user,
+        },
+        subscription_id: c.subscription_id,
+        queue: QueueRef {
+            name: c.stream,
+            vhost: c.vhost,
+        },
+        credits: c.credits,
+        consumed: c.consumed,
+        offset,
+        offset_lag: lag,
+        properties: c.properties.into_iter().collect(),
+    }
 }
 
 async fn connections_all(

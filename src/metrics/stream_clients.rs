@@ -13,6 +13,7 @@
 //! uncontended lock, not one per message.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use super::conn_stats::ConnId;
@@ -103,6 +104,71 @@ pub fn read(id: ConnId) -> StreamClient {
     let client = REGISTRY.lock().ok().and_then(|map| map.get(&id).cloned());
     client
         .and_then(|c| c.lock().ok().map(|c| c.clone()))
+        .unwrap_or_default()
+}
+
+/// A slave's stream client whose subscriptions the slave serves from its
+/// replica (`server/stream/replica`): the master never sees them, so the
+/// management API gathers them from every node (`/api/stream/consumers`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaClient {
+    /// The client's address.
+    pub peer: Option<SocketAddr>,
+    /// This node's address it connected to.
+    pub local: Option<SocketAddr>,
+    /// Who logged in (as the master answered the SASL exchange).
+    pub user: String,
+    /// The virtual host it opened.
+    pub vhost: String,
+    /// The subscriptions served here.
+    pub consumers: Vec<ConsumerStats>,
+}
+
+/// The relayed stream connections with subscriptions served here, by the
+/// relay's connection id.
+static REPLICA_CLIENTS: LazyLock<Mutex<HashMap<ConnId, ReplicaClient>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// A relayed connection's place among [`replica_clients`]; dropping it
+/// forgets it.
+#[derive(Debug)]
+pub struct ReplicaRegistration {
+    id: ConnId,
+}
+
+impl ReplicaRegistration {
+    /// Replace what the connection shows with `client`.
+    pub fn publish(&self, client: ReplicaClient) {
+        if let Ok(mut map) = REPLICA_CLIENTS.lock() {
+            map.insert(self.id, client);
+        }
+    }
+}
+
+impl Drop for ReplicaRegistration {
+    fn drop(&mut self) {
+        if let Ok(mut map) = REPLICA_CLIENTS.lock() {
+            map.remove(&self.id);
+        }
+    }
+}
+
+/// Start showing relayed stream connection `id` (nothing until it
+/// publishes).
+pub fn register_replica(id: ConnId) -> ReplicaRegistration {
+    ReplicaRegistration { id }
+}
+
+/// The relayed connections with subscriptions served on this node.
+pub fn replica_clients() -> Vec<ReplicaClient> {
+    REPLICA_CLIENTS
+        .lock()
+        .map(|map| {
+            map.values()
+                .filter(|c| !c.consumers.is_empty())
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default()
 }
 

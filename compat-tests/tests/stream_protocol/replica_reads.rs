@@ -9,14 +9,20 @@ use super::*;
 /// specification, follow the tail, store and query an offset over the
 /// slave's connection, and check the advertised address is the slave's.
 const READS: &str = r#"
-import asyncio, sys
+import asyncio, base64, json, sys, urllib.request
 from rstream import Producer, Consumer, ConsumerOffsetSpecification, OffsetType
 from rstream.client import Client
-MASTER, SLAVE = int(sys.argv[1]), int(sys.argv[2])
+MASTER, SLAVE, MGMT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def listed():
+    req = urllib.request.Request(f"http://127.0.0.1:{MGMT}/api/stream/consumers/%2F/replicated-reads")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return [(c["connection_details"]["node"], c["consumed"], c["offset"], c["offset_lag"])
+                for c in json.load(r)]
 S = "replicated-reads"
 N = 300
 def body(i): return f"r{i}".encode()
-async def read(spec, want, port, extra=None):
+async def read(spec, want, port, extra=None, show=False):
     got = []
     done = asyncio.Event()
     async with Consumer("127.0.0.1", port=port, username="guest", password="guest") as c:
@@ -29,13 +35,21 @@ async def read(spec, want, port, extra=None):
         if extra:
             await extra()
         await asyncio.wait_for(done.wait(), 20)
+        if show:
+            # The master's API lists the subscription a slave serves.
+            for _ in range(50):
+                seen = await asyncio.to_thread(listed)
+                if seen and seen[0][1] >= want:
+                    break
+                await asyncio.sleep(0.1)
+            print("listed", seen)
     return got
 async def main():
     async with Producer("127.0.0.1", port=MASTER, username="guest", password="guest") as p:
         await p.create_stream(S)
         for i in range(N):
             await p.send_wait(S, body(i))
-    got = await read(ConsumerOffsetSpecification(OffsetType.FIRST, None), N, SLAVE)
+    got = await read(ConsumerOffsetSpecification(OffsetType.FIRST, None), N, SLAVE, show=True)
     print("first", got[:N] == [(i, body(i)) for i in range(N)], len(got))
     got = await read(ConsumerOffsetSpecification(OffsetType.OFFSET, 250), N - 250, SLAVE)
     print("offset", got[:N - 250] == [(i, body(i)) for i in range(250, N)])
@@ -82,8 +96,9 @@ fn a_consumer_on_a_slave_reads_its_replica() {
     let master = cluster.wait_master(Duration::from_secs(30));
     let slaves: Vec<usize> = (0..3).filter(|i| *i != master).collect();
     let port = |i: usize| cluster.nodes[i].stream_port.to_string();
+    let mgmt = cluster.nodes[master].management_port.to_string();
     let (ok, out) = run(
-        &["-c", READS, &port(master), &port(slaves[0])],
+        &["-c", READS, &port(master), &port(slaves[0]), &mgmt],
         Duration::from_secs(150),
     );
     assert!(ok, "{out}");
@@ -111,6 +126,21 @@ fn a_consumer_on_a_slave_reads_its_replica() {
         "the slaves delivered {served} records from their replicas:\n{out}"
     );
     assert_eq!(records(master), 0, "the master reads its own state");
+    // The master's management API lists the subscription a slave served,
+    // under that slave's node, with what it consumed and no lag.
+    let nodes = cluster.api_nodes(master);
+    let name_of = |i: usize| {
+        nodes
+            .as_array()
+            .and_then(|a| a.iter().find(|n| n["id"] == cluster.nodes[i].id))
+            .and_then(|n| n["name"].as_str())
+            .map(str::to_owned)
+            .expect("every node in /api/nodes")
+    };
+    let listed = slaves
+        .iter()
+        .any(|&i| out.contains(&format!("listed [('{}', 300, 299, 0)]", name_of(i))));
+    assert!(listed, "the slave's subscription is not listed:\n{out}");
     // The client connected to a slave is told that slave's address.
     let advertised = format!("advertised {}", port(slaves[0]));
     assert!(out.contains(&advertised), "want {advertised:?}:\n{out}");

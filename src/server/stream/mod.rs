@@ -62,7 +62,7 @@ pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, pee
                         let me_at = stream_addrs.get(me).copied().unwrap_or(local);
                         let advertise = (me_at.ip().to_string(), me_at.port());
                         let applied = ctx.replica_applied.clone();
-                        replica::serve(&ctx, sock, addr, advertise, applied).await
+                        replica::serve(&ctx, id, sock, addr, advertise, applied).await
                     }
                     None => {
                         tracing::info!(master, %peer, "no stream_addr for the master; stream client closed")

@@ -25,6 +25,7 @@ mod split;
 
 use super::super::route::ConnContext;
 use crate::management::{CoreView, Query};
+use crate::metrics::stream_clients::{self, ReplicaClient};
 use crate::server::master_task::MasterMsg;
 use bytes::{Buf, BytesMut};
 use read::{ReadAnswer, ReadRequest};
@@ -49,6 +50,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// log index, which wakes subscriptions waiting for more.
 pub(in crate::server) async fn serve(
     ctx: &ConnContext,
+    id: u64,
     sock: TcpStream,
     to: SocketAddr,
     advertise: (String, u16),
@@ -68,6 +70,8 @@ pub(in crate::server) async fn serve(
         return;
     };
     let _ = upstream.set_nodelay(true);
+    let (peer, local) = (sock.peer_addr().ok(), sock.local_addr().ok());
+    let shown = stream_clients::register_replica(id);
     let (mut crd, mut cwr) = sock.into_split();
     let (mut mrd, mut mwr) = upstream.into_split();
     let mut shutdown = ctx.shutdown.clone();
@@ -161,6 +165,16 @@ pub(in crate::server) async fn serve(
             split.on_read(id, answer);
         }
         to_client.extend_from_slice(&split.take_output());
+        if let Some(consumers) = split.shown() {
+            let (user, vhost) = split.session();
+            shown.publish(ReplicaClient {
+                peer,
+                local,
+                user: user.unwrap_or_default().to_owned(),
+                vhost: vhost.unwrap_or_default().to_owned(),
+                consumers,
+            });
+        }
     }
     // One side ended: what the other is owed still goes (the master's
     // answer to a close comes just before it closes its socket).

@@ -24,6 +24,7 @@ use super::read::{From, ReadAnswer, ReadRequest};
 use crate::broker::stream::StartAt;
 use crate::broker::stream_filter::StreamFilter;
 use crate::metrics as m;
+use crate::metrics::stream_clients::ConsumerStats;
 use crate::users::{AccessTable, Perm};
 use bytes::{BufMut, Bytes, BytesMut};
 use stablemq_protocol::stream::{
@@ -56,6 +57,7 @@ pub(super) struct PendingSubscribe {
     id: u8,
     credit: u16,
     filter: Option<StreamFilter>,
+    properties: Properties,
     pub(super) read: ReadRequest,
 }
 
@@ -80,6 +82,11 @@ struct Local {
     /// a stored chunk none of whose entries matches is not sent and costs
     /// no credit, as the master's chunk-level filtering.
     filter: Option<StreamFilter>,
+    /// The subscribe's properties, records delivered and the offset of the
+    /// last one, for the management API.
+    properties: Properties,
+    consumed: u64,
+    last: Option<u64>,
 }
 
 impl Local {
@@ -108,6 +115,9 @@ pub(super) struct Split {
     relayed: HashSet<u8>,
     /// Frames for the client, in order.
     out: BytesMut,
+    /// A subscription came, went, got credit or was sent a chunk since the
+    /// management API's copy was taken.
+    changed: bool,
 }
 
 impl Split {
@@ -125,6 +135,7 @@ impl Split {
             subs: BTreeMap::new(),
             relayed: HashSet::new(),
             out: BytesMut::with_capacity(64 * 1024),
+            changed: false,
         }
     }
 
@@ -227,6 +238,7 @@ impl Split {
             } => {
                 if let Some(s) = self.subs.get_mut(&subscription_id) {
                     s.credit = s.credit.saturating_add(u32::from(credit));
+                    self.changed = true;
                     self.deliver(subscription_id);
                     return ClientStep::Done;
                 }
@@ -236,6 +248,7 @@ impl Split {
                 subscription_id,
             } => {
                 if self.subs.remove(&subscription_id).is_some() {
+                    self.changed = true;
                     self.answer(Command::Unsubscribe, correlation_id, ResponseCode::Ok);
                     return ClientStep::Done;
                 }
@@ -300,6 +313,7 @@ impl Split {
                 filter_values: filter.is_some(),
             },
             filter,
+            properties: properties.to_vec(),
         })
     }
 
@@ -325,8 +339,12 @@ impl Split {
                 caught_up: false,
                 reading: true,
                 filter: p.filter,
+                properties: p.properties,
+                consumed: 0,
+                last: None,
             },
         );
+        self.changed = true;
         self.on_read(p.id, answer);
         true
     }
@@ -380,6 +398,7 @@ impl Split {
             ReadAnswer::NoStream => {
                 // Deleted: the client hears it as from RabbitMQ.
                 let stream = self.subs.remove(&id).map(|s| s.stream).unwrap_or_default();
+                self.changed = true;
                 ServerMessage::MetadataUpdate {
                     code: ResponseCode::StreamNotAvailable,
                     stream,
@@ -429,6 +448,9 @@ impl Split {
                 break;
             };
             s.credit -= 1;
+            s.consumed += chunk.records;
+            s.last = Some(chunk.id + chunk.records.saturating_sub(1));
+            self.changed = true;
             let committed = self.deliver_v2.then_some(chunk.id);
             encode_deliver_header(&mut self.out, id, committed, chunk.bytes.len());
             self.out.put_slice(&chunk.bytes);
@@ -471,6 +493,32 @@ impl Split {
         }
         self.out.put_u32(frame.len() as u32);
         self.out.put_slice(&frame);
+    }
+
+    /// Who the master let in and the virtual host it opened, once it did.
+    pub(super) fn session(&self) -> (Option<&str>, Option<&str>) {
+        (self.user.as_deref(), self.vhost.as_deref())
+    }
+
+    /// The subscriptions served here as the management API shows them, if
+    /// anything changed since the last call.
+    pub(super) fn shown(&mut self) -> Option<Vec<ConsumerStats>> {
+        if !std::mem::take(&mut self.changed) {
+            return None;
+        }
+        let stats = self
+            .subs
+            .iter()
+            .map(|(&id, s)| ConsumerStats {
+                subscription_id: id,
+                stream: s.stream.clone(),
+                credits: s.credit,
+                consumed: s.consumed,
+                offset: s.last,
+                properties: s.properties.clone(),
+            })
+            .collect();
+        Some(stats)
     }
 
     /// The open answer's properties with this node as the advertised one.

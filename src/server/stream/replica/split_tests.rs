@@ -418,3 +418,30 @@ fn frames_are_split_within_the_masters_frame_max() {
         assert_eq!(s.client_frame_max(), agreed, "client tune {client}");
     }
 }
+
+#[test]
+fn what_a_subscription_consumed_is_shown_once_it_changes() {
+    let t = users();
+    let mut s = opened("reader", ResponseCode::Ok, false);
+    assert!(s.shown().is_none(), "nothing served here yet");
+    let props = vec![("name".to_string(), "app".to_string())];
+    let ClientStep::Subscribe(p) = s.on_client(&subscribe(7, "s1", 1, Some(props.clone())), &t)
+    else {
+        panic!("served here");
+    };
+    assert!(s.subscribed(p, found(0, 3)));
+    let shown = s.shown().expect("a new subscription");
+    assert_eq!(
+        shown,
+        vec![ConsumerStats {
+            subscription_id: 7,
+            stream: "s1".into(),
+            credits: 0,
+            consumed: 3,
+            offset: Some(2),
+            properties: props,
+        }]
+    );
+    assert!(s.shown().is_none(), "unchanged since");
+    assert_eq!(s.session(), (Some("reader"), Some("/")));
+}

@@ -1,0 +1,112 @@
+//! Stream subscriptions served by slaves from their replicas, for the
+//! consumer lists of `/api/stream/...`.
+//!
+//! A slave serves a stream client's subscriptions from its own replica and
+//! relays the rest of the connection to the master
+//! (`server/stream/replica`), so the master never sees those subscriptions.
+//! RabbitMQ's management API lists a cluster's consumers whichever node
+//! serves them; so does this: every node lists what it serves at
+//! `/api/stablemq/replica-consumers`, and a consumer list gathers them from
+//! this node and its peers (asked with the caller's credentials, as
+//! `/api/nodes` asks them).
+
+use super::nodes::Peer;
+use super::{Access, ApiError, AppState, Caller, caller};
+use crate::metrics::stream_clients;
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How long a peer has to answer.
+const PEER_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// One subscription a node serves from its replica.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(super) struct ReplicaConsumer {
+    pub(super) vhost: String,
+    pub(super) stream: String,
+    pub(super) subscription_id: u8,
+    pub(super) credits: u32,
+    pub(super) consumed: u64,
+    pub(super) offset: Option<u64>,
+    pub(super) properties: Vec<(String, String)>,
+    /// The connection, as the serving node names it.
+    pub(super) connection: String,
+    pub(super) node: String,
+    pub(super) peer_host: Option<String>,
+    pub(super) peer_port: Option<u16>,
+    pub(super) user: String,
+}
+
+/// What this node serves that `who` may see (a user without the
+/// `monitoring` tag sees only its own, in the vhosts it may use).
+fn local(state: &AppState, who: &Caller) -> Vec<ReplicaConsumer> {
+    let access = state.access();
+    let node = state.node();
+    let mut out = Vec::new();
+    for c in stream_clients::replica_clients() {
+        if !who.sees_user(&c.user) || !who.sees_vhost(&access, &c.vhost) {
+            continue;
+        }
+        let connection = super::json::connection_name(c.peer, c.local);
+        for s in c.consumers {
+            out.push(ReplicaConsumer {
+                vhost: c.vhost.clone(),
+                stream: s.stream,
+                subscription_id: s.subscription_id,
+                credits: s.credits,
+                consumed: s.consumed,
+                offset: s.offset,
+                properties: s.properties,
+                connection: connection.clone(),
+                node: node.to_string(),
+                peer_host: c.peer.map(|a| super::json::host(&a)),
+                peer_port: c.peer.map(|a| a.port()),
+                user: c.user.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// `GET /api/stablemq/replica-consumers`: this node's alone.
+pub(super) async fn this_node(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<ReplicaConsumer>>, ApiError> {
+    let who = caller(&state, &headers, Access::Management)?;
+    Ok(Json(local(&state, &who)))
+}
+
+/// This node's and every reachable peer's (a peer that does not answer in
+/// time adds nothing).
+pub(super) async fn gather(state: &AppState, who: &Caller) -> Vec<ReplicaConsumer> {
+    let mut asks = tokio::task::JoinSet::new();
+    for peer in &state.nodes.peers {
+        let (peer, auth) = (peer.clone(), who.authorization.clone());
+        asks.spawn_blocking(move || ask(&peer, &auth));
+    }
+    let mut all = local(state, who);
+    while let Some(done) = asks.join_next().await {
+        if let Ok(Some(list)) = done {
+            all.extend(list);
+        }
+    }
+    all
+}
+
+fn ask(peer: &Peer, authorization: &str) -> Option<Vec<ReplicaConsumer>> {
+    let addr = peer.management_addr?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(PEER_TIMEOUT))
+        .build()
+        .into();
+    let mut resp = agent
+        .get(format!("http://{addr}/api/stablemq/replica-consumers"))
+        .header("authorization", authorization)
+        .call()
+        .ok()?;
+    resp.body_mut().read_json::<Vec<ReplicaConsumer>>().ok()
+}
