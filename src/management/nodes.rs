@@ -338,17 +338,28 @@ fn mark_replicating(all: &mut [NodeReport]) {
 }
 
 fn ask_peer(peer: &Peer, authorization: &str) -> Option<NodeReport> {
+    get_from_peer(peer, "/api/stablemq/node-status", authorization)
+}
+
+/// GET `path` from `peer`'s management API with `authorization`, within
+/// [`PEER_TIMEOUT`]; `None` if it has none, does not answer in time, or
+/// answers anything but `T` (blocking: run it off the async threads).
+pub(super) fn get_from_peer<T: serde::de::DeserializeOwned>(
+    peer: &Peer,
+    path: &str,
+    authorization: &str,
+) -> Option<T> {
     let addr = peer.management_addr?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(PEER_TIMEOUT))
         .build()
         .into();
     let mut resp = agent
-        .get(format!("http://{addr}/api/stablemq/node-status"))
+        .get(format!("http://{addr}{path}"))
         .header("authorization", authorization)
         .call()
         .ok()?;
-    resp.body_mut().read_json::<NodeReport>().ok()
+    resp.body_mut().read_json::<T>().ok()
 }
 
 fn unreachable_report(peer: &Peer) -> NodeReport {

@@ -10,17 +10,13 @@
 //! this node and its peers (asked with the caller's credentials, as
 //! `/api/nodes` asks them).
 
-use super::nodes::Peer;
+use super::nodes::get_from_peer;
 use super::{Access, ApiError, AppState, Caller, caller};
 use crate::metrics::stream_clients;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
-
-/// How long a peer has to answer.
-const PEER_TIMEOUT: Duration = Duration::from_millis(800);
 
 /// One subscription a node serves from its replica.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -86,7 +82,9 @@ pub(super) async fn gather(state: &AppState, who: &Caller) -> Vec<ReplicaConsume
     let mut asks = tokio::task::JoinSet::new();
     for peer in &state.nodes.peers {
         let (peer, auth) = (peer.clone(), who.authorization.clone());
-        asks.spawn_blocking(move || ask(&peer, &auth));
+        asks.spawn_blocking(move || {
+            get_from_peer::<Vec<ReplicaConsumer>>(&peer, "/api/stablemq/replica-consumers", &auth)
+        });
     }
     let mut all = local(state, who);
     while let Some(done) = asks.join_next().await {
@@ -95,18 +93,4 @@ pub(super) async fn gather(state: &AppState, who: &Caller) -> Vec<ReplicaConsume
         }
     }
     all
-}
-
-fn ask(peer: &Peer, authorization: &str) -> Option<Vec<ReplicaConsumer>> {
-    let addr = peer.management_addr?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(PEER_TIMEOUT))
-        .build()
-        .into();
-    let mut resp = agent
-        .get(format!("http://{addr}/api/stablemq/replica-consumers"))
-        .header("authorization", authorization)
-        .call()
-        .ok()?;
-    resp.body_mut().read_json::<Vec<ReplicaConsumer>>().ok()
 }

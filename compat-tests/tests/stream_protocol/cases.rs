@@ -216,12 +216,7 @@ fn stream_filtering_over_both_protocols_survives_a_kill_9_restart() {
 /// the script patches that out only for 3.10).
 #[test]
 fn the_js_stream_client_publishes_and_consumes() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/stream");
-    assert!(
-        dir.join("node_modules/rabbitmq-stream-js-client").is_dir(),
-        "rabbitmq-stream-js-client is not installed in {}: run scripts/test.sh, which runs npm ci there",
-        dir.display()
-    );
+    let dir = js_stream_dir();
     let broker = Broker::start();
     let mut node = Command::new("node");
     node.current_dir(&dir)

@@ -38,6 +38,18 @@ fn run_cases(name: &str, args: &[String], limit: Duration, checks: usize) {
     );
 }
 
+/// compat-tests/js/stream, where scripts/test.sh installs
+/// rabbitmq-stream-js-client (`npm ci`).
+fn js_stream_dir() -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/stream");
+    assert!(
+        dir.join("node_modules/rabbitmq-stream-js-client").is_dir(),
+        "rabbitmq-stream-js-client is not installed in {}: run scripts/test.sh, which runs npm ci there",
+        dir.display()
+    );
+    dir
+}
+
 mod cases;
 mod counted;
 mod durable;

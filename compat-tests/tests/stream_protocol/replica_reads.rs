@@ -152,12 +152,7 @@ fn a_consumer_on_a_slave_reads_its_replica() {
 /// master, delivered them.
 #[test]
 fn the_js_client_reads_from_a_replica() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/stream");
-    assert!(
-        dir.join("node_modules/rabbitmq-stream-js-client").is_dir(),
-        "rabbitmq-stream-js-client is not installed in {}: run scripts/test.sh, which runs npm ci there",
-        dir.display()
-    );
+    let dir = js_stream_dir();
     let cluster = Cluster::start_example();
     let master = cluster.wait_master(Duration::from_secs(30));
     let slaves: Vec<usize> = (0..3).filter(|i| *i != master).collect();
