@@ -175,6 +175,11 @@ fn last_stable_offset(view: &CoreView<'_>, vhost: &str, stream: &str) -> Option<
     (s.first_offset() + kept as u64).checked_sub(1)
 }
 
+/// How far a consumer at `offset` is behind the newest stable offset.
+fn offset_lag(view: &CoreView<'_>, vhost: &str, stream: &str, offset: u64) -> u64 {
+    last_stable_offset(view, vhost, stream).map_or(0, |last| last.saturating_sub(offset))
+}
+
 fn consumer_json(
     view: &CoreView<'_>,
     c: ConsumerStats,
@@ -182,8 +187,7 @@ fn consumer_json(
     s: &Session,
 ) -> ConsumerJson {
     let offset = c.offset.unwrap_or(0);
-    let lag = last_stable_offset(view, &s.vhost, &c.stream)
-        .map_or(0, |last| last.saturating_sub(c.offset.unwrap_or(0)));
+    let lag = offset_lag(view, &s.vhost, &c.stream, offset);
     ConsumerJson {
         connection_details: details(json, s),
         subscription_id: c.subscription_id,
@@ -293,8 +297,7 @@ async fn consumers(
 /// node's newest stable offset.
 fn replica_consumer_json(view: &CoreView<'_>, c: ReplicaConsumer) -> ConsumerJson {
     let offset = c.offset.unwrap_or(0);
-    let lag =
-        last_stable_offset(view, &c.vhost, &c.stream).map_or(0, |last| last.saturating_sub(offset));
+    let lag = offset_lag(view, &c.vhost, &c.stream, offset);
     ConsumerJson {
         connection_details: ConnectionDetails {
             name: c.connection,

@@ -210,7 +210,7 @@ impl StreamConnection {
 
 /// RabbitMQ's rule: the smaller of the two, 0 on either side meaning "no
 /// limit" (the other value holds).
-pub(super) fn negotiate_frame_max(client: u32, server: u32) -> u32 {
+pub fn negotiate_frame_max(client: u32, server: u32) -> u32 {
     match (client, server) {
         (0, s) => s,
         (c, 0) => c,

@@ -62,6 +62,7 @@ pub use action::{Action, ChunkSource, CloseReason, HandshakeFault, Request};
 pub use config::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_HEARTBEAT, StreamConnectionConfig, server_properties,
 };
+pub use handshake::negotiate_frame_max;
 pub use input::{AuthOutcome, Input, Reply};
 pub use view::{PublisherView, SubscriptionView};
 

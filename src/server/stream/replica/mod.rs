@@ -27,7 +27,7 @@ use super::super::route::ConnContext;
 use crate::management::{CoreView, Query};
 use crate::metrics::stream_clients::{self, ReplicaClient};
 use crate::server::master_task::MasterMsg;
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use read::{ReadAnswer, ReadRequest};
 use split::{ClientStep, Split};
 use stablemq_protocol::stream::split_frame;
@@ -114,36 +114,31 @@ pub(in crate::server) async fn serve(
         // The client's frames, in order: each relayed or answered here.
         let users = ctx.users.borrow().clone();
         while !unsplit {
-            let Some(size) = from_client
-                .get(..4)
-                .map(|h| u32::from_be_bytes([h[0], h[1], h[2], h[3]]))
-            else {
-                break;
+            let frame = match split_frame(&mut from_client, split.client_frame_max()) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(_) => {
+                    unsplit = true;
+                    break;
+                }
             };
-            if size < 4 || size > split.client_frame_max() {
-                unsplit = true;
-                break;
-            }
-            let total = 4 + size as usize;
-            if from_client.len() < total {
-                break;
-            }
-            let raw = from_client.split_to(total).freeze();
-            match split.on_client(&raw.slice(4..), &users) {
-                ClientStep::Relay => to_master.extend_from_slice(&raw),
-                ClientStep::Done => {}
+            let relay = match split.on_client(&frame, &users) {
+                ClientStep::Relay => true,
+                ClientStep::Done => false,
                 ClientStep::Subscribe(p) => {
                     let Some(answer) = read_replica(ctx, p.read.clone()).await else {
                         return;
                     };
-                    if !split.subscribed(p, answer) {
-                        to_master.extend_from_slice(&raw);
-                    }
+                    !split.subscribed(p, answer)
                 }
+            };
+            if relay {
+                to_master.put_u32(frame.len() as u32);
+                to_master.extend_from_slice(&frame);
             }
         }
         if unsplit {
-            to_master.extend_from_slice(&from_client.split());
+            to_master.unsplit(from_client.split());
         }
         // The master's frames, each whole, on to the client.
         loop {
@@ -164,7 +159,7 @@ pub(in crate::server) async fn serve(
             };
             split.on_read(id, answer);
         }
-        to_client.extend_from_slice(&split.take_output());
+        to_client.unsplit(split.take_output());
         if let Some(consumers) = split.shown() {
             let (user, vhost) = split.session();
             shown.publish(ReplicaClient {
@@ -178,7 +173,7 @@ pub(in crate::server) async fn serve(
     }
     // One side ended: what the other is owed still goes (the master's
     // answer to a close comes just before it closes its socket).
-    to_client.extend_from_slice(&split.take_output());
+    to_client.unsplit(split.take_output());
     let _ = tokio::time::timeout(FLUSH_TIMEOUT, async {
         let _ = mwr.write_all(&to_master).await;
         let _ = cwr.write_all(&to_client).await;

@@ -27,9 +27,10 @@ use crate::metrics as m;
 use crate::metrics::stream_clients::ConsumerStats;
 use crate::users::{AccessTable, Perm};
 use bytes::{BufMut, Bytes, BytesMut};
+use stablemq_protocol::stream::conn::negotiate_frame_max;
 use stablemq_protocol::stream::{
     ClientMessage, Command, DEFAULT_FRAME_MAX, FrameHeader, INITIAL_FRAME_MAX, OffsetSpec,
-    Properties, RESPONSE_FLAG, ResponseCode, ServerMessage, encode_deliver_header,
+    Properties, ResponseCode, ServerMessage, encode_deliver_header,
 };
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -178,14 +179,8 @@ impl Split {
         ];
         // The client's tune is its answer to the server's (a response key);
         // every other frame watched here is a request.
-        let tune = header.key & !RESPONSE_FLAG == Command::Tune.key();
-        let watched = FrameHeader {
-            key: header.key & !RESPONSE_FLAG,
-            ..header
-        }
-        .command()
-        .is_ok_and(|c| interesting.contains(&c));
-        if !watched || (header.is_response() && !tune) {
+        let command = header.command().ok().filter(|c| interesting.contains(c));
+        if command.is_none() || (header.is_response() && command != Some(Command::Tune)) {
             return ClientStep::Relay;
         }
         let Ok(msg) = ClientMessage::decode(frame) else {
@@ -195,10 +190,7 @@ impl Split {
         use ClientMessage as C;
         match msg {
             C::Tune { frame_max, .. } => {
-                self.frame_max = Some(match frame_max {
-                    0 => DEFAULT_FRAME_MAX,
-                    n => n.min(DEFAULT_FRAME_MAX),
-                })
+                self.frame_max = Some(negotiate_frame_max(frame_max, DEFAULT_FRAME_MAX))
             }
             C::SaslAuthenticate {
                 mechanism, data, ..
