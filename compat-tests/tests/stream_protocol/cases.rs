@@ -216,18 +216,6 @@ fn stream_filtering_over_both_protocols_survives_a_kill_9_restart() {
 /// the script patches that out only for 3.10).
 #[test]
 fn the_js_stream_client_publishes_and_consumes() {
-    let dir = js_stream_dir();
     let broker = Broker::start();
-    let mut node = Command::new("node");
-    node.current_dir(&dir)
-        .arg("smoke.js")
-        .arg(broker.stream_port.to_string())
-        .arg("--exchange-command-versions");
-    let (ok, stdout) = run_to_end(node, Duration::from_secs(120));
-    assert!(ok, "{stdout}");
-    assert_eq!(
-        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
-        4,
-        "{stdout}"
-    );
+    run_js_smoke(broker.stream_port);
 }

@@ -152,22 +152,10 @@ fn a_consumer_on_a_slave_reads_its_replica() {
 /// master, delivered them.
 #[test]
 fn the_js_client_reads_from_a_replica() {
-    let dir = js_stream_dir();
     let cluster = Cluster::start_example();
     let master = cluster.wait_master(Duration::from_secs(30));
     let slaves: Vec<usize> = (0..3).filter(|i| *i != master).collect();
-    let mut node = Command::new("node");
-    node.current_dir(&dir)
-        .arg("smoke.js")
-        .arg(cluster.nodes[slaves[0]].stream_port.to_string())
-        .arg("--exchange-command-versions");
-    let (ok, stdout) = run_to_end(node, Duration::from_secs(120));
-    assert!(ok, "{stdout}");
-    assert_eq!(
-        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
-        4,
-        "{stdout}"
-    );
+    let stdout = run_js_smoke(cluster.nodes[slaves[0]].stream_port);
     let records = |i: usize| {
         counter(
             &cluster.metrics(i),
