@@ -315,7 +315,13 @@ start_stablemq() { # scenario
     read -r port SMQ_STREAM_PORT < <("$PY" "$BENCH" free-ports 2)
     # The stream scenarios' stream protocol listener, on a free port.
     ! is_stream "$1" || stream=(--stream-port "$SMQ_STREAM_PORT")
-    "$BIN" serve --bind 127.0.0.1 --amqp-port "$port" --prometheus-port 0 --management-port 0 \
+    # In a session of its own (setsid), as scripts/rabbitmq-node.sh starts RabbitMQ
+    # and as a service runs: with the kernel's autogroup scheduling, a broker in the
+    # load generator's session is woken later and so handed bigger batches (2x the
+    # rate at confirm window 100 in one test, docs/benchmarks.md), which a broker
+    # serving clients on other hosts never sees. setsid execs in place here (the
+    # job is not a process group leader), so $! is the broker's pid.
+    setsid "$BIN" serve --bind 127.0.0.1 --amqp-port "$port" --prometheus-port 0 --management-port 0 \
         "${stream[@]}" --data-dir "$dir/data" >"$OUT/stablemq-$1.log" 2>&1 &
     SMQ_PIDS=("$!")
     SMQ_URI="amqp://guest:guest@127.0.0.1:$port/%2f"
@@ -351,7 +357,8 @@ start_stablemq_cluster() { # scenario
             echo "examples/cluster/node$i.toml no longer has the documented ports and data_dir" >&2
             return 1
         fi
-        "$BIN" serve --config "$cfg" --bind 127.0.0.1 --prometheus-port 0 \
+        # Each node in a session of its own, as start_stablemq says.
+        setsid "$BIN" serve --config "$cfg" --bind 127.0.0.1 --prometheus-port 0 \
             >"$OUT/stablemq-$1-node$i.log" 2>&1 &
         SMQ_PIDS+=("$!")
     done

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::pacing::{self, Pacer};
 use super::{BATCH_BYTES_MAX, BATCH_ENTRIES_MAX, Input};
 use crate::position::Entry;
 use crate::store::reducer_thread::ReducerThread;
@@ -98,6 +99,7 @@ fn commit_loop(
     let mut durable = store.last_position().index;
     // A reduced batch was written since the last fsync.
     let mut state_unsynced = false;
+    let mut pacer = Pacer::new();
     while !batch.closing {
         let first = match rx.try_recv() {
             Ok(input) => input,
@@ -131,6 +133,10 @@ fn commit_loop(
             let defer = Duration::from_micros(defer_max_us.load(Ordering::Relaxed));
             wait_for_need(store, reducer.as_mut(), rx, &mut batch, defer)?;
         }
+        if batch.commit && !batch.closing {
+            wait_for_more(store, reducer.as_mut(), rx, &mut batch, &mut pacer)?;
+        }
+        pacer.started(Instant::now());
         durable = commit_batch(store, &batch.entries, batch.bytes, durable)?;
         state_unsynced = false;
         on_stable(durable);
@@ -232,6 +238,37 @@ fn wait_for_need(
             Err(_) => break,
         }
     }
+    Ok(())
+}
+
+/// A batch something waits for: keep filling it while input keeps coming, as
+/// long as the [`Pacer`] says waiting pays (see `pacing`).
+fn wait_for_more(
+    store: &mut dyn EventStore,
+    mut reducer: Option<&mut ReducerThread>,
+    rx: &mpsc::Receiver<Input>,
+    batch: &mut Batch,
+    pacer: &mut Pacer,
+) -> Result<(), StoreError> {
+    let before = batch.entries.len();
+    let Some(until) = pacer.wait_until(Instant::now(), before) else {
+        return Ok(());
+    };
+    while batch.entries.len() < pacing::ENOUGH && !batch.closing && !batch.full() {
+        let wait = Pacer::next_wait(Instant::now(), until);
+        if wait.is_zero() {
+            break;
+        }
+        match rx.recv_timeout(wait) {
+            Ok(input) => {
+                take_input(store, reducer.as_deref_mut(), batch, input)?;
+                fill_batch(store, reducer.as_deref_mut(), rx, batch)?;
+            }
+            // Quiet for a while, or nobody is left to send: commit.
+            Err(_) => break,
+        }
+    }
+    pacer.waited(batch.entries.len() - before);
     Ok(())
 }
 

@@ -5,8 +5,10 @@
 //! group-commits: it blocks for the first pending entry, drains whatever else is
 //! already queued, appends the batch, fsyncs once, and reports the new durable
 //! index. The batch size is therefore set by the load (an fsync's worth of
-//! arrivals), never by a sleep: an idle system commits each entry something
-//! waits for at once, a busy one amortises one fsync over many entries.
+//! arrivals): an idle system commits each entry something waits for at once,
+//! a busy one amortises one fsync over many entries. A wanted batch waits for
+//! more only while input keeps coming and waiting has been seen to bring it
+//! (`pacing`): a client writing one publish at a time with many in flight.
 //!
 //! An entry nothing waits for yet may be appended deferred
 //! ([`LocalLog::append_deferred`]): a batch of only such entries waits, up to
@@ -29,6 +31,7 @@
 //! confirm latency, then no longer carries the reduction.
 
 mod commit;
+mod pacing;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
