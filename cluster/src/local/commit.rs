@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::pacing::{self, Pacer};
+use super::pacing::Pacer;
 use super::{BATCH_BYTES_MAX, BATCH_ENTRIES_MAX, Input};
 use crate::position::Entry;
 use crate::store::reducer_thread::ReducerThread;
@@ -254,8 +254,8 @@ fn wait_for_more(
     let Some(until) = pacer.wait_until(Instant::now(), before) else {
         return Ok(());
     };
-    while batch.entries.len() < pacing::ENOUGH && !batch.closing && !batch.full() {
-        let wait = Pacer::next_wait(Instant::now(), until);
+    while !batch.closing && !batch.full() {
+        let wait = Pacer::next_wait(Instant::now(), until, batch.entries.len());
         if wait.is_zero() {
             break;
         }

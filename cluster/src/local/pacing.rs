@@ -18,8 +18,8 @@
 //! or [`INTERVAL`] has passed since the last commit started. Waiting only pays
 //! when more comes: at window 1 or 10 the client is blocked on the confirm, and
 //! every wait would add [`QUIET`] to its round trip. The pacer therefore
-//! learns what its waits brought (smoothed); below [`GAIN_MIN`] entries a wait
-//! it stops waiting, and tries again once every [`PROBE_EVERY`] commits, so a
+//! learns what its waits brought (smoothed); while that is below [`GAIN_MIN`]
+//! entries it stops waiting, and tries again once every [`PROBE_EVERY`] commits, so a
 //! load that changes is noticed within a few milliseconds and a client at
 //! window 1 pays [`QUIET`] once every [`PROBE_EVERY`] round trips.
 //!
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 pub(super) const QUIET: Duration = Duration::from_micros(50);
 /// A batch this big commits at once: waiting would hardly lower its cost per
 /// entry.
-pub(super) const ENOUGH: usize = 64;
+const ENOUGH: usize = 64;
 /// The most a commit waits after the previous one started: the latency a
 /// busy store may add, as the cluster's stores' `commit_interval_us`.
 pub(super) const INTERVAL: Duration = Duration::from_millis(1);
@@ -88,8 +88,11 @@ impl Pacer {
     }
 
     /// How long the next receive of a wait that ends at `until` may block at
-    /// `now`; zero: stop waiting.
-    pub(super) fn next_wait(now: Instant, until: Instant) -> Duration {
+    /// `now`, with `queued` entries in the batch; zero: stop waiting.
+    pub(super) fn next_wait(now: Instant, until: Instant, queued: usize) -> Duration {
+        if queued >= ENOUGH {
+            return Duration::ZERO;
+        }
         until.saturating_duration_since(now).min(QUIET)
     }
 
@@ -108,16 +111,31 @@ impl Pacer {
 mod tests {
     use super::*;
 
-    /// Probe until the pacer waits, reporting `gained` for every wait, as
-    /// many times as it takes to make the smoothed gain settle.
-    fn settle(p: &mut Pacer, t: &mut Instant, gained: usize) {
-        for _ in 0..(PROBE_EVERY as usize * 40) {
+    /// `n` commits two intervals apart, each asking to wait QUIET after it
+    /// started and reporting `gained` for every wait; how many waited.
+    fn commits(p: &mut Pacer, t: &mut Instant, n: u32, gained: usize) -> u32 {
+        let mut waits = 0;
+        for _ in 0..n {
             p.started(*t);
             *t += INTERVAL * 2;
             if p.wait_until(*t - INTERVAL * 2 + QUIET, 1).is_some() {
+                waits += 1;
                 p.waited(gained);
             }
         }
+        waits
+    }
+
+    /// As many commits as it takes to make the smoothed gain settle.
+    fn settle(p: &mut Pacer, t: &mut Instant, gained: usize) {
+        commits(p, t, PROBE_EVERY * 40, gained);
+    }
+
+    /// A new pacer settled on waits that bring `gained`, and the time.
+    fn settled(gained: usize) -> (Pacer, Instant) {
+        let (mut p, mut t) = (Pacer::new(), Instant::now());
+        settle(&mut p, &mut t, gained);
+        (p, t)
     }
 
     #[test]
@@ -133,26 +151,25 @@ mod tests {
 
     #[test]
     fn waits_that_bring_entries_go_on_until_the_interval() {
-        let mut p = Pacer::new();
-        let mut t = Instant::now();
-        settle(&mut p, &mut t, 20);
+        let (mut p, t) = settled(20);
         p.started(t);
         let now = t + Duration::from_micros(200);
         assert_eq!(p.wait_until(now, 5), Some(t + INTERVAL));
         // Each receive blocks for QUIET at most, never past the end.
-        assert_eq!(Pacer::next_wait(now, t + INTERVAL), QUIET);
+        assert_eq!(Pacer::next_wait(now, t + INTERVAL, 5), QUIET);
         assert_eq!(
-            Pacer::next_wait(t + INTERVAL - Duration::from_micros(10), t + INTERVAL),
+            Pacer::next_wait(t + INTERVAL - Duration::from_micros(10), t + INTERVAL, 5),
             Duration::from_micros(10)
         );
-        assert_eq!(Pacer::next_wait(t + INTERVAL, t + INTERVAL), Duration::ZERO);
+        assert_eq!(
+            Pacer::next_wait(t + INTERVAL, t + INTERVAL, 5),
+            Duration::ZERO
+        );
     }
 
     #[test]
     fn a_big_batch_or_a_late_one_commits_at_once() {
-        let mut p = Pacer::new();
-        let mut t = Instant::now();
-        settle(&mut p, &mut t, 20);
+        let (mut p, t) = settled(20);
         p.started(t);
         assert_eq!(p.wait_until(t + QUIET, ENOUGH), None);
         assert_eq!(p.wait_until(t + INTERVAL, 1), None);
@@ -162,18 +179,8 @@ mod tests {
     #[test]
     fn waits_that_bring_nothing_stop_but_for_a_probe() {
         // A client at confirm window 1: nothing comes while it waits.
-        let mut p = Pacer::new();
-        let mut t = Instant::now();
-        settle(&mut p, &mut t, 0);
-        let mut waits = 0;
-        for _ in 0..(PROBE_EVERY * 10) {
-            p.started(t);
-            t += INTERVAL * 2;
-            if p.wait_until(t - INTERVAL * 2 + QUIET, 1).is_some() {
-                waits += 1;
-                p.waited(0);
-            }
-        }
+        let (mut p, mut t) = settled(0);
+        let waits = commits(&mut p, &mut t, PROBE_EVERY * 10, 0);
         assert_eq!(waits, 10, "one probe per {PROBE_EVERY} commits");
     }
 
