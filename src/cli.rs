@@ -79,6 +79,11 @@ pub struct ServeArgs {
     /// (re)applied, objects that exist already are left alone.
     #[arg(long)]
     pub definitions: Option<PathBuf>,
+    /// Threads that run connections and the master [default: the config's
+    /// `worker_threads`, else the host's cores shared out among the cluster
+    /// nodes the config puts on this host].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_threads: Option<u16>,
 }
 
 /// The TLS flags of `stablemq serve`, over the config's `[tls]` section.
@@ -217,6 +222,11 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
         .or(config.prometheus_port)
         .unwrap_or(15692);
     let management_port = args.management_port.or(config.management_port);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = args
+        .worker_threads
+        .map_or_else(|| config.worker_threads(cores), usize::from);
+    tracing::info!("{workers} worker threads ({cores} cores)");
     let config = Arc::new(config);
     let ipv6_optional = args.bind.is_empty();
     let ips = if args.bind.is_empty() {
@@ -242,6 +252,7 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
         definitions: args.definitions,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()
     {

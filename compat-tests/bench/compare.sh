@@ -100,7 +100,9 @@
 # never fail it. Environment: STABLEMQ_BIN (default target/release/stablemq; if it
 # is missing, waited for for a minute (someone may be rebuilding it), then built
 # with cargo). The binary is copied at the start, so a rebuild during the run
-# does not change what is measured. Every broker process (all six in a cluster
+# does not change what is measured. RMQ_EXTRA_ERL_ARGS adds Erlang VM flags to
+# every RabbitMQ node (e.g. "+S 1:1", one scheduler, to compare with StableMQ's
+# worker_threads = 1; docs/benchmarks.md). Every broker process (all six in a cluster
 # scenario, with their children, and epmd) is stopped by pid when a scenario
 # ends, and on error or Ctrl-C.
 set -euo pipefail
@@ -388,7 +390,7 @@ start_rabbitmq_node() { # node name, AMQP port, dist port, node dir, log file
         RABBITMQ_NODENAME="$name" \
         RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT="$port" \
         RABBITMQ_DIST_PORT="$dist" \
-        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1} ${RMQ_EXTRA_ERL_ARGS:-}" \
         RABBITMQ_CONF_ENV_FILE="$RMQ_DIR/rabbitmq-env.conf" \
         RABBITMQ_CONFIG_FILE="$RMQ_DIR/rabbitmq.conf" \
         RABBITMQ_ADVANCED_CONFIG_FILE="$RMQ_DIR/advanced.config" \

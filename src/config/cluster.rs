@@ -127,6 +127,18 @@ impl ClusterConfig {
         self.nodes.iter().find(|n| n.id == id)
     }
 
+    /// How many nodes of the cluster (this one included) share this node's
+    /// host, as far as the file says: nodes whose `cluster_addr` has this
+    /// node's IP address (loopback nodes are one host). Nodes on other
+    /// addresses may still be on this host; they are not counted.
+    pub fn nodes_on_this_host(&self) -> usize {
+        let ip = self.me().cluster_addr.ip();
+        self.nodes
+            .iter()
+            .filter(|n| n.cluster_addr.ip() == ip)
+            .count()
+    }
+
     /// The replication engine's view: members and timings.
     pub fn replication(&self) -> ReplicationConfig {
         let with = |role| {
@@ -315,6 +327,21 @@ cluster_addr = "127.0.0.1:25674"
         assert_eq!(iv(""), DEFAULT_COMMIT_INTERVAL_US);
         assert_eq!(iv("store_commit_interval_us = 250"), 250);
         assert_eq!(iv("store_commit_interval_us = 0"), 0);
+    }
+
+    #[test]
+    fn nodes_on_one_address_share_the_hosts_cores() {
+        let c = Config::from_toml(THREE, "x").unwrap();
+        assert_eq!(c.cluster.as_ref().unwrap().nodes_on_this_host(), 3);
+        assert_eq!(c.worker_threads(2), 1);
+        assert_eq!(c.worker_threads(8), 2);
+        // Node 2 on a machine of its own, nodes 1 and 3 on another.
+        let apart = THREE.replace("127.0.0.1:25673", "10.0.0.2:25673");
+        let c = Config::from_toml(&apart, "x").unwrap();
+        assert_eq!(c.cluster.as_ref().unwrap().nodes_on_this_host(), 1);
+        assert_eq!(c.worker_threads(8), 8);
+        let set = THREE.replace("[cluster]", "worker_threads = 4\n[cluster]");
+        assert_eq!(Config::from_toml(&set, "x").unwrap().worker_threads(2), 4);
     }
 
     #[test]
