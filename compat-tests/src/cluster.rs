@@ -107,25 +107,24 @@ impl Cluster {
             let src = example_dir().join(format!("node{id}.toml"));
             let mut text = std::fs::read_to_string(&src)
                 .unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+            // Two passes: a free port may be one of the documented ones
+            // (25701 to 25703), and a one-pass chain of replacements would
+            // then rewrite it again as a later node's (two nodes on one port).
+            let mut filled = Vec::new();
             for (i, p) in ports.iter().enumerate() {
                 let n = i as u16;
-                text = text
-                    .replace(
-                        &format!("127.0.0.1:{}\"", 25701 + n),
-                        &format!("127.0.0.1:{}\"", p[0]),
-                    )
-                    .replace(
-                        &format!("127.0.0.1:{}\"", 5672 + n),
-                        &format!("127.0.0.1:{}\"", p[1]),
-                    )
-                    .replace(
-                        &format!("127.0.0.1:{}\"", 15672 + n),
-                        &format!("127.0.0.1:{}\"", p[2]),
-                    )
-                    .replace(
-                        &format!("127.0.0.1:{}\"", 5552 + n),
-                        &format!("127.0.0.1:{}\"", p[4]),
-                    );
+                for (k, (documented, port)) in
+                    [(25701, p[0]), (5672, p[1]), (15672, p[2]), (5552, p[4])]
+                        .into_iter()
+                        .enumerate()
+                {
+                    let token = format!("127.0.0.1:@{i}.{k}@\"");
+                    text = text.replace(&format!("127.0.0.1:{}\"", documented + n), &token);
+                    filled.push((token, format!("127.0.0.1:{port}\"")));
+                }
+            }
+            for (token, addr) in filled {
+                text = text.replace(&token, &addr);
             }
             let me = &ports[id as usize - 1];
             let data = dir.path().join(format!("node{id}"));
