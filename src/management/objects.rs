@@ -6,7 +6,8 @@
 
 use super::json::Table;
 use super::query::{CoreView, query};
-use super::sessions::{ConsumerJson, consumers};
+use super::sessions::{ConsumerJson, consumers_with_replicas};
+use super::stream_replicas::{self, ReplicaConsumer};
 use super::{Access, ApiError, AppState, caller, caller_for_vhost};
 use crate::broker::event::ExchangeKind;
 use crate::broker::exchange::Exchange;
@@ -234,6 +235,26 @@ impl QueueJson {
     }
 }
 
+impl QueueJson {
+    /// Count the subscriptions slaves serve from their replicas of this
+    /// stream: in `consumers`, and in `readers` under the serving node.
+    fn add_replica_readers(&mut self, replicas: &[ReplicaConsumer]) {
+        if self.kind != "stream" {
+            return;
+        }
+        for c in replicas
+            .iter()
+            .filter(|c| c.vhost == self.vhost && c.stream == self.name)
+        {
+            self.consumers += 1;
+            if let Some(readers) = &mut self.readers {
+                let n = readers.get(&c.node).and_then(Value::as_u64).unwrap_or(0);
+                readers.insert(c.node.clone(), Value::from(n + 1));
+            }
+        }
+    }
+}
+
 /// Each queue's consumers, by (vhost, queue).
 fn consumers_by_queue<'a>(view: &CoreView<'a>) -> HashMap<(&'a str, &'a str), &'a QueueConsumers> {
     view.master
@@ -273,10 +294,14 @@ async fn queues_all(
 ) -> Result<Json<Vec<QueueJson>>, ApiError> {
     let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
+    let replicas = stream_replicas::for_lists(&state, &who, None).await;
     let list = query(&state, move |view| list_queues(view, None, &node)).await?;
     let access = state.access();
     let mut list = list.unwrap_or_default();
     list.retain(|o| who.sees_vhost(&access, &o.vhost));
+    for q in &mut list {
+        q.add_replica_readers(&replicas);
+    }
     Ok(Json(list))
 }
 
@@ -285,12 +310,16 @@ async fn queues_in(
     Path(vhost): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<QueueJson>>, ApiError> {
-    caller_for_vhost(&state, &headers, &vhost)?;
+    let who = caller_for_vhost(&state, &headers, &vhost)?;
     let node = state.node().to_string();
-    query(&state, move |view| list_queues(view, Some(&vhost), &node))
+    let replicas = stream_replicas::for_lists(&state, &who, Some(vhost.clone())).await;
+    let mut list = query(&state, move |view| list_queues(view, Some(&vhost), &node))
         .await?
-        .map(Json)
-        .ok_or(ApiError::NotFound)
+        .ok_or(ApiError::NotFound)?;
+    for q in &mut list {
+        q.add_replica_readers(&replicas);
+    }
+    Ok(Json(list))
 }
 
 async fn queue_one(
@@ -300,6 +329,7 @@ async fn queue_one(
 ) -> Result<Json<QueueJson>, ApiError> {
     let who = caller_for_vhost(&state, &headers, &vhost)?;
     let node = state.node().to_string();
+    let replicas = stream_replicas::for_lists(&state, &who, Some(vhost.clone())).await;
     query(&state, move |view| {
         let q = view.broker.queue(&vhost, &name)?;
         let qc = consumers_by_queue(&view)
@@ -309,7 +339,8 @@ async fn queue_one(
         let mut json = QueueJson::of(&vhost, q, qc, &node, stable);
         json.message_stats = super::stats::queue(view.master, &vhost, &name);
         json.idle_since = super::stats::queue_idle_since(view.master, &vhost, &name);
-        let mut details = consumers(&view, &who, Some(&vhost), &node);
+        json.add_replica_readers(&replicas);
+        let mut details = consumers_with_replicas(&view, &who, Some(&vhost), &node, replicas);
         details.retain(|c| c.is_on(&vhost, &name));
         json.consumer_details = Some(details);
         Some(json)

@@ -116,11 +116,15 @@ async fn overview(
 ) -> Result<Json<Value>, ApiError> {
     let who = caller(&state, &headers, Access::Management)?;
     let user = (who.access < Access::Monitoring).then(|| who.name.clone());
-    let (t, message_stats) = query(&state, move |view| {
+    // Stream subscriptions slaves serve from their replicas are consumers
+    // too (super::stream_replicas), already limited to what `who` sees.
+    let replicas = super::stream_replicas::for_lists(&state, &who, None).await;
+    let (mut t, message_stats) = query(&state, move |view| {
         let stats = super::stats::overview(view.master);
         (Totals::count(view, user.as_deref()), stats)
     })
     .await?;
+    t.consumers += replicas.len();
     let cluster_name = super::parameters::cluster_name(&state).await?;
     // The management listener, as RabbitMQ lists its web contexts.
     let contexts: Vec<Value> = state

@@ -7,6 +7,7 @@
 
 use super::json::{Table, connection_name, host};
 use super::query::{CoreView, query};
+use super::stream_replicas::{self, ReplicaConsumer};
 use super::{Access, ApiError, AppState, Caller, caller};
 use crate::master::inout::ConnId;
 use crate::master::session::Session;
@@ -15,6 +16,7 @@ use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
+use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
 
 /// The routes of this file.
 pub fn routes() -> Router<AppState> {
@@ -415,6 +417,68 @@ impl ConsumerJson {
     pub fn is_on(&self, vhost: &str, queue: &str) -> bool {
         self.queue.vhost == vhost && self.queue.name == queue
     }
+
+    /// A stream subscription a slave serves from its replica, listed as the
+    /// master lists the stream subscriptions it serves itself (tag
+    /// `stream-subscription-<id>`, no acks to wait for) but on the client's
+    /// connection to that slave, which has no channel on the master (number
+    /// 0). `offset` is the next it reads; `stream_end` the stream's next
+    /// offset on this node, for the lag.
+    fn of_replica(c: ReplicaConsumer, stream_end: Option<u64>) -> ConsumerJson {
+        let mut arguments = FieldTable::default();
+        for (k, v) in c.properties {
+            arguments.insert(ShortString::from(k), AMQPValue::LongString(v.into()));
+        }
+        let next = c.offset.map_or(0, |o| o + 1);
+        ConsumerJson {
+            consumer_tag: format!("stream-subscription-{}", c.subscription_id),
+            queue: QueueRef {
+                name: c.stream,
+                vhost: c.vhost,
+            },
+            channel_details: ChannelDetails {
+                name: c.connection.clone(),
+                number: 0,
+                connection_name: c.connection,
+                node: c.node,
+                peer_host: c.peer_host,
+                peer_port: c.peer_port,
+                user: c.user,
+            },
+            ack_required: true,
+            prefetch_count: 0,
+            exclusive: false,
+            active: true,
+            activity_status: "up",
+            arguments: Table(arguments),
+            offset: Some(next),
+            offset_lag: Some(stream_end.map_or(0, |end| end.saturating_sub(next))),
+        }
+    }
+}
+
+/// `consumers` and, after them, the subscriptions slaves serve from their
+/// replicas (`replicas`, from [`stream_replicas::for_lists`]) in `vhost`.
+pub fn consumers_with_replicas(
+    view: &CoreView<'_>,
+    who: &Caller,
+    vhost: Option<&str>,
+    node: &str,
+    replicas: Vec<ReplicaConsumer>,
+) -> Vec<ConsumerJson> {
+    let mut out = consumers(view, who, vhost, node);
+    for c in replicas {
+        if vhost.is_some_and(|want| want != c.vhost) {
+            continue;
+        }
+        let end = view
+            .broker
+            .queue(&c.vhost, &c.stream)
+            .and_then(|q| q.stream.as_ref())
+            .map(|s| s.next_offset());
+        out.push(ConsumerJson::of_replica(c, end));
+    }
+    out
 }
 
 /// Consumers the caller may see, by queue (vhost, then name) and, within a
@@ -497,8 +561,12 @@ async fn consumers_all(
 ) -> Result<Json<Vec<ConsumerJson>>, ApiError> {
     let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
+    let replicas = stream_replicas::for_lists(&state, &who, None).await;
     Ok(Json(
-        query(&state, move |view| consumers(&view, &who, None, &node)).await?,
+        query(&state, move |view| {
+            consumers_with_replicas(&view, &who, None, &node, replicas)
+        })
+        .await?,
     ))
 }
 
@@ -509,10 +577,11 @@ async fn consumers_in(
 ) -> Result<Json<Vec<ConsumerJson>>, ApiError> {
     let who = caller(&state, &headers, Access::Management)?;
     let node = state.node().to_string();
+    let replicas = stream_replicas::for_lists(&state, &who, Some(vhost.clone())).await;
     query(&state, move |view| {
         view.broker
             .vhost(&vhost)
-            .map(|_| consumers(&view, &who, Some(&vhost), &node))
+            .map(|_| consumers_with_replicas(&view, &who, Some(&vhost), &node, replicas))
     })
     .await?
     .map(Json)

@@ -8,9 +8,13 @@
 //! serves them; so does this: every node lists what it serves at
 //! `/api/stablemq/replica-consumers`, and a consumer list gathers them from
 //! this node and its peers (asked with the caller's credentials, as
-//! `/api/nodes` asks them).
+//! `/api/nodes` asks them). RabbitMQ's AMQP-side lists count a stream
+//! protocol consumer too (`/api/consumers`, a queue's `consumers`,
+//! `consumer_details` and `readers`, the overview's total); so do they here,
+//! through [`for_lists`].
 
 use super::nodes::get_from_peer;
+use super::query::query;
 use super::{Access, ApiError, AppState, Caller, caller};
 use crate::metrics::stream_clients;
 use axum::Json;
@@ -93,4 +97,31 @@ pub(super) async fn gather(state: &AppState, who: &Caller) -> Vec<ReplicaConsume
         }
     }
     all
+}
+
+/// The replica-served subscriptions for an AMQP-side list: [`gather`]'s, but
+/// only when some stream exists (in `vhost`, or in any vhost), so that the
+/// queue and consumer pages of a cluster without streams ask no peer (an
+/// HTTP round each, up to the peer timeout for one that is cut off).
+pub(super) async fn for_lists(
+    state: &AppState,
+    who: &Caller,
+    vhost: Option<String>,
+) -> Vec<ReplicaConsumer> {
+    if state.nodes.peers.is_empty() {
+        return local(state, who);
+    }
+    let any_stream = query(state, move |view| {
+        view.broker
+            .vhosts
+            .iter()
+            .filter(|(name, _)| vhost.as_deref().is_none_or(|want| want == name.as_str()))
+            .any(|(_, v)| v.queues.values().any(|q| q.stream.is_some()))
+    })
+    .await
+    .unwrap_or(false);
+    if !any_stream {
+        return Vec::new();
+    }
+    gather(state, who).await
 }

@@ -13,12 +13,23 @@ import asyncio, base64, json, sys, urllib.request
 from rstream import Producer, Consumer, ConsumerOffsetSpecification, OffsetType
 from rstream.client import Client
 MASTER, SLAVE, MGMT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-def listed():
-    req = urllib.request.Request(f"http://127.0.0.1:{MGMT}/api/stream/consumers/%2F/replicated-reads")
+def api(path):
+    req = urllib.request.Request(f"http://127.0.0.1:{MGMT}{path}")
     req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
     with urllib.request.urlopen(req, timeout=10) as r:
-        return [(c["connection_details"]["node"], c["consumed"], c["offset"], c["offset_lag"])
-                for c in json.load(r)]
+        return json.load(r)
+def listed():
+    return [(c["connection_details"]["node"], c["consumed"], c["offset"], c["offset_lag"])
+            for c in api("/api/stream/consumers/%2F/replicated-reads")]
+def amqp_listed():
+    # The AMQP-side lists count it too, as RabbitMQ's do.
+    cs = [(c["channel_details"]["node"], c["consumer_tag"], c["queue"]["name"], c["offset"],
+           c["offset_lag"]) for c in api("/api/consumers/%2F")]
+    q = api("/api/queues/%2F/replicated-reads")
+    ov = api("/api/overview")["object_totals"]["consumers"]
+    details = [(d["channel_details"]["node"], d["consumer_tag"]) for d in q["consumer_details"]]
+    readers = sorted((node, n) for node, n in q["readers"].items() if n)
+    return cs, q["consumers"], readers, details, ov
 S = "replicated-reads"
 N = 300
 def body(i): return f"r{i}".encode()
@@ -43,6 +54,7 @@ async def read(spec, want, port, extra=None, show=False):
                     break
                 await asyncio.sleep(0.1)
             print("listed", seen)
+            print("amqp-listed", await asyncio.to_thread(amqp_listed))
     return got
 async def main():
     async with Producer("127.0.0.1", port=MASTER, username="guest", password="guest") as p:
@@ -141,6 +153,20 @@ fn a_consumer_on_a_slave_reads_its_replica() {
         .iter()
         .any(|&i| out.contains(&format!("listed [('{}', 300, 299, 0)]", name_of(i))));
     assert!(listed, "the slave's subscription is not listed:\n{out}");
+    // ... and so do the AMQP-side lists: /api/consumers (the next offset it
+    // reads, 300, and no lag), the stream's consumer count, readers and
+    // consumer_details, and the overview's total.
+    let amqp_listed = slaves.iter().any(|&i| {
+        let n = name_of(i);
+        out.contains(&format!(
+            "amqp-listed ([('{n}', 'stream-subscription-0', 'replicated-reads', 300, 0)], 1, \
+             [('{n}', 1)], [('{n}', 'stream-subscription-0')], 1)"
+        ))
+    });
+    assert!(
+        amqp_listed,
+        "the AMQP-side lists miss the slave's subscription:\n{out}"
+    );
     // The client connected to a slave is told that slave's address.
     let advertised = format!("advertised {}", port(slaves[0]));
     assert!(out.contains(&advertised), "want {advertised:?}:\n{out}");
