@@ -2,7 +2,9 @@
 //! `/api/consumers` and their per-vhost and per-object forms.
 //!
 //! These are the master's session state, never replicated: a slave has none
-//! (its clients are proxied to the master, which lists them). A user without
+//! (its clients are proxied to the master, which lists them). The exception
+//! is a stream subscription a slave serves from its replica, which the
+//! consumer lists gather from the slaves (`stream_replicas`). A user without
 //! the `monitoring` tag sees only its own, as in RabbitMQ.
 
 use super::json::{Table, connection_name, host};
@@ -420,7 +422,7 @@ impl ConsumerJson {
 
     /// A stream subscription a slave serves from its replica, listed as the
     /// master lists the stream subscriptions it serves itself (tag
-    /// `stream-subscription-<id>`, no acks to wait for) but on the client's
+    /// `stream-subscription-<id>`, acks required) but on the client's
     /// connection to that slave, which has no channel on the master (number
     /// 0). `offset` is the next it reads; `stream_end` the stream's next
     /// offset on this node, for the lag.
