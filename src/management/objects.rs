@@ -233,9 +233,7 @@ impl QueueJson {
             message_stats: None,
         }
     }
-}
 
-impl QueueJson {
     /// Count the subscriptions slaves serve from their replicas of this
     /// stream: in `consumers`, and in `readers` under the serving node.
     fn add_replica_readers(&mut self, replicas: &[ReplicaConsumer]) {

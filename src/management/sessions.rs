@@ -11,6 +11,7 @@ use super::json::{Table, connection_name, host};
 use super::query::{CoreView, query};
 use super::stream_replicas::{self, ReplicaConsumer};
 use super::{Access, ApiError, AppState, Caller, caller};
+use crate::broker::queue::Queue;
 use crate::master::inout::ConnId;
 use crate::master::session::Session;
 use axum::extract::{Path, State};
@@ -473,14 +474,18 @@ pub fn consumers_with_replicas(
         if vhost.is_some_and(|want| want != c.vhost) {
             continue;
         }
-        let end = view
-            .broker
-            .queue(&c.vhost, &c.stream)
-            .and_then(|q| q.stream.as_ref())
-            .map(|s| s.next_offset());
+        let end = next_offset_of(view.broker.queue(&c.vhost, &c.stream));
         out.push(ConsumerJson::of_replica(c, end));
     }
     out
+}
+
+/// The offset a stream's next entry gets (None: not a stream), for a
+/// consumer's lag.
+fn next_offset_of(queue: Option<&Queue>) -> Option<u64> {
+    queue
+        .and_then(|q| q.stream.as_ref())
+        .map(|s| s.next_offset())
 }
 
 /// Consumers the caller may see, by queue (vhost, then name) and, within a
@@ -505,9 +510,7 @@ pub fn consumers(
     for ((v, q), qc) in queues {
         let queue = view.broker.queue(v, q);
         let single_active = queue.is_some_and(|q| q.args.single_active_consumer);
-        let stream_end = queue
-            .and_then(|q| q.stream.as_ref())
-            .map(|s| s.next_offset());
+        let stream_end = next_offset_of(queue);
         for (i, key) in qc.list.iter().enumerate() {
             let Some(s) = sessions.get(&key.conn).filter(|s| who.sees_user(&s.user)) else {
                 continue;
