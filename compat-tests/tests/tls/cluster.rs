@@ -161,6 +161,11 @@ fn external_through_a_slave_logs_in_as_the_certificate_cn() {
             ) => {}
             other => panic!("alice's channel did not open: {other:?}"),
         }
+        // A message larger than the sockets' buffers, read late, arrives
+        // whole through the slave's proxy too.
+        let queue = unique("big-tls");
+        super::large::publish_large(cluster.nodes[master].amqp_port, &queue).await;
+        super::large::get_late_whole(&mut alice, &queue).await;
     });
     let log = cluster.log(master);
     assert!(

@@ -2,14 +2,16 @@
 //! (rcgen): TLS 1.3 with openssl s_client, pika with `SSLOptions` publishing
 //! with confirms and consuming, SASL EXTERNAL with a client certificate,
 //! `fail_if_no_peer_cert`, the management API's view of TLS, HTTPS for the
-//! API, reload on SIGHUP and through the API, and bad TLS input with a
-//! bystander that keeps working (`bad_input.rs`).
+//! API, reload on SIGHUP and through the API, bad TLS input with a
+//! bystander that keeps working (`bad_input.rs`), and a large message to a
+//! client that reads late (`large.rs`).
 
 use compat_tests::common;
 
 mod bad_input;
 mod client;
 mod cluster;
+mod large;
 
 use client::{Pki, TlsBroker};
 use common::*;
