@@ -110,6 +110,10 @@ pub struct TlsArgs {
     /// Serve the management API over HTTPS on this port too.
     #[arg(long)]
     pub management_https_port: Option<u16>,
+    /// Serve the stream protocol over TLS on this port too (RabbitMQ's
+    /// usual 5551) [default: the config's `[tls] stream_port`, else none].
+    #[arg(long)]
+    pub stream_tls_port: Option<u16>,
 }
 
 impl TlsArgs {
@@ -148,6 +152,9 @@ impl TlsArgs {
         if let Some(p) = self.management_https_port {
             t.management_https_port = Some(p);
         }
+        if let Some(p) = self.stream_tls_port {
+            t.stream_port = Some(p);
+        }
         if self.tls_verify_peer {
             t.verify = crate::config::Verify::VerifyPeer;
         }
@@ -163,6 +170,7 @@ impl TlsArgs {
             || self.tls_verify_peer
             || self.tls_fail_if_no_peer_cert
             || self.management_https_port.is_some()
+            || self.stream_tls_port.is_some()
     }
 }
 
@@ -195,7 +203,11 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
             return 2;
         }
     };
-    if let Err(e) = args.tls.apply(&mut config.tls) {
+    if let Err(e) = args
+        .tls
+        .apply(&mut config.tls)
+        .and_then(|()| config.check_stream_tls())
+    {
         eprintln!("stablemq: {e}");
         return 2;
     }

@@ -221,6 +221,18 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The stream protocol over TLS is served by a single node only: in a
+    /// cluster a slave relays its stream clients to the master's plain
+    /// listener, and metadata names the nodes' plain stream addresses.
+    pub fn check_stream_tls(&self) -> Result<(), String> {
+        match (&self.cluster, self.tls.as_ref().and_then(|t| t.stream_port)) {
+            (Some(_), Some(_)) => Err(
+                "[tls] stream_port (--stream-tls-port): the stream protocol over TLS is not served in a cluster yet (docs/streams.md)".into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+
     /// Parse TOML text, then check ranges.
     pub fn from_toml(text: &str, path: &str) -> Result<Config, ConfigError> {
         let mut c: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
@@ -243,6 +255,7 @@ impl Config {
         if let Some(tls) = &c.tls {
             tls.validate().map_err(ConfigError::Invalid)?;
         }
+        c.check_stream_tls().map_err(ConfigError::Invalid)?;
         if c.worker_threads == Some(0) {
             return Err(ConfigError::Invalid(
                 "worker_threads must be at least 1".into(),
@@ -355,5 +368,23 @@ mod tests {
         let c = Config::from_toml("worker_threads = 3\n", "x").unwrap();
         assert_eq!(c.worker_threads(16), 3);
         assert!(Config::from_toml("worker_threads = 0\n", "x").is_err());
+    }
+
+    #[test]
+    fn the_stream_tls_port_is_a_single_node_setting() {
+        let tls = "[tls]\ncert_file = \"c\"\nkey_file = \"k\"\nstream_port = 5551\n";
+        let c = Config::from_toml(tls, "x").unwrap();
+        assert_eq!(c.tls.as_ref().and_then(|t| t.stream_port), Some(5551));
+        let cluster = concat!(
+            "[cluster]\nnode = 1\n",
+            "[[cluster.nodes]]\nid = 1\nroles = [\"broker\", \"store\"]\ncluster_addr = \"127.0.0.1:25701\"\namqp_addr = \"127.0.0.1:5672\"\n",
+            "[[cluster.nodes]]\nid = 2\nroles = [\"broker\", \"store\"]\ncluster_addr = \"127.0.0.1:25702\"\namqp_addr = \"127.0.0.1:5673\"\n",
+            "[[cluster.nodes]]\nid = 3\nroles = [\"broker\", \"store\"]\ncluster_addr = \"127.0.0.1:25703\"\namqp_addr = \"127.0.0.1:5674\"\n",
+        );
+        let mut c = Config::from_toml(cluster, "x").unwrap();
+        assert!(c.check_stream_tls().is_ok());
+        c.tls = Config::from_toml(tls, "x").unwrap().tls;
+        let err = c.check_stream_tls().unwrap_err();
+        assert!(err.contains("not served in a cluster"), "{err}");
     }
 }

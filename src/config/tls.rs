@@ -1,4 +1,5 @@
-//! The `[tls]` section: AMQPS (and HTTPS for the management API) for clients.
+//! The `[tls]` section: AMQPS (and HTTPS for the management API, and the
+//! stream protocol over TLS) for clients.
 //!
 //! Named as RabbitMQ names its `ssl_options` (`certfile`, `keyfile`,
 //! `cacertfile`, `verify`, `fail_if_no_peer_cert`), with the file keys spelled
@@ -53,6 +54,11 @@ pub struct TlsConfig {
     /// The AMQPS port (RabbitMQ's `listeners.ssl.default`, 5671).
     #[serde(default = "default_amqps_port")]
     pub amqps_port: u16,
+    /// The stream protocol over TLS, with the same certificate (RabbitMQ's
+    /// `stream.listeners.ssl.default`, usually 5551); unset = no listener.
+    /// Single node only for now (a cluster refuses it at start).
+    #[serde(default)]
+    pub stream_port: Option<u16>,
     /// The management API over HTTPS, with the same certificate (RabbitMQ's
     /// `management.ssl.port`, usually 15671); unset = no HTTPS listener.
     #[serde(default)]
@@ -84,6 +90,7 @@ impl TlsConfig {
             verify: Verify::default(),
             fail_if_no_peer_cert: false,
             amqps_port: default_amqps_port(),
+            stream_port: None,
             management_https_port: None,
             handshake_timeout_ms: default_handshake_timeout(),
             cert_login_from: CertLoginFrom::default(),

@@ -72,10 +72,13 @@ pub(super) enum Front {
     Amqps(Arc<ServerTls>),
     /// The RabbitMQ stream protocol.
     Stream,
+    /// The RabbitMQ stream protocol after a TLS handshake.
+    StreamTls(Arc<ServerTls>),
 }
 
-/// Bind the AMQP port (unless it is 0) and the AMQPS port (when `[tls]` is
-/// configured) on every address of `opts`, and start one accept task per
+/// Bind the AMQP port (unless it is 0), the AMQPS port (when `[tls]` is
+/// configured), the stream port (unless 0) and the stream TLS port (when
+/// `[tls]` names one) on every address of `opts`, and start one accept task per
 /// listener; all feed the one queue returned.
 pub(super) fn start_acceptors(
     opts: &ServeOptions,
@@ -92,6 +95,16 @@ pub(super) fn start_acceptors(
     if let (Some(section), Some(tls)) = (&opts.config.tls, &tls) {
         let bound = bind(section.amqps_port)?;
         listeners.extend(bound.into_iter().map(|l| (l, Front::Amqps(tls.clone()))));
+    }
+    let stream_tls = opts.config.tls.as_ref().and_then(|t| t.stream_port);
+    let stream_tls = stream_tls.filter(|p| *p != 0).zip(tls.as_ref());
+    if let Some((port, tls)) = stream_tls {
+        let bound = bind(port)?;
+        listeners.extend(
+            bound
+                .into_iter()
+                .map(|l| (l, Front::StreamTls(tls.clone()))),
+        );
     }
     if listeners.is_empty() {
         return Err(ServeError::Other(
@@ -117,6 +130,7 @@ pub(super) fn start_acceptors(
                 Front::Amqp => tracing::info!("AMQP listening on {a}"),
                 Front::Amqps(_) => tracing::info!("AMQPS listening on {a}"),
                 Front::Stream => tracing::info!("stream protocol listening on {a}"),
+                Front::StreamTls(_) => tracing::info!("stream protocol over TLS listening on {a}"),
             }
         }
         acceptors.push(tokio::spawn(accept_loop(l, front, tx.clone())));

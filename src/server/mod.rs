@@ -153,6 +153,13 @@ async fn start_management(
             addr: SocketAddr::new(ip, tls.amqps_port),
         });
     }
+    let stream_tls = opts.config.tls.as_ref().and_then(|t| t.stream_port);
+    if let Some(port) = stream_tls.filter(|p| *p != 0) {
+        listeners.push(Listener {
+            protocol: "stream/ssl",
+            addr: SocketAddr::new(ip, port),
+        });
+    }
     let https = opts
         .config
         .tls
@@ -435,6 +442,7 @@ async fn run_broker(
                     listen::Front::Amqp => conns.spawn(route::route_plain(ctx.clone(), id, sock, peer)),
                     listen::Front::Amqps(tls) => conns.spawn(amqps::serve_client(tls, ctx.clone(), id, sock, peer)),
                     listen::Front::Stream => conns.spawn(stream::serve_client(ctx.clone(), id, sock, peer)),
+                    listen::Front::StreamTls(tls) => conns.spawn(stream::serve_tls_client(tls, ctx.clone(), id, sock, peer)),
                 };
             }
             _ = sighup.recv() => reload_tls(),

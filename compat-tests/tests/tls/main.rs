@@ -4,7 +4,8 @@
 //! `fail_if_no_peer_cert`, the management API's view of TLS, HTTPS for the
 //! API, reload on SIGHUP and through the API, bad TLS input with a
 //! bystander that keeps working (`bad_input.rs`), and a large message to a
-//! client that reads late (`large.rs`).
+//! client that reads late (`large.rs`); the stream protocol over TLS
+//! (`stream.rs`).
 
 use compat_tests::common;
 
@@ -12,6 +13,7 @@ mod bad_input;
 mod client;
 mod cluster;
 mod large;
+mod stream;
 
 use client::{Pki, TlsBroker};
 use common::*;

@@ -13,8 +13,10 @@ mod shown;
 
 use super::master_task::MasterMsg;
 use super::route::{self, ConnContext, Router};
+use super::socket::{ClientSocket, IntoHalves};
 use crate::auth;
 use crate::master::inout::{ClientProtocol, ConnInfo, Input, ToConn};
+use crate::tls::ServerTls;
 use bridge::{Advertised, Bridge};
 use bytes::BytesMut;
 use stablemq_cluster::replication::NodeId;
@@ -26,6 +28,7 @@ use stablemq_protocol::stream::conn::{
 use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -39,14 +42,7 @@ pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, pee
         return;
     };
     let advertised = match &ctx.router {
-        Router::Local => Advertised {
-            brokers: vec![Broker {
-                reference: 0,
-                host: local.ip().to_string(),
-                port: u32::from(local.port()),
-            }],
-            leader: 0,
-        },
+        Router::Local => Advertised::this_listener(local),
         Router::Cluster {
             me,
             serving,
@@ -76,7 +72,46 @@ pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, pee
             }
         },
     };
-    run(ctx, id, sock, peer, local, advertised).await;
+    let sock = ClientSocket {
+        stream: sock,
+        peer,
+        local: Some(local),
+        tls: None,
+    };
+    run(ctx, id, sock, advertised).await;
+}
+
+/// Serve a client of the stream protocol's TLS port (`[tls] stream_port`)
+/// once its TLS handshake is done: as a plain one, its metadata naming this
+/// listener. Single node only (`Config::check_stream_tls`).
+pub(super) async fn serve_tls_client(
+    tls: Arc<ServerTls>,
+    ctx: ConnContext,
+    id: u64,
+    sock: TcpStream,
+    peer: SocketAddr,
+) {
+    let Some(_slot) = route::admit(&ctx).await else {
+        return;
+    };
+    let Ok(local) = sock.local_addr() else {
+        return;
+    };
+    if !matches!(ctx.router, Router::Local) {
+        tracing::warn!(%peer, "the stream protocol over TLS is not served in a cluster");
+        return;
+    }
+    let Some((stream, info)) = super::amqps::handshake(&tls, id, sock, peer, false).await else {
+        return;
+    };
+    let advertised = Advertised::this_listener(local);
+    let sock = ClientSocket {
+        stream,
+        peer,
+        local: Some(local),
+        tls: Some(info),
+    };
+    run(ctx, id, sock, advertised).await;
 }
 
 /// The other nodes whose stream listener accepts a connection now (within
@@ -155,18 +190,22 @@ struct Task {
     paused: bool,
     /// Its publishers and subscriptions, for the management API.
     shown: shown::Shown,
+    /// The TLS session, on the stream protocol's TLS port.
+    tls: Option<crate::tls::TlsInfo>,
+    /// The SASL mechanism the client authenticated with.
+    mechanism: String,
 }
 
 /// The connection's task: register with the master, then move bytes,
 /// master messages and ticks through the connection until it closes.
-async fn run(
+async fn run<S: IntoHalves>(
     ctx: ConnContext,
     id: u64,
-    sock: TcpStream,
-    peer: SocketAddr,
-    local: SocketAddr,
+    sock: ClientSocket<S>,
     advertised: Advertised,
 ) {
+    let (peer, tls) = (sock.peer, sock.tls);
+    let local = sock.local.unwrap_or(peer);
     let (out_tx, mut out_rx) = super::outbox::channel();
     if ctx
         .master_tx
@@ -180,8 +219,8 @@ async fn run(
     // AMQP connection counts them (`server/conn_task.rs`).
     let traffic = crate::metrics::conn_stats::register(id);
     let mut shutdown = ctx.shutdown.clone();
-    let mut t = Task::new(ctx, id, peer, local, advertised);
-    let (mut rd, mut wr) = sock.into_split();
+    let mut t = Task::new(ctx, id, (peer, local), advertised, tls);
+    let (mut rd, mut wr) = sock.stream.into_halves();
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut inbox: Vec<Vec<ToConn>> = Vec::with_capacity(64);
     let (mut outbox_open, mut shutting_down) = (true, false);
@@ -226,7 +265,7 @@ async fn run(
         }
         if !t.wbuf.is_empty() {
             traffic.stats().sending(t.wbuf.len());
-            if wr.write_all(&t.wbuf).await.is_err() {
+            if super::conn_task::write_out(&mut wr, &t.wbuf).await.is_err() {
                 break;
             }
             traffic.stats().sent(t.wbuf.len());
@@ -250,11 +289,19 @@ impl Task {
     fn new(
         ctx: ConnContext,
         id: u64,
-        peer: SocketAddr,
-        local: SocketAddr,
+        (peer, local): (SocketAddr, SocketAddr),
         advertised: Advertised,
+        tls: Option<crate::tls::TlsInfo>,
     ) -> Task {
         let props = &ctx.config.server_properties;
+        // As RabbitMQ's stream reader: the configured `auth_mechanisms`
+        // (PLAIN and AMQPLAIN by default), EXTERNAL only over TLS with a
+        // verified client certificate that names someone.
+        let mechanisms = auth::mechanisms(&ctx.config.auth_mechanisms, cert_login(tls.as_ref()))
+            .split(' ')
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned)
+            .collect();
         let cluster_name = ctx.cluster_name.borrow().clone();
         let me = advertised.brokers.get(usize::from(advertised.leader));
         let config = StreamConnectionConfig {
@@ -265,6 +312,7 @@ impl Task {
             ),
             advertised_host: me.map(|b| b.host.clone()),
             advertised_port: me.and_then(|b| u16::try_from(b.port).ok()),
+            mechanisms,
             ..StreamConnectionConfig::default()
         };
         Task {
@@ -279,6 +327,8 @@ impl Task {
             to_conn: Vec::new(),
             paused: false,
             shown: shown::Shown::new(id),
+            tls,
+            mechanism: String::new(),
         }
     }
 
@@ -348,14 +398,16 @@ impl Task {
                     .on_action(written, &mut self.to_master, &mut self.to_conn);
             }
             sc::Action::Authenticate { mechanism, data } => {
-                let outcome = authenticate(&self.ctx, &mechanism, data.as_deref(), self.peer);
+                self.mechanism.clone_from(&mechanism);
+                let cert = cert_login(self.tls.as_ref());
+                let outcome = authenticate(&self.ctx, &mechanism, data.as_deref(), self.peer, cert);
                 self.to_conn.push(sc::Input::Authenticated(outcome))
             }
             sc::Action::OpenVhost { user, vhost } => self.to_master.push(Input::Open {
                 conn: self.id,
                 user,
                 vhost,
-                info: Box::new(conn_info(&self.conn, self.peer, self.local)),
+                info: Box::new(self.conn_info()),
             }),
             sc::Action::Closed(_) => return true,
             other => self
@@ -366,20 +418,35 @@ impl Task {
     }
 }
 
-/// Check a SASL response against the users the master replicates.
+/// The name SASL EXTERNAL logs in as: the verified client certificate's.
+fn cert_login(tls: Option<&crate::tls::TlsInfo>) -> Option<&str> {
+    tls?.peer_cert.as_ref()?.login.as_deref()
+}
+
+/// Check a SASL response against the users the master replicates (the
+/// connection offered `mechanism`: it refuses the others itself).
 fn authenticate(
     ctx: &ConnContext,
     mechanism: &str,
     data: Option<&[u8]>,
     peer: SocketAddr,
+    cert_login: Option<&str>,
 ) -> AuthOutcome {
+    let users = ctx.users.borrow().clone();
+    if mechanism == auth::EXTERNAL {
+        return match auth::authenticate_external(&ctx.config, &users, cert_login, peer.ip()) {
+            Ok(u) => AuthOutcome::Ok {
+                user: u.name.clone(),
+            },
+            Err(_) => AuthOutcome::Refused,
+        };
+    }
     let Some(data) = data else {
         return AuthOutcome::SaslError;
     };
     let Ok((user, password)) = auth::parse_response(mechanism, data) else {
         return AuthOutcome::SaslError;
     };
-    let users = ctx.users.borrow().clone();
     match auth::authenticate(&ctx.config, &users, &user, &password, peer.ip()) {
         Ok(u) => AuthOutcome::Ok {
             user: u.name.clone(),
@@ -391,24 +458,26 @@ fn authenticate(
     }
 }
 
-/// What the management API lists of a stream connection.
-fn conn_info(conn: &StreamConnection, peer: SocketAddr, local: SocketAddr) -> ConnInfo {
-    let mut client_properties = FieldTable::default();
-    for (k, v) in conn.client_properties() {
-        client_properties.insert(
-            ShortString::from(k.as_str()),
-            AMQPValue::LongString(v.as_str().into()),
-        );
-    }
-    ConnInfo {
-        peer: Some(peer),
-        local: Some(local),
-        client_properties,
-        auth_mechanism: "PLAIN".into(),
-        frame_max: conn.frame_max(),
-        channel_max: 0,
-        heartbeat_secs: u16::try_from(conn.heartbeat()).unwrap_or(u16::MAX),
-        tls: None,
-        protocol: ClientProtocol::Stream,
+impl Task {
+    /// What the management API lists of a stream connection.
+    fn conn_info(&self) -> ConnInfo {
+        let mut client_properties = FieldTable::default();
+        for (k, v) in self.conn.client_properties() {
+            client_properties.insert(
+                ShortString::from(k.as_str()),
+                AMQPValue::LongString(v.as_str().into()),
+            );
+        }
+        ConnInfo {
+            peer: Some(self.peer),
+            local: Some(self.local),
+            client_properties,
+            auth_mechanism: self.mechanism.clone(),
+            frame_max: self.conn.frame_max(),
+            channel_max: 0,
+            heartbeat_secs: u16::try_from(self.conn.heartbeat()).unwrap_or(u16::MAX),
+            tls: self.tls.clone(),
+            protocol: ClientProtocol::Stream,
+        }
     }
 }

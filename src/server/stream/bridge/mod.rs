@@ -78,6 +78,21 @@ pub(super) struct Advertised {
     pub(super) leader: u16,
 }
 
+impl Advertised {
+    /// A single node: the listener the client dialed (plain or TLS) is the
+    /// one broker, leader of every stream.
+    pub(super) fn this_listener(local: std::net::SocketAddr) -> Advertised {
+        Advertised {
+            brokers: vec![Broker {
+                reference: 0,
+                host: local.ip().to_string(),
+                port: u32::from(local.port()),
+            }],
+            leader: 0,
+        }
+    }
+}
+
 /// The stream connection's side of the master.
 #[derive(Debug)]
 pub(super) struct Bridge {
