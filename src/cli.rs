@@ -258,6 +258,7 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
         amqp_port: args.amqp_port,
         stream_port: args.stream_port.unwrap_or(DEFAULT_STREAM_PORT),
         stream_port_optional: args.stream_port.is_none(),
+        stream_tls_port: config.tls.as_ref().and_then(|t| t.stream_port),
         ipv6_optional,
         data_dir,
         config,

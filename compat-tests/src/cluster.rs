@@ -90,6 +90,18 @@ impl Cluster {
         cluster_lines: &str,
         sections: &dyn Fn(usize) -> String,
     ) -> Cluster {
+        Cluster::start_example_edited(store_only, cluster_lines, sections, &|_, text| text)
+    }
+
+    /// Like [`Cluster::start_example_sections`], with each node's config
+    /// text (its free ports filled in) passed through `edit(i, text)` last,
+    /// e.g. to add keys to the `[[cluster.nodes]]` entries.
+    pub fn start_example_edited(
+        store_only: Option<usize>,
+        cluster_lines: &str,
+        sections: &dyn Fn(usize) -> String,
+        edit: &dyn Fn(usize, String) -> String,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<[u16; 5]> = (0..3)
             .map(|_| {
@@ -162,6 +174,7 @@ impl Cluster {
                 (lines[..first_table].to_vec(), lines[first_table..].to_vec())
             };
             text = format!("{}\n{text}\n{}\n", top.join("\n"), tables.join("\n"));
+            text = edit(id as usize - 1, text);
             let config = dir.path().join(format!("node{id}.toml"));
             std::fs::write(&config, text).expect("write config");
             nodes.push(ClusterNode {

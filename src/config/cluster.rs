@@ -48,6 +48,12 @@ pub struct NodeConfig {
     /// (replicas) from it, and slaves forward them to the master's.
     #[serde(default)]
     pub stream_addr: Option<SocketAddr>,
+    /// The stream protocol over TLS listens here (needs `[tls]`): stream
+    /// clients that came over TLS learn the nodes by these addresses, and a
+    /// slave forwards them to the master's `stream_addr` with their TLS
+    /// session (RabbitMQ's `stream.listeners.ssl`, `advertised_tls_port`).
+    #[serde(default)]
+    pub stream_tls_addr: Option<SocketAddr>,
 }
 
 fn both_roles() -> Vec<NodeRole> {

@@ -221,16 +221,23 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// The stream protocol over TLS is served by a single node only: in a
-    /// cluster a slave relays its stream clients to the master's plain
-    /// listener, and metadata names the nodes' plain stream addresses.
+    /// Where the stream protocol over TLS is set: `[tls] stream_port` on a
+    /// single node; each node's `stream_tls_addr` in a cluster, where every
+    /// node must know the others' (metadata names them), and never without
+    /// `[tls]`.
     pub fn check_stream_tls(&self) -> Result<(), String> {
-        match (&self.cluster, self.tls.as_ref().and_then(|t| t.stream_port)) {
-            (Some(_), Some(_)) => Err(
-                "[tls] stream_port (--stream-tls-port): the stream protocol over TLS is not served in a cluster yet (docs/streams.md)".into(),
-            ),
-            _ => Ok(()),
+        let port = self.tls.as_ref().and_then(|t| t.stream_port);
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        if port.is_some() {
+            return Err("[tls] stream_port (--stream-tls-port) is for a single node: in a cluster give each node a stream_tls_addr in [[cluster.nodes]]".into());
         }
+        let me = cluster.nodes.iter().find(|n| n.id == cluster.node);
+        if self.tls.is_none() && me.is_some_and(|n| n.stream_tls_addr.is_some()) {
+            return Err("stream_tls_addr needs a [tls] section (the certificate and key)".into());
+        }
+        Ok(())
     }
 
     /// Parse TOML text, then check ranges.
@@ -371,7 +378,7 @@ mod tests {
     }
 
     #[test]
-    fn the_stream_tls_port_is_a_single_node_setting() {
+    fn the_stream_tls_listener_is_stream_port_alone_and_stream_tls_addr_in_a_cluster() {
         let tls = "[tls]\ncert_file = \"c\"\nkey_file = \"k\"\nstream_port = 5551\n";
         let c = Config::from_toml(tls, "x").unwrap();
         assert_eq!(c.tls.as_ref().and_then(|t| t.stream_port), Some(5551));
@@ -385,6 +392,19 @@ mod tests {
         assert!(c.check_stream_tls().is_ok());
         c.tls = Config::from_toml(tls, "x").unwrap().tls;
         let err = c.check_stream_tls().unwrap_err();
-        assert!(err.contains("not served in a cluster"), "{err}");
+        assert!(err.contains("give each node a stream_tls_addr"), "{err}");
+        // A node's own stream_tls_addr needs the certificate of [tls].
+        let with_addr = cluster.replacen(
+            "amqp_addr = \"127.0.0.1:5672\"\n",
+            "amqp_addr = \"127.0.0.1:5672\"\nstream_tls_addr = \"127.0.0.1:5551\"\n",
+            1,
+        );
+        let err = Config::from_toml(&with_addr, "x").unwrap_err().to_string();
+        assert!(
+            err.contains("stream_tls_addr needs a [tls] section"),
+            "{err}"
+        );
+        let tls_only = "[tls]\ncert_file = \"c\"\nkey_file = \"k\"\n";
+        assert!(Config::from_toml(&format!("{with_addr}{tls_only}"), "x").is_ok());
     }
 }

@@ -56,7 +56,7 @@ pub struct TlsConfig {
     pub amqps_port: u16,
     /// The stream protocol over TLS, with the same certificate (RabbitMQ's
     /// `stream.listeners.ssl.default`, usually 5551); unset = no listener.
-    /// Single node only for now (a cluster refuses it at start).
+    /// A single node's: in a cluster each node's `stream_tls_addr` is.
     #[serde(default)]
     pub stream_port: Option<u16>,
     /// The management API over HTTPS, with the same certificate (RabbitMQ's

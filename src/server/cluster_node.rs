@@ -31,6 +31,8 @@ pub struct ClusterNode {
     pub amqp_addrs: HashMap<NodeId, SocketAddr>,
     /// Every broker node's stream protocol address.
     pub stream_addrs: HashMap<NodeId, SocketAddr>,
+    /// Every broker node's stream protocol over TLS address (those that have one).
+    pub stream_tls_addrs: HashMap<NodeId, SocketAddr>,
     /// The event store (store nodes); abort it to stop.
     pub store: Option<JoinHandle<()>>,
     /// The event store's status (store nodes).
@@ -104,8 +106,10 @@ pub async fn start(cluster: &ClusterConfig, data_dir: &Path) -> Result<ClusterNo
     };
     let amqp_addrs = addresses(cluster, |n| n.amqp_addr);
     let stream_addrs = addresses(cluster, |n| n.stream_addr);
+    let stream_tls_addrs = addresses(cluster, |n| n.stream_tls_addr);
     Ok(ClusterNode {
         stream_addrs,
+        stream_tls_addrs,
         driver,
         backend,
         serving,

@@ -96,8 +96,7 @@ pub(super) fn start_acceptors(
         let bound = bind(section.amqps_port)?;
         listeners.extend(bound.into_iter().map(|l| (l, Front::Amqps(tls.clone()))));
     }
-    let stream_tls = opts.config.tls.as_ref().and_then(|t| t.stream_port);
-    let stream_tls = stream_tls.filter(|p| *p != 0).zip(tls.as_ref());
+    let stream_tls = opts.stream_tls_port.filter(|p| *p != 0).zip(tls.as_ref());
     if let Some((port, tls)) = stream_tls {
         let bound = bind(port)?;
         listeners.extend(

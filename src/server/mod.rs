@@ -44,6 +44,9 @@ pub struct ServeOptions {
     /// The stream port was not asked for: if it is taken, the node runs
     /// without it (a warning), rather than failing.
     pub stream_port_optional: bool,
+    /// The stream protocol over TLS (`[tls] stream_port`, or in a cluster
+    /// the node's `stream_tls_addr`); None = no such listener.
+    pub stream_tls_port: Option<u16>,
     /// IPv6 addresses may be skipped when the host has no IPv6 (the default binds).
     pub ipv6_optional: bool,
     /// Address for Prometheus `/metrics` (None = off).
@@ -153,8 +156,7 @@ async fn start_management(
             addr: SocketAddr::new(ip, tls.amqps_port),
         });
     }
-    let stream_tls = opts.config.tls.as_ref().and_then(|t| t.stream_port);
-    if let Some(port) = stream_tls.filter(|p| *p != 0) {
+    if let Some(port) = opts.stream_tls_port.filter(|p| *p != 0) {
         listeners.push(Listener {
             protocol: "stream/ssl",
             addr: SocketAddr::new(ip, port),

@@ -71,6 +71,7 @@ pub(super) async fn serve_cluster(
         false => opts.management_addr.or(me.management_addr),
     };
     let amqp_port = me.amqp_addr.map(|a| a.port());
+    opts.stream_tls_port = me.stream_tls_addr.map(|a| a.port());
     // A slave's replica has no users until the log reaches it; its API
     // answers 401 until then.
     let users = watch::channel(Arc::new(crate::users::AccessTable::default()));
@@ -103,6 +104,7 @@ pub(super) async fn serve_cluster(
         status,
         amqp_addrs: Arc::new(node.amqp_addrs),
         stream_addrs: Arc::new(node.stream_addrs),
+        stream_tls_addrs: Arc::new(node.stream_tls_addrs),
         trust: Arc::new(forwarding_trust(cluster)?),
     };
     let driver = node.driver;

@@ -26,6 +26,8 @@ pub(super) enum Router {
         status: watch::Receiver<BrokerStatus>,
         amqp_addrs: Arc<HashMap<NodeId, SocketAddr>>,
         stream_addrs: Arc<HashMap<NodeId, SocketAddr>>,
+        /// The nodes' stream protocol over TLS addresses (those that have one).
+        stream_tls_addrs: Arc<HashMap<NodeId, SocketAddr>>,
         /// Whose forwarded clients this node believes, and the cookie its
         /// own forwarding headers are signed with (`forwarded.rs`).
         trust: Arc<forwarded::Trust>,

@@ -13,6 +13,9 @@ pub(crate) trait IntoHalves: Send + 'static {
     type Read: AsyncRead + Unpin + Send + 'static;
     /// The write half.
     type Write: AsyncWrite + Unpin + Send + 'static;
+    /// Whether a write may leave bytes behind that only a flush sends (a
+    /// TLS session's records); TCP's flush does nothing.
+    const FLUSHES: bool;
     /// Split.
     fn into_halves(self) -> (Self::Read, Self::Write);
 }
@@ -21,6 +24,7 @@ pub(crate) trait IntoHalves: Send + 'static {
 impl IntoHalves for TcpStream {
     type Read = tokio::net::tcp::OwnedReadHalf;
     type Write = tokio::net::tcp::OwnedWriteHalf;
+    const FLUSHES: bool = false;
     fn into_halves(self) -> (Self::Read, Self::Write) {
         self.into_split()
     }
@@ -30,6 +34,7 @@ impl IntoHalves for TcpStream {
 impl IntoHalves for tokio_rustls::server::TlsStream<TcpStream> {
     type Read = tokio::io::ReadHalf<Self>;
     type Write = tokio::io::WriteHalf<Self>;
+    const FLUSHES: bool = true;
     fn into_halves(self) -> (Self::Read, Self::Write) {
         tokio::io::split(self)
     }

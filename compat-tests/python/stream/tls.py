@@ -1,7 +1,10 @@
 """The stream protocol over TLS (`[tls] stream_port`, RabbitMQ's
 `stream.listeners.ssl.default`), with rstream and an ssl.SSLContext.
 
-  python tls.py TLS_PORT PLAIN_PORT CA_FILE MANAGEMENT_URL
+  python tls.py TLS_PORT PLAIN_PORT CA_FILE MANAGEMENT_URL [LEADER_PORT REPLICA_PORTS]
+
+(LEADER_PORT and REPLICA_PORTS, comma-separated, are the TLS ports metadata
+must name, for a cluster; by default TLS_PORT alone, a single node.)
 
 Checks: a producer over TLS creates a stream and publishes with confirms; a
 consumer over TLS reads it from `first` (rstream dials the leader that
@@ -28,6 +31,8 @@ from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 from rstream.client import Client
 
 TLS_PORT, PLAIN_PORT, CA, API = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+LEADER = int(sys.argv[5]) if len(sys.argv) > 5 else TLS_PORT
+REPLICAS = sorted(int(p) for p in sys.argv[6].split(",")) if len(sys.argv) > 6 else []
 STREAM = f"tls-stream-{time.time_ns()}"
 LOGIN = dict(username="guest", password="guest")
 N = 100
@@ -103,6 +108,13 @@ async def main():
     while len(confirmed) < N and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     check(f"{N} publishes over TLS confirmed", len(confirmed) == N, f"{len(confirmed)} confirmed")
+    await producer.close()
+
+    # A client that stays on TLS_PORT (rstream's producer moves to the
+    # leader): the API (the master's, in a cluster) lists it with its session.
+    client = Client("127.0.0.1", TLS_PORT, ssl_context=ctx, frame_max=1048576, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", **LOGIN)
     listed = api_get("/api/stream/connections")
     mine = [c for c in listed if c.get("port") == TLS_PORT]
     check(
@@ -110,7 +122,7 @@ async def main():
         len(mine) == 1 and mine[0].get("ssl") is True and mine[0].get("ssl_protocol") == "tlsv1.3",
         json.dumps([{k: c.get(k) for k in ("port", "ssl", "ssl_protocol")} for c in listed]),
     )
-    await producer.close()
+    await client.close()
 
     meta = Client("127.0.0.1", TLS_PORT, ssl_context=ctx, frame_max=1048576, heartbeat=60)
     await meta.start()
@@ -118,8 +130,8 @@ async def main():
     leader, replicas = await meta.query_leader_and_replicas(STREAM)
     await meta.close()
     check(
-        "metadata over TLS names the TLS listener as leader",
-        leader.port == TLS_PORT and not replicas,
+        "metadata over TLS names the TLS listeners (leader and replicas)",
+        leader.port == LEADER and sorted(r.port for r in replicas) == REPLICAS,
         f"leader {leader.host}:{leader.port}, replicas {replicas}",
     )
 

@@ -23,6 +23,7 @@ import time
 import urllib.request
 
 from rstream import Producer
+from rstream.client import Client
 from rstream.constants import SlasMechanism
 
 PORT, CA, CERT, KEY, API = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
@@ -61,6 +62,12 @@ async def main():
     await p.create_stream(STREAM, exists_ok=True)
     await asyncio.wait_for(p.send_wait(STREAM, b"by certificate"), 10)
     check("EXTERNAL with a verified certificate logs in and publishes with a confirm", True)
+    await p.close()
+    # A client that stays on PORT (rstream's producer moves to the leader).
+    client = Client("127.0.0.1", PORT, ssl_context=context(True), frame_max=1048576, heartbeat=60,
+                    sasl_configuration_mechanism=SlasMechanism.MechanismExternal)
+    await client.start()
+    await client.authenticate(vhost="/", username="", password="")
     listed = [c for c in api_get("/api/stream/connections") if c.get("port") == PORT]
     seen = [{k: c.get(k) for k in ("user", "auth_mechanism", "peer_cert_subject")} for c in listed]
     check(
@@ -69,7 +76,7 @@ async def main():
         and "CN=" in (listed[0].get("peer_cert_subject") or "") and listed[0].get("user"),
         json.dumps(seen),
     )
-    await p.close()
+    await client.close()
     try:
         await asyncio.wait_for(producer(context(False)).start(), 10)
         check("without a certificate EXTERNAL is not offered", False, "logged in")

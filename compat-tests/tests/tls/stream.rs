@@ -2,8 +2,7 @@
 //! `stream.listeners.ssl.default`): rstream over TLS
 //! (`python/stream/tls.py`), the listener in the overview, SASL EXTERNAL
 //! with a client certificate, garbage on the port with a bystander that
-//! keeps working, and a cluster config that asks for it refused with a
-//! clear error.
+//! keeps working; in a 3-node cluster, the same through a slave.
 
 use super::client::{Pki, TlsBroker, TlsTarget};
 use compat_tests::common::python::{python, run_to_end};
@@ -170,8 +169,10 @@ async fn garbage_on_the_stream_tls_port_is_closed_and_a_bystander_goes_on() {
     assert!(log.contains("TLS handshake failed"), "{log}");
 }
 
+/// In a cluster the nodes' TLS listeners are `stream_tls_addr`s (every
+/// node names the others' in metadata): `[tls] stream_port` is refused.
 #[test]
-fn a_cluster_refuses_the_stream_tls_port_with_a_clear_error() {
+fn a_cluster_refuses_the_single_node_stream_tls_port_with_a_clear_error() {
     let pki = Pki::new();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("node.toml");
@@ -191,8 +192,71 @@ fn a_cluster_refuses_the_stream_tls_port_with_a_clear_error() {
         .expect("run the broker");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("the stream protocol over TLS is not served in a cluster yet"),
-        "{err}"
-    );
+    assert!(err.contains("give each node a stream_tls_addr"), "{err}");
+}
+
+/// A 3-node cluster with a `stream_tls_addr` per node: rstream over TLS
+/// through a slave (its publishes relayed to the master with the client's
+/// TLS session, its reads served where rstream goes), metadata naming
+/// every node's TLS listener, and SASL EXTERNAL through the slave.
+#[test]
+fn a_cluster_serves_streams_over_tls_through_any_node() {
+    use compat_tests::cluster::Cluster;
+    let pki = Pki::new();
+    let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let top = "auth_mechanisms = [\"PLAIN\", \"AMQPLAIN\", \"EXTERNAL\"]\n";
+    let section = |_: usize| {
+        let tls =
+            compat_tests::pki::tls_section(&pki.server, free_port(), &pki.verify_peer_lines(false));
+        format!("{top}{tls}")
+    };
+    // Each [[cluster.nodes]] entry, in order, gets its stream_tls_addr.
+    let edit = |_: usize, text: String| {
+        let mut out = String::new();
+        let mut k = 0;
+        for line in text.lines() {
+            out.push_str(line);
+            out.push('\n');
+            if line.starts_with("stream_addr = ") {
+                out.push_str(&format!(
+                    "stream_tls_addr = \"127.0.0.1:{}\"\n",
+                    tls_ports[k]
+                ));
+                k += 1;
+            }
+        }
+        assert_eq!(k, 3, "three stream_addr lines in {text}");
+        out
+    };
+    let cluster = Cluster::start_example_edited(None, "", &section, &edit);
+    let master = cluster.wait_master(Duration::from_secs(60));
+    let slave = (0..3).find(|i| *i != master).expect("a slave");
+    let api = format!("http://127.0.0.1:{}", cluster.nodes[master].management_port);
+    super::client::add_cert_user(cluster.nodes[master].management_port, "alice");
+    let replicas: Vec<String> = (0..3)
+        .filter(|i| *i != master)
+        .map(|i| tls_ports[i].to_string())
+        .collect();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stream");
+    let mut cmd = Command::new(python());
+    cmd.arg(dir.join("tls.py"))
+        .arg(tls_ports[slave].to_string())
+        .arg(cluster.nodes[slave].stream_port.to_string())
+        .arg(&pki.ca.cert_file)
+        .arg(&api)
+        .arg(tls_ports[master].to_string())
+        .arg(replicas.join(","));
+    let (ok, out) = run_to_end(cmd, Duration::from_secs(120));
+    let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
+    assert!(ok && oks == 7, "{out}\n{}", cluster.all_logs());
+    let mut cmd = Command::new(python());
+    cmd.arg(dir.join("tls_external.py"))
+        .arg(tls_ports[slave].to_string())
+        .arg(&pki.ca.cert_file)
+        .arg(&pki.alice.cert)
+        .arg(&pki.alice.key)
+        .arg(&api);
+    let (ok, out) = run_to_end(cmd, Duration::from_secs(120));
+    let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
+    assert!(ok && oks == 3, "{out}\n{}", cluster.all_logs());
 }

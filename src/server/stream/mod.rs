@@ -33,7 +33,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Serve one stream protocol client until it closes.
+/// Serve one client of the plain stream port until it closes. In a
+/// cluster it may be a TLS client a slave forwards, with a header that
+/// carries its address and TLS session (`server::forwarded`).
 pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, peer: SocketAddr) {
     let Some(_slot) = route::admit(&ctx).await else {
         return;
@@ -41,49 +43,38 @@ pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, pee
     let Ok(local) = sock.local_addr() else {
         return;
     };
-    let advertised = match &ctx.router {
-        Router::Local => Advertised::this_listener(local),
-        Router::Cluster {
-            me,
-            serving,
-            status,
-            stream_addrs,
-            ..
-        } => match route::decide(*me, serving, status).await {
-            Ok(None) => cluster_topology(*me, &reachable(*me, stream_addrs).await, local),
-            Ok(Some(master)) => {
-                match stream_addrs.get(&master) {
-                    Some(&addr) => {
-                        // This node as its clients reach it, as metadata names it.
-                        let me_at = stream_addrs.get(me).copied().unwrap_or(local);
-                        let advertise = (me_at.ip().to_string(), me_at.port());
-                        let applied = ctx.replica_applied.clone();
-                        replica::serve(&ctx, id, sock, addr, advertise, applied).await
-                    }
-                    None => {
-                        tracing::info!(master, %peer, "no stream_addr for the master; stream client closed")
-                    }
-                }
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(%peer, "no master elected in time; dropping stream client");
-                return;
-            }
-        },
-    };
-    let sock = ClientSocket {
+    let mut client = ClientSocket {
         stream: sock,
         peer,
         local: Some(local),
         tls: None,
     };
-    run(ctx, id, sock, advertised).await;
+    let mut forwarded = false;
+    if let Router::Cluster { trust, .. } = &ctx.router {
+        let within = Duration::from_millis(ctx.config.handshake_timeout_ms);
+        match super::forwarded::take(&mut client.stream, peer.ip(), trust, within).await {
+            Ok(None) => {}
+            Ok(Some(f)) => {
+                (client.peer, client.local, client.tls) = (f.peer, Some(f.local), f.tls);
+                forwarded = true;
+            }
+            Err(e) => {
+                tracing::warn!(conn = id, %peer, "stream client closed: {e}");
+                return;
+            }
+        }
+        // Nothing comes from a master probing this node (`reachable`):
+        // nothing goes on to the master either.
+        if matches!(client.stream.peek(&mut [0u8; 1]).await, Ok(0) | Err(_)) {
+            return;
+        }
+    }
+    serve(ctx, id, client, forwarded).await;
 }
 
-/// Serve a client of the stream protocol's TLS port (`[tls] stream_port`)
-/// once its TLS handshake is done: as a plain one, its metadata naming this
-/// listener. Single node only (`Config::check_stream_tls`).
+/// Serve a client of the stream protocol's TLS port (`[tls] stream_port`,
+/// or the node's `stream_tls_addr` in a cluster) once its TLS handshake is
+/// done: as a plain one, metadata naming the nodes' TLS listeners.
 pub(super) async fn serve_tls_client(
     tls: Arc<ServerTls>,
     ctx: ConnContext,
@@ -97,19 +88,83 @@ pub(super) async fn serve_tls_client(
     let Ok(local) = sock.local_addr() else {
         return;
     };
-    if !matches!(ctx.router, Router::Local) {
-        tracing::warn!(%peer, "the stream protocol over TLS is not served in a cluster");
-        return;
-    }
     let Some((stream, info)) = super::amqps::handshake(&tls, id, sock, peer, false).await else {
         return;
     };
-    let advertised = Advertised::this_listener(local);
-    let sock = ClientSocket {
+    let client = ClientSocket {
         stream,
         peer,
         local: Some(local),
         tls: Some(info),
+    };
+    serve(ctx, id, client, false).await;
+}
+
+/// Serve `sock` here (a single node, or the master), or relay it to the
+/// master from this slave (`replica`). A client a slave `forwarded` is not
+/// forwarded again: a slave that got one (the master changed meanwhile)
+/// closes it, and the client reconnects.
+async fn serve<S: IntoHalves>(ctx: ConnContext, id: u64, sock: ClientSocket<S>, forwarded: bool) {
+    let (peer, local) = (sock.peer, sock.local.unwrap_or(sock.peer));
+    let advertised = match &ctx.router {
+        Router::Local => Advertised::this_listener(local),
+        Router::Cluster {
+            me,
+            serving,
+            status,
+            stream_addrs,
+            stream_tls_addrs,
+            trust,
+            ..
+        } => {
+            // A TLS client learns the nodes by their TLS listeners.
+            let listeners = match sock.tls {
+                Some(_) => stream_tls_addrs,
+                None => stream_addrs,
+            };
+            match route::decide(*me, serving, status).await {
+                Ok(None) => {
+                    // Probed on the plain listeners, named by the client's.
+                    let up = reachable(*me, stream_addrs).await;
+                    let named: HashMap<NodeId, SocketAddr> = up
+                        .keys()
+                        .filter_map(|id| Some((*id, *listeners.get(id)?)))
+                        .collect();
+                    cluster_topology(*me, &named, local)
+                }
+                Ok(Some(master)) if forwarded => {
+                    tracing::info!(master, %peer, "a forwarded stream client reached a slave; closed");
+                    return;
+                }
+                Ok(Some(master)) => {
+                    let Some(&addr) = stream_addrs.get(&master) else {
+                        tracing::info!(master, %peer, "no stream_addr for the master; stream client closed");
+                        return;
+                    };
+                    // This node as its clients reach it, as metadata names it.
+                    let me_at = listeners.get(me).copied().unwrap_or(local);
+                    let advertise = (me_at.ip().to_string(), me_at.port());
+                    // A TLS client's address and session go to the master
+                    // with it, as `proxy.rs` forwards an AMQPS client.
+                    let header = sock.tls.as_ref().map(|tls| {
+                        let me = super::forwarded::Forwarded {
+                            peer,
+                            local,
+                            tls: Some(tls.clone()),
+                        };
+                        let now = super::master_task::now_ms();
+                        super::forwarded::header(&me, trust.cookie.as_ref(), now)
+                    });
+                    let applied = ctx.replica_applied.clone();
+                    replica::serve(&ctx, id, sock, addr, advertise, applied, header).await;
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(%peer, "no master elected in time; dropping stream client");
+                    return;
+                }
+            }
+        }
     };
     run(ctx, id, sock, advertised).await;
 }

@@ -24,6 +24,7 @@ mod read;
 mod split;
 
 use super::super::route::ConnContext;
+use super::super::socket::{ClientSocket, IntoHalves};
 use crate::management::{CoreView, Query};
 use crate::metrics::stream_clients::{self, ReplicaClient};
 use crate::server::master_task::MasterMsg;
@@ -33,7 +34,7 @@ use split::{ClientStep, Split};
 use stablemq_protocol::stream::split_frame;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
@@ -44,36 +45,41 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a read of the replica may take before the connection ends.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serve a slave's stream client: the master at `to` answers it, except
-/// the reads this node serves from its replica. `advertise`: this node's
-/// stream address as clients reach it; `applied`: the replica's applied
-/// log index, which wakes subscriptions waiting for more.
-pub(in crate::server) async fn serve(
+/// Serve a slave's stream client (which has spoken: the caller waited for
+/// its first bytes, so a master probing this node never reaches itself):
+/// the master at `to` answers it, except the reads this node serves from
+/// its replica. `advertise`: this node's stream address as the client
+/// reaches it (its TLS one for a TLS client); `applied`: the replica's
+/// applied log index, which wakes subscriptions waiting for more;
+/// `header`: written to the master first (a TLS client's forwarding
+/// header, `server::forwarded`).
+pub(in crate::server) async fn serve<S: IntoHalves>(
     ctx: &ConnContext,
     id: u64,
-    sock: TcpStream,
+    sock: ClientSocket<S>,
     to: SocketAddr,
     advertise: (String, u16),
     mut applied: watch::Receiver<u64>,
+    header: Option<Vec<u8>>,
 ) {
-    // Nothing goes upstream before the client speaks: a master probing
-    // this node (`reachable`) sends nothing, so it never reaches itself.
-    let mut first = [0u8; 1];
-    match tokio::time::timeout(Duration::from_secs(10), sock.peek(&mut first)).await {
-        Ok(Ok(n)) if n > 0 => {}
-        _ => return,
-    }
-    let Ok(Ok(upstream)) =
+    let Ok(Ok(mut upstream)) =
         tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to)).await
     else {
         tracing::info!(%to, "the master's stream listener did not answer; stream client closed");
         return;
     };
     let _ = upstream.set_nodelay(true);
-    let (peer, local) = (sock.peer_addr().ok(), sock.local_addr().ok());
+    if let Some(h) = header
+        && upstream.write_all(&h).await.is_err()
+    {
+        return;
+    }
+    let (peer, local) = (Some(sock.peer), sock.local);
     let shown = stream_clients::register_replica(id);
-    let (mut crd, mut cwr) = sock.into_split();
+    let (mut crd, mut cwr) = sock.stream.into_halves();
     let (mut mrd, mut mwr) = upstream.into_split();
+    // A TLS session may hold the last records of a write until a flush.
+    let mut unflushed = false;
     let mut shutdown = ctx.shutdown.clone();
     let mut split = Split::new(advertise);
     let (mut from_client, mut from_master) = (BytesMut::new(), BytesMut::new());
@@ -92,10 +98,16 @@ pub(in crate::server) async fn serve(
                     break;
                 }
             }
-            r = cwr.write(&to_client), if !to_client.is_empty() => match r {
-                Ok(n) if n > 0 => to_client.advance(n),
-                _ => break,
-            },
+            r = write_or_flush(&mut cwr, &to_client), if !to_client.is_empty() || unflushed => {
+                match r {
+                    Ok(0) if to_client.is_empty() => unflushed = false,
+                    Ok(n) if n > 0 => {
+                        to_client.advance(n);
+                        unflushed = S::FLUSHES;
+                    }
+                    _ => break,
+                }
+            }
             r = mwr.write(&to_master), if !to_master.is_empty() => match r {
                 Ok(n) if n > 0 => to_master.advance(n),
                 _ => break,
@@ -177,9 +189,20 @@ pub(in crate::server) async fn serve(
     let _ = tokio::time::timeout(FLUSH_TIMEOUT, async {
         let _ = mwr.write_all(&to_master).await;
         let _ = cwr.write_all(&to_client).await;
+        let _ = cwr.flush().await;
     })
     .await;
     let _ = cwr.shutdown().await;
+}
+
+/// Write some of `bytes` (cancel-safe: what was written is counted only
+/// when the write returns), or flush when there is nothing to write.
+async fn write_or_flush<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> std::io::Result<usize> {
+    if bytes.is_empty() {
+        w.flush().await.map(|()| 0)
+    } else {
+        w.write(bytes).await
+    }
 }
 
 /// Read the replica in the master task. `None`: the node serves as master
