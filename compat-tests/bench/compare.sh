@@ -341,10 +341,12 @@ start_stablemq_cluster() { # scenario
     read -r -a ports < <("$PY" "$BENCH" free-ports 12)
     for j in 0 1 2; do
         amqp+=("${ports[3 + j]}")
-        sed_args+=(-e "s#\"127\\.0\\.0\\.1:$((25701 + j))\"#\"127.0.0.1:${ports[j]}\"#"
-                   -e "s#\"127\\.0\\.0\\.1:$((5672 + j))\"#\"127.0.0.1:${ports[3 + j]}\"#"
-                   -e "s#\"127\\.0\\.0\\.1:$((15672 + j))\"#\"127.0.0.1:${ports[6 + j]}\"#"
-                   -e "s#\"127\\.0\\.0\\.1:$((5552 + j))\"#\"127.0.0.1:${ports[9 + j]}\"#")
+        # `t` ends a line's edits at its first substitution: a free port
+        # equal to a later documented one is not rewritten again.
+        sed_args+=(-e "s#\"127\\.0\\.0\\.1:$((25701 + j))\"#\"127.0.0.1:${ports[j]}\"#;t"
+                   -e "s#\"127\\.0\\.0\\.1:$((5672 + j))\"#\"127.0.0.1:${ports[3 + j]}\"#;t"
+                   -e "s#\"127\\.0\\.0\\.1:$((15672 + j))\"#\"127.0.0.1:${ports[6 + j]}\"#;t"
+                   -e "s#\"127\\.0\\.0\\.1:$((5552 + j))\"#\"127.0.0.1:${ports[9 + j]}\"#;t")
         urls+=("http://127.0.0.1:${ports[6 + j]}")
     done
     for i in 1 2 3; do

@@ -124,15 +124,23 @@ class Cluster:
     dirs (the configs as shipped otherwise), each stopped by its pid."""
 
     def __init__(self, tmp):
-        ports = [free_ports(4) for _ in range(3)]
+        ports = [free_ports(5) for _ in range(3)]
         self.procs, self.http, self.logs = {}, {}, {}
         self.configs = {}
         for i in range(1, 4):
             text = (ROOT / f"examples/cluster/node{i}.toml").read_text()
+            # Every documented port (the stream ports too: a fixed one may
+            # be another broker's) becomes a free one, in two passes: a free
+            # port may equal a documented one, which a chain of replacements
+            # would then rewrite again as another node's.
+            filled = []
             for j, p in enumerate(ports):
-                text = (text.replace(f'127.0.0.1:{25701 + j}"', f'127.0.0.1:{p[0]}"')
-                        .replace(f'127.0.0.1:{5672 + j}"', f'127.0.0.1:{p[1]}"')
-                        .replace(f'127.0.0.1:{15672 + j}"', f'127.0.0.1:{p[2]}"'))
+                for k, documented in enumerate((25701, 5672, 15672, 5552)):
+                    token = f"127.0.0.1:@{j}.{k}@\""
+                    text = text.replace(f'127.0.0.1:{documented + j}"', token)
+                    filled.append((token, f'127.0.0.1:{p[4] if k == 3 else p[k]}"'))
+            for token, addr in filled:
+                text = text.replace(token, addr)
             me = ports[i - 1]
             text = text.replace(f'data_dir = "./data/node{i}"', f'data_dir = "{tmp}/node{i}"')
             text = text.replace(f"prometheus_port = {15691 + i}", f"prometheus_port = {me[3]}")

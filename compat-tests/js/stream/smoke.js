@@ -8,8 +8,13 @@
 // any case failed. Every wait is bounded (10 s); the stream has a random
 // suffix and is deleted at the end.
 //
-// Usage: node smoke.js STREAM_PORT [--exchange-command-versions]
+// Usage: node smoke.js STREAM_PORT [--exchange-command-versions] [--tls CA_FILE]
 //        (after `npm ci` in this directory)
+//
+// --tls CA_FILE: connect over TLS (the stream protocol's TLS port), trusting
+// the certificates CA_FILE signed; the client dials the leader or a replica
+// that metadata names with the same settings, so metadata must name TLS
+// listeners.
 //
 // RabbitMQ 3.10 has no ExchangeCommandVersions command (key 27), and every
 // version of this client on npm (0.4.2, 0.6.1, 0.6.2, 1.0.0) sends it,
@@ -29,6 +34,8 @@ const rabbit = require("rabbitmq-stream-js-client")
 const { Connection } = require("rabbitmq-stream-js-client/dist/connection")
 
 const PORT = Number(process.argv[2])
+const tlsAt = process.argv.indexOf("--tls")
+const SSL = tlsAt > 0 ? { ca: require("fs").readFileSync(process.argv[tlsAt + 1]).toString() } : undefined
 if (!process.argv.slice(3).includes("--exchange-command-versions")) {
   Connection.prototype.exchangeCommandVersions = async function () {
     return true
@@ -74,7 +81,7 @@ function bounded(promise, what) {
 async function main() {
   const stream = `sp-js-smoke-${crypto.randomBytes(4).toString("hex")}`
   const client = await bounded(
-    rabbit.connect({ hostname: "127.0.0.1", port: PORT, username: "guest", password: "guest", vhost: "/" }),
+    rabbit.connect({ hostname: "127.0.0.1", port: PORT, username: "guest", password: "guest", vhost: "/", ssl: SSL }),
     "connect"
   )
   try {

@@ -2,7 +2,8 @@
 //! `stream.listeners.ssl.default`): rstream over TLS
 //! (`python/stream/tls.py`), the listener in the overview, SASL EXTERNAL
 //! with a client certificate, garbage on the port with a bystander that
-//! keeps working; in a 3-node cluster, the same through a slave.
+//! keeps working; rabbitmq-stream-js-client over TLS too; in a 3-node
+//! cluster, the same through a slave.
 
 use super::client::{Pki, TlsBroker, TlsTarget};
 use compat_tests::common::python::{python, run_to_end};
@@ -11,6 +12,27 @@ use compat_tests::free_port;
 use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// rabbitmq-stream-js-client's smoke script (`js/stream/smoke.js`) over TLS
+/// to `port`, trusting `ca`: all 4 of its cases must pass.
+fn run_js_smoke_tls(port: u16, ca: &std::path::Path) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("js/stream");
+    assert!(
+        dir.join("node_modules/rabbitmq-stream-js-client").is_dir(),
+        "rabbitmq-stream-js-client is not installed in {}: run scripts/test.sh, which runs npm ci there",
+        dir.display()
+    );
+    let mut node = Command::new("node");
+    node.current_dir(&dir)
+        .arg("smoke.js")
+        .arg(port.to_string())
+        .arg("--exchange-command-versions")
+        .arg("--tls")
+        .arg(ca);
+    let (ok, out) = run_to_end(node, Duration::from_secs(120));
+    let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
+    assert!(ok && oks == 4, "js client over TLS: {out}");
+}
 
 fn start(pki: &Pki) -> (TlsBroker, u16) {
     let port = free_port();
@@ -41,6 +63,7 @@ fn rstream_publishes_and_reads_over_tls_and_metadata_names_the_tls_port() {
         .iter()
         .any(|l| l["protocol"] == "stream/ssl" && l["port"] == port);
     assert!(listed, "no stream/ssl listener on {port}: {listeners}");
+    run_js_smoke_tls(port, &pki.ca.cert_file);
 }
 
 /// SASL EXTERNAL over the stream TLS port: offered with a verified client
@@ -259,4 +282,5 @@ fn a_cluster_serves_streams_over_tls_through_any_node() {
     let (ok, out) = run_to_end(cmd, Duration::from_secs(120));
     let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
     assert!(ok && oks == 3, "{out}\n{}", cluster.all_logs());
+    run_js_smoke_tls(tls_ports[slave], &pki.ca.cert_file);
 }
