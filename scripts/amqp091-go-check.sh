@@ -85,7 +85,7 @@ else
         cargo build --release --bin stablemq
     fi
     read -r AMQP METRICS MGMT < <(free_ports 3)
-    "$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --prometheus-port "$METRICS" \
+    "$BIN" serve --bind 127.0.0.1 --stream-port 0 --amqp-port "$AMQP" --prometheus-port "$METRICS" \
         --management-port "$MGMT" --data-dir "$WORK/data" --log-level warn \
         >"$WORK/stablemq.log" 2>&1 &
     PIDS+=($!)

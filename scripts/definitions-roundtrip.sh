@@ -33,7 +33,7 @@ fail() { echo "definitions-roundtrip: FAIL: $*" >&2; exit 1; }
 
 # --- 1. StableMQ imports the fixture ----------------------------------------
 read -r AMQP HTTP PROM < <(free_ports 3)
-"$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --management-port "$HTTP" \
+"$BIN" serve --bind 127.0.0.1 --stream-port 0 --amqp-port "$AMQP" --management-port "$HTTP" \
     --prometheus-port "$PROM" --data-dir "$TMP/smq" >"$TMP/smq.log" 2>&1 &
 SMQ_PID=$!
 for _ in $(seq 1 200); do
@@ -107,7 +107,7 @@ curl -fsS -u guest:guest "http://127.0.0.1:$HTTP/api/definitions" >"$TMP/stablem
 
 # --- 2b. serve --definitions loads the same file at boot --------------------
 kill "$SMQ_PID"; wait "$SMQ_PID" 2>/dev/null || true
-"$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --management-port "$HTTP" \
+"$BIN" serve --bind 127.0.0.1 --stream-port 0 --amqp-port "$AMQP" --management-port "$HTTP" \
     --prometheus-port "$PROM" --data-dir "$TMP/smq-boot" --definitions "$FIXTURE" \
     >"$TMP/smq-boot.log" 2>&1 &
 SMQ_PID=$!

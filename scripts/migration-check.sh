@@ -235,7 +235,7 @@ timeout 180 "$PY" "$WORK/app.py" publish "amqp://app:app-pw@127.0.0.1:$RABBITMQ_
 # --- the new broker ---------------------------------------------------------------
 step "start a fresh StableMQ"
 read -r SMQ_AMQP SMQ_MGMT < <(free_ports 2)
-"$BIN" serve --bind 127.0.0.1 --amqp-port "$SMQ_AMQP" --management-port "$SMQ_MGMT" \
+"$BIN" serve --bind 127.0.0.1 --stream-port 0 --amqp-port "$SMQ_AMQP" --management-port "$SMQ_MGMT" \
     --prometheus-port 0 --data-dir "$WORK/stablemq-data" >"$WORK/stablemq.log" 2>&1 &
 SMQ_PID=$!
 for ((i = 0; ; i++)); do

@@ -49,7 +49,7 @@ trap 'exit 130' INT TERM
 read -r AMQP METRICS MGMT PROM < <(free_ports 4)
 
 echo "== StableMQ on amqp $AMQP, metrics $METRICS"
-"$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --prometheus-port "$METRICS" \
+"$BIN" serve --bind 127.0.0.1 --stream-port 0 --amqp-port "$AMQP" --prometheus-port "$METRICS" \
     --management-port "$MGMT" --data-dir "$WORK/data" --log-level warn \
     >"$WORK/stablemq.log" 2>&1 &
 PIDS+=($!)

@@ -30,7 +30,7 @@ fail() {
 }
 
 read -r AMQP HTTP PROM < <(free_ports 3)
-"$BIN" serve --bind 127.0.0.1 --amqp-port "$AMQP" --management-port "$HTTP" \
+"$BIN" serve --bind 127.0.0.1 --stream-port 0 --amqp-port "$AMQP" --management-port "$HTTP" \
     --prometheus-port "$PROM" --data-dir "$TMP/smq" >"$TMP/smq.log" 2>&1 &
 SMQ_PID=$!
 for _ in $(seq 1 200); do

@@ -321,7 +321,7 @@ start_stablemq() {
             --tls-key-file "$TLS_DIR/server.key" --tls-ca-file "$TLS_DIR/ca.pem" --tls-verify-peer)
         [[ ${SUITE_TLS#*:} != required ]] || tls_args+=(--tls-fail-if-no-peer-cert)
     fi
-    "$bin" serve --bind 127.0.0.1 --amqp-port "$AMQP_PORT" --prometheus-port "$prom" \
+    "$bin" serve --bind 127.0.0.1 --stream-port 0 --amqp-port "$AMQP_PORT" --prometheus-port "$prom" \
         --management-port "$MGMT_PORT" ${tls_args[@]+"${tls_args[@]}"} \
         --data-dir "$RUN_DIR/data" >"$CACHE/logs/stablemq-$suite.broker.log" 2>&1 &
     BROKER_PID=$!

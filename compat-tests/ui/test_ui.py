@@ -90,12 +90,12 @@ class Broker:
     """One `stablemq serve` process, stopped by its pid."""
 
     def __init__(self, tmp):
-        self.amqp, self.http, self.prom = free_ports(3)
+        self.amqp, self.http, self.prom, stream = free_ports(4)
         self.log = open(tmp / "broker.log", "wb")
         self.proc = subprocess.Popen(
             [BIN, "serve", "--bind", "127.0.0.1", "--amqp-port", str(self.amqp),
              "--management-port", str(self.http), "--prometheus-port", str(self.prom),
-             "--data-dir", str(tmp / "data")],
+             "--stream-port", str(stream), "--data-dir", str(tmp / "data")],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.api = Api(self.http)
         deadline = time.time() + 20
