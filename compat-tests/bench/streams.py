@@ -11,6 +11,8 @@
   python streams.py read --port PORT --pids PID[+PID...] --stream S --count N --consumers C [--timeout T]
       C consumers, each on its own connection, subscribe to S at `first` and
       each reads N messages
+  Either takes --tls CA_FILE: over TLS (--port the stream TLS port), trusting
+  CA_FILE (rstream with an ssl.SSLContext).
 
 Each prints one JSON line with the field names of `stablemq perf --json`
 (settings, published, confirmed, consumed, their rates, errors, timed_out)
@@ -35,6 +37,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import CLK_TCK, process_tree, _stat  # noqa: E402  (bench.py: standard library only)
 
 LOGIN = dict(username="guest", password="guest")
+
+
+def tls(a):
+    """The TLS context of --tls CA_FILE, or None (plain TCP)."""
+    if not a.tls:
+        return None
+    import ssl
+    return ssl.create_default_context(cafile=a.tls)
 
 
 def tree_cpu_s(roots):
@@ -94,7 +104,7 @@ async def publish(a, roots):
 
     body = b"x" * a.size
     timed_out = False
-    async with Producer("127.0.0.1", port=a.port, **LOGIN) as p:
+    async with Producer("127.0.0.1", port=a.port, ssl_context=tls(a), **LOGIN) as p:
         await p.create_stream(a.stream, exists_ok=True)
         c0, t0, own0 = tree_cpu_s(roots), time.monotonic(), time.process_time()
         deadline = t0 + a.timeout
@@ -126,7 +136,7 @@ async def read(a, roots):
         if got >= want:
             done.set()
 
-    consumers = [Consumer("127.0.0.1", port=a.port, **LOGIN) for _ in range(a.consumers)]
+    consumers = [Consumer("127.0.0.1", port=a.port, ssl_context=tls(a), **LOGIN) for _ in range(a.consumers)]
     for c in consumers:
         await c.start()
     errors, timed_out = [], False
@@ -158,6 +168,7 @@ def main(argv):
         p.add_argument("--stream", required=True)
         p.add_argument("--count", type=int, required=True, help="messages to publish, or to read per consumer")
         p.add_argument("--timeout", type=float, default=300)
+        p.add_argument("--tls", metavar="CA_FILE", help="connect over TLS (--port is then the TLS port), trusting CA_FILE")
         if name == "publish":
             p.add_argument("--size", type=int, required=True)
             p.add_argument("--batch", type=int, default=100, help="messages per publish frame")
