@@ -259,6 +259,7 @@ fn run_serve(args: ServeArgs, store_only: bool) -> i32 {
         stream_port: args.stream_port.unwrap_or(DEFAULT_STREAM_PORT),
         stream_port_optional: args.stream_port.is_none(),
         stream_tls_port: config.tls.as_ref().and_then(|t| t.stream_port),
+        listeners: Default::default(),
         ipv6_optional,
         data_dir,
         config,

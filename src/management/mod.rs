@@ -75,7 +75,7 @@ pub struct AppState {
     pub(crate) master: mpsc::Sender<MasterMsg>,
     /// What this node listens on, for the overview and the port-listener
     /// health check.
-    pub listeners: Arc<Vec<Listener>>,
+    pub listeners: Listeners,
     /// The master task's latest users and permissions (replicated state):
     /// logins and the user, permission and definitions endpoints read it.
     pub users: crate::users::Snapshot,
@@ -91,7 +91,7 @@ impl AppState {
         config: Arc<Config>,
         nodes: NodeStatusSource,
         master: mpsc::Sender<MasterMsg>,
-        listeners: Vec<Listener>,
+        listeners: Listeners,
         users: crate::users::Snapshot,
     ) -> AppState {
         AppState {
@@ -99,7 +99,7 @@ impl AppState {
             config,
             nodes: Arc::new(nodes),
             master,
-            listeners: Arc::new(listeners),
+            listeners,
             users,
         }
     }
@@ -119,10 +119,32 @@ impl AppState {
 /// A socket this node listens on.
 #[derive(Debug, Clone)]
 pub struct Listener {
-    /// RabbitMQ's protocol name: `amqp`, `http`, `http/prometheus`.
+    /// RabbitMQ's protocol name: `amqp`, `http`, `http/prometheus`,
+    /// `stream`, `stream/ssl`.
     pub protocol: &'static str,
     /// Address and port.
     pub addr: SocketAddr,
+}
+
+/// What a node listens on, as its listeners are bound: the management API
+/// lists them while the node starts the rest (the stream listener on its
+/// default port is skipped when that port is taken, so it is listed only
+/// once bound).
+#[derive(Debug, Clone, Default)]
+pub struct Listeners(Arc<std::sync::RwLock<Vec<Listener>>>);
+
+impl Listeners {
+    /// One more listener.
+    pub fn push(&self, l: Listener) {
+        if let Ok(mut v) = self.0.write() {
+            v.push(l);
+        }
+    }
+
+    /// Every listener so far.
+    pub fn all(&self) -> Vec<Listener> {
+        self.0.read().map(|v| v.clone()).unwrap_or_default()
+    }
 }
 
 /// Bind `addr` and serve until the task is aborted.

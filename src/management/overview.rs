@@ -129,6 +129,7 @@ async fn overview(
     // The management listener, as RabbitMQ lists its web contexts.
     let contexts: Vec<Value> = state
         .listeners
+        .all()
         .iter()
         .filter(|l| l.protocol == "http")
         .map(|l| {
@@ -143,6 +144,7 @@ async fn overview(
         .collect();
     let listeners: Vec<Value> = state
         .listeners
+        .all()
         .iter()
         .map(|l| {
             json!({
@@ -302,7 +304,12 @@ async fn port_listener(
     let port: u16 = port
         .parse()
         .map_err(|_| ApiError::BadRequest("Invalid port".into()))?;
-    let ports: Vec<u16> = state.listeners.iter().map(|l| l.addr.port()).collect();
+    let ports: Vec<u16> = state
+        .listeners
+        .all()
+        .iter()
+        .map(|l| l.addr.port())
+        .collect();
     Ok(if ports.contains(&port) {
         Json(json!({"status": "ok", "port": port})).into_response()
     } else {
@@ -322,7 +329,7 @@ async fn protocol_listener(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     caller(&state, &headers, Access::Management)?;
-    let protocols: Vec<&str> = state.listeners.iter().map(|l| l.protocol).collect();
+    let protocols: Vec<&str> = state.listeners.all().iter().map(|l| l.protocol).collect();
     Ok(if protocols.contains(&protocol.as_str()) {
         Json(json!({"status": "ok", "protocol": protocol})).into_response()
     } else {

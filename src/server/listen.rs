@@ -97,6 +97,18 @@ pub(super) fn start_acceptors(
         listeners.extend(bound.into_iter().map(|l| (l, Front::Amqps(tls.clone()))));
     }
     let stream_tls = opts.stream_tls_port.filter(|p| *p != 0).zip(tls.as_ref());
+    // The stream listeners as the management API lists them (one address,
+    // as for AMQP): only those bound.
+    let listed = |protocol, port| crate::management::Listener {
+        protocol,
+        addr: SocketAddr::new(
+            opts.amqp_ips
+                .first()
+                .copied()
+                .unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            port,
+        ),
+    };
     if let Some((port, tls)) = stream_tls {
         let bound = bind(port)?;
         listeners.extend(
@@ -104,6 +116,7 @@ pub(super) fn start_acceptors(
                 .into_iter()
                 .map(|l| (l, Front::StreamTls(tls.clone()))),
         );
+        opts.listeners.push(listed("stream/ssl", port));
     }
     if listeners.is_empty() {
         return Err(ServeError::Other(
@@ -112,7 +125,10 @@ pub(super) fn start_acceptors(
     }
     if opts.stream_port != 0 {
         match bind(opts.stream_port) {
-            Ok(bound) => listeners.extend(bound.into_iter().map(|l| (l, Front::Stream))),
+            Ok(bound) => {
+                listeners.extend(bound.into_iter().map(|l| (l, Front::Stream)));
+                opts.listeners.push(listed("stream", opts.stream_port));
+            }
             // The default port is a convenience: a second node on the same
             // host (or a test) runs without it rather than not at all.
             Err(e) if opts.stream_port_optional => {

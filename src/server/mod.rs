@@ -47,6 +47,9 @@ pub struct ServeOptions {
     /// The stream protocol over TLS (`[tls] stream_port`, or in a cluster
     /// the node's `stream_tls_addr`); None = no such listener.
     pub stream_tls_port: Option<u16>,
+    /// What the node listens on, as the management API lists it (filled
+    /// in as the listeners are bound).
+    pub listeners: crate::management::Listeners,
     /// IPv6 addresses may be skipped when the host has no IPv6 (the default binds).
     pub ipv6_optional: bool,
     /// Address for Prometheus `/metrics` (None = off).
@@ -139,10 +142,12 @@ async fn start_management(
         return Ok(Vec::new());
     };
     let mut guards = Vec::new();
-    let mut listeners = vec![Listener {
+    // The stream listeners join once bound (`listen::start_acceptors`).
+    let listeners = opts.listeners.clone();
+    listeners.push(Listener {
         protocol: "http",
         addr,
-    }];
+    });
     let ip = opts.amqp_ips.first().copied().unwrap_or(addr.ip());
     if let Some(port) = amqp_port.filter(|p| *p != 0) {
         listeners.push(Listener {
@@ -154,12 +159,6 @@ async fn start_management(
         listeners.push(Listener {
             protocol: "amqp/ssl",
             addr: SocketAddr::new(ip, tls.amqps_port),
-        });
-    }
-    if let Some(port) = opts.stream_tls_port.filter(|p| *p != 0) {
-        listeners.push(Listener {
-            protocol: "stream/ssl",
-            addr: SocketAddr::new(ip, port),
         });
     }
     let https = opts

@@ -83,6 +83,25 @@ async fn overview_whoami_and_health_checks() {
     );
     assert_eq!(api.status("/api/health/checks/port-listener/abc"), 400);
     assert_eq!(api.status("/api/no-such-endpoint"), 404);
+    if !broker.is_external() {
+        // The stream protocol's listener, as RabbitMQ's stream plugin
+        // lists it (`rabbitmq-diagnostics check_protocol_listener stream`).
+        let stream = broker.stream_port;
+        let listed = find(&o["listeners"], |l| l["protocol"] == "stream");
+        assert!(
+            listed.iter().any(|l| l["port"] == stream),
+            "stream listener in {:#}",
+            o["listeners"]
+        );
+        assert_eq!(
+            api.get_ok("/api/health/checks/protocol-listener/stream"),
+            json!({"status": "ok", "protocol": "stream"})
+        );
+        assert_eq!(
+            api.get_ok(&format!("/api/health/checks/port-listener/{stream}")),
+            json!({"status": "ok", "port": stream})
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
