@@ -13,7 +13,7 @@ listener, as RabbitMQ's advertised_tls_port does); metadata over TLS names
 that port; a consumer on the plain port reads the same entries at the same
 offsets (one stream, two listeners); the management API lists a TLS
 stream connection with its TLS session (`/api/stream/connections`: ssl,
-ssl_protocol); a plain client on the TLS port and a TLS client on the plain
+ssl_protocol) and a plain one as the client made it (through a slave too); a plain client on the TLS port and a TLS client on the plain
 port both fail to connect.
 
 Prints one line per check, `ok ...` or `FAIL ...`; exits 1 on a failure.
@@ -121,6 +121,19 @@ async def main():
         "the management API lists the TLS stream connection with its session",
         len(mine) == 1 and mine[0].get("ssl") is True and mine[0].get("ssl_protocol") == "tlsv1.3",
         json.dumps([{k: c.get(k) for k in ("port", "ssl", "ssl_protocol")} for c in listed]),
+    )
+    await client.close()
+    # A plain client on PLAIN_PORT: listed as having dialed that port (in a
+    # cluster, through a slave, the master knows the client's addresses).
+    client = Client("127.0.0.1", PLAIN_PORT, frame_max=1048576, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", **LOGIN)
+    listed = api_get("/api/stream/connections")
+    mine = [c for c in listed if c.get("port") == PLAIN_PORT]
+    check(
+        "the management API lists a plain stream connection as the client made it",
+        len(mine) == 1 and mine[0].get("ssl") is False and mine[0].get("peer_host") == "127.0.0.1",
+        json.dumps([{k: c.get(k) for k in ("port", "peer_port", "ssl")} for c in listed]),
     )
     await client.close()
 

@@ -55,7 +55,7 @@ fn rstream_publishes_and_reads_over_tls_and_metadata_names_the_tls_port() {
         .arg(format!("http://127.0.0.1:{}", b.broker.management_port));
     let (ok, out) = run_to_end(cmd, Duration::from_secs(120));
     let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
-    assert!(ok && oks == 7, "{out}\n{}", b.broker.log());
+    assert!(ok && oks == 8, "{out}\n{}", b.broker.log());
     let listeners = b.api_get("/api/overview")["listeners"].clone();
     let listed = listeners
         .as_array()
@@ -271,7 +271,7 @@ fn a_cluster_serves_streams_over_tls_through_any_node() {
         .arg(replicas.join(","));
     let (ok, out) = run_to_end(cmd, Duration::from_secs(120));
     let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
-    assert!(ok && oks == 7, "{out}\n{}", cluster.all_logs());
+    assert!(ok && oks == 8, "{out}\n{}", cluster.all_logs());
     let mut cmd = Command::new(python());
     cmd.arg(dir.join("tls_external.py"))
         .arg(tls_ports[slave].to_string())

@@ -144,17 +144,17 @@ async fn serve<S: IntoHalves>(ctx: ConnContext, id: u64, sock: ClientSocket<S>, 
                     // This node as its clients reach it, as metadata names it.
                     let me_at = listeners.get(me).copied().unwrap_or(local);
                     let advertise = (me_at.ip().to_string(), me_at.port());
-                    // A TLS client's address and session go to the master
-                    // with it, as `proxy.rs` forwards an AMQPS client.
-                    let header = sock.tls.as_ref().map(|tls| {
-                        let me = super::forwarded::Forwarded {
-                            peer,
-                            local,
-                            tls: Some(tls.clone()),
-                        };
-                        let now = super::master_task::now_ms();
-                        super::forwarded::header(&me, trust.cookie.as_ref(), now)
-                    });
+                    // The client's address (and TLS session) go to the
+                    // master with it, as `proxy.rs` forwards an AMQP
+                    // client: the loopback rule judges the client, not
+                    // this node, and EXTERNAL sees its certificate.
+                    let me = super::forwarded::Forwarded {
+                        peer,
+                        local,
+                        tls: sock.tls.clone(),
+                    };
+                    let now = super::master_task::now_ms();
+                    let header = super::forwarded::header(&me, trust.cookie.as_ref(), now);
                     let applied = ctx.replica_applied.clone();
                     replica::serve(&ctx, id, sock, addr, advertise, applied, header).await;
                     return;

@@ -51,8 +51,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// its replica. `advertise`: this node's stream address as the client
 /// reaches it (its TLS one for a TLS client); `applied`: the replica's
 /// applied log index, which wakes subscriptions waiting for more;
-/// `header`: written to the master first (a TLS client's forwarding
-/// header, `server::forwarded`).
+/// `header`: written to the master first (the client's forwarding header,
+/// `server::forwarded`).
 pub(in crate::server) async fn serve<S: IntoHalves>(
     ctx: &ConnContext,
     id: u64,
@@ -60,7 +60,7 @@ pub(in crate::server) async fn serve<S: IntoHalves>(
     to: SocketAddr,
     advertise: (String, u16),
     mut applied: watch::Receiver<u64>,
-    header: Option<Vec<u8>>,
+    header: Vec<u8>,
 ) {
     let Ok(Ok(mut upstream)) =
         tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to)).await
@@ -69,9 +69,7 @@ pub(in crate::server) async fn serve<S: IntoHalves>(
         return;
     };
     let _ = upstream.set_nodelay(true);
-    if let Some(h) = header
-        && upstream.write_all(&h).await.is_err()
-    {
+    if upstream.write_all(&header).await.is_err() {
         return;
     }
     let (peer, local) = (Some(sock.peer), sock.local);
