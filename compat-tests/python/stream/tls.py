@@ -76,6 +76,17 @@ def api_get(path):
         return json.load(r)
 
 
+async def listed_on(port, ctx):
+    """The stream connections the API lists on `port` while a client with
+    `ctx` (None: plain) is connected there."""
+    client = Client("127.0.0.1", port, ssl_context=ctx, frame_max=1048576, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", **LOGIN)
+    listed = [c for c in api_get("/api/stream/connections") if c.get("port") == port]
+    await client.close()
+    return [{k: c.get(k) for k in ("port", "peer_host", "ssl", "ssl_protocol")} for c in listed]
+
+
 async def refused(port, ctx):
     """Whether a client with `ctx` (None: plain) fails to connect and log in on `port`."""
     client = Client("127.0.0.1", port, ssl_context=ctx, frame_max=1048576, heartbeat=60)
@@ -110,32 +121,22 @@ async def main():
     check(f"{N} publishes over TLS confirmed", len(confirmed) == N, f"{len(confirmed)} confirmed")
     await producer.close()
 
-    # A client that stays on TLS_PORT (rstream's producer moves to the
-    # leader): the API (the master's, in a cluster) lists it with its session.
-    client = Client("127.0.0.1", TLS_PORT, ssl_context=ctx, frame_max=1048576, heartbeat=60)
-    await client.start()
-    await client.authenticate(vhost="/", **LOGIN)
-    listed = api_get("/api/stream/connections")
-    mine = [c for c in listed if c.get("port") == TLS_PORT]
+    # Clients that stay on the port they dialed (rstream's producer moves to
+    # the leader): the API (the master's, in a cluster) lists a TLS one with
+    # its session, and a plain one as the client made it (through a slave,
+    # the master knows the client's addresses).
+    tls_one = await listed_on(TLS_PORT, ctx)
     check(
         "the management API lists the TLS stream connection with its session",
-        len(mine) == 1 and mine[0].get("ssl") is True and mine[0].get("ssl_protocol") == "tlsv1.3",
-        json.dumps([{k: c.get(k) for k in ("port", "ssl", "ssl_protocol")} for c in listed]),
+        len(tls_one) == 1 and tls_one[0].get("ssl") is True and tls_one[0].get("ssl_protocol") == "tlsv1.3",
+        json.dumps(tls_one),
     )
-    await client.close()
-    # A plain client on PLAIN_PORT: listed as having dialed that port (in a
-    # cluster, through a slave, the master knows the client's addresses).
-    client = Client("127.0.0.1", PLAIN_PORT, frame_max=1048576, heartbeat=60)
-    await client.start()
-    await client.authenticate(vhost="/", **LOGIN)
-    listed = api_get("/api/stream/connections")
-    mine = [c for c in listed if c.get("port") == PLAIN_PORT]
+    plain_one = await listed_on(PLAIN_PORT, None)
     check(
         "the management API lists a plain stream connection as the client made it",
-        len(mine) == 1 and mine[0].get("ssl") is False and mine[0].get("peer_host") == "127.0.0.1",
-        json.dumps([{k: c.get(k) for k in ("port", "peer_port", "ssl")} for c in listed]),
+        len(plain_one) == 1 and plain_one[0].get("ssl") is False and plain_one[0].get("peer_host") == "127.0.0.1",
+        json.dumps(plain_one),
     )
-    await client.close()
 
     meta = Client("127.0.0.1", TLS_PORT, ssl_context=ctx, frame_max=1048576, heartbeat=60)
     await meta.start()

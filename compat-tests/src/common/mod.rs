@@ -16,6 +16,7 @@
 #![allow(dead_code)]
 
 pub mod confirmed;
+pub mod js;
 pub mod python;
 mod raw;
 #[allow(unused_imports)] // only the tests that speak raw AMQP use it

@@ -38,29 +38,10 @@ fn run_cases(name: &str, args: &[String], limit: Duration, checks: usize) {
     );
 }
 
-/// Run the js client's smoke script (`js/stream/smoke.js`, unpatched: it
-/// asks for the server's command versions) against `stream_port`, and
-/// assert that all 4 of its cases passed; its stdout.
+/// The js client's smoke script against `stream_port` (all 4 cases pass);
+/// its stdout.
 fn run_js_smoke(stream_port: u16) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/stream");
-    assert!(
-        dir.join("node_modules/rabbitmq-stream-js-client").is_dir(),
-        "rabbitmq-stream-js-client is not installed in {}: run scripts/test.sh, which runs npm ci there",
-        dir.display()
-    );
-    let mut node = Command::new("node");
-    node.current_dir(&dir)
-        .arg("smoke.js")
-        .arg(stream_port.to_string())
-        .arg("--exchange-command-versions");
-    let (ok, stdout) = run_to_end(node, Duration::from_secs(120));
-    assert!(ok, "{stdout}");
-    assert_eq!(
-        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
-        4,
-        "{stdout}"
-    );
-    stdout
+    compat_tests::common::js::run_js_smoke::<&str>(stream_port, &[])
 }
 
 mod cases;

@@ -16,22 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// rabbitmq-stream-js-client's smoke script (`js/stream/smoke.js`) over TLS
 /// to `port`, trusting `ca`: all 4 of its cases must pass.
 fn run_js_smoke_tls(port: u16, ca: &std::path::Path) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("js/stream");
-    assert!(
-        dir.join("node_modules/rabbitmq-stream-js-client").is_dir(),
-        "rabbitmq-stream-js-client is not installed in {}: run scripts/test.sh, which runs npm ci there",
-        dir.display()
-    );
-    let mut node = Command::new("node");
-    node.current_dir(&dir)
-        .arg("smoke.js")
-        .arg(port.to_string())
-        .arg("--exchange-command-versions")
-        .arg("--tls")
-        .arg(ca);
-    let (ok, out) = run_to_end(node, Duration::from_secs(120));
-    let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
-    assert!(ok && oks == 4, "js client over TLS: {out}");
+    let tls = [std::ffi::OsStr::new("--tls"), ca.as_os_str()];
+    compat_tests::common::js::run_js_smoke(port, &tls);
 }
 
 fn start(pki: &Pki) -> (TlsBroker, u16) {

@@ -34,8 +34,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Serve one client of the plain stream port until it closes. In a
-/// cluster it may be a TLS client a slave forwards, with a header that
-/// carries its address and TLS session (`server::forwarded`).
+/// cluster it may be a client a slave forwards (plain, or TLS that ended on
+/// the slave), after a header with its address and TLS session
+/// (`server::forwarded`).
 pub(super) async fn serve_client(ctx: ConnContext, id: u64, sock: TcpStream, peer: SocketAddr) {
     let Some(_slot) = route::admit(&ctx).await else {
         return;

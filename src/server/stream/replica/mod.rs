@@ -5,7 +5,9 @@
 //! leader is left to the publishers. A StableMQ slave holds every stable
 //! entry in its replica of the broker state (`server::replica`), so it can
 //! serve those reads itself: this task relays the client's frames to the
-//! master's stream listener, as a plain proxy would, except for the
+//! master's stream listener (after a forwarding header with the client's
+//! address and TLS session, `server::forwarded`, so the master judges and
+//! lists the client, not this node), as a plain proxy would, except for the
 //! subscriptions [`split::Split`] takes, whose chunks it reads from the
 //! replica (`read`, run in the master task) and writes between the master's
 //! frames.
