@@ -8,6 +8,7 @@
 #                                  [--no-management] [--timeout SECONDS]
 #                                  [--stream] [--stream-port N]
 #                                  [--stream-advertised-port N] [--prometheus]
+#                                  [--stream-tls-port N --tls-dir D]
 #   scripts/rabbitmq-node.sh stop --dir DIR
 #   scripts/rabbitmq-node.sh ctl --dir DIR ARGS...      (rabbitmqctl against the node)
 #
@@ -17,7 +18,9 @@
 # own Erlang cookie. --stream (or --stream-port) also enables the rabbitmq_stream
 # plugin, listening on 127.0.0.1 at the given or a free port and advertising
 # 127.0.0.1 and that port (or --stream-advertised-port, for a proxy in front) in
-# its metadata answers. The node listens
+# its metadata answers. --stream-tls-port N with --tls-dir D adds the stream
+# protocol over TLS on N (advertised as N to TLS clients), with D's server.pem,
+# server.key and ca.pem (verify_peer, a certificate optional). The node listens
 # on 127.0.0.1 only: AMQP, management HTTP and distribution ports as given, or
 # free ones (20000-31999, as the Rust test harness picks them), with its own epmd
 # on a free loopback port. The processes run detached from this script (own
@@ -60,6 +63,7 @@ ACTION=$1
 shift
 DIR="" AMQP_PORT="" MGMT_PORT="" DIST_PORT="" EPMD_PORT="" NODENAME="" TIMEOUT=180 MGMT=1
 STREAM=0 STREAM_PORT="" STREAM_ADVERTISED_PORT="" PROMETHEUS=0 PROMETHEUS_PORT=""
+STREAM_TLS_PORT="" TLS_DIR=""
 CTL_ARGS=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -75,6 +79,8 @@ while [[ $# -gt 0 ]]; do
         --stream-port) STREAM=1; STREAM_PORT=${2:?}; shift 2 ;;
         --prometheus) PROMETHEUS=1; shift ;;
         --stream-advertised-port) STREAM_ADVERTISED_PORT=${2:?}; shift 2 ;;
+        --stream-tls-port) STREAM=1; STREAM_TLS_PORT=${2:?}; shift 2 ;;
+        --tls-dir) TLS_DIR=${2:?}; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         --) shift; CTL_ARGS+=("$@"); break ;;
         *)
@@ -246,6 +252,18 @@ echo "[$(IFS=,; echo "${plugins[*]}")]." >"$DIR/enabled_plugins"
         echo "stream.listeners.tcp.1 = 127.0.0.1:$STREAM_PORT"
         echo 'stream.advertised_host = 127.0.0.1'
         echo "stream.advertised_port = $STREAM_ADVERTISED_PORT"
+    fi
+    if [[ -n $STREAM_TLS_PORT ]]; then
+        # The stream protocol over TLS, with TLS_DIR's server.pem, server.key
+        # and ca.pem (client certificates verified when sent).
+        [[ -n $TLS_DIR ]] || die "--stream-tls-port needs --tls-dir"
+        echo "stream.listeners.ssl.1 = 127.0.0.1:$STREAM_TLS_PORT"
+        echo "stream.advertised_tls_port = $STREAM_TLS_PORT"
+        echo "ssl_options.cacertfile = $TLS_DIR/ca.pem"
+        echo "ssl_options.certfile = $TLS_DIR/server.pem"
+        echo "ssl_options.keyfile = $TLS_DIR/server.key"
+        echo 'ssl_options.verify = verify_peer'
+        echo 'ssl_options.fail_if_no_peer_cert = false'
     fi
     if [[ $PROMETHEUS -eq 1 ]]; then
         echo 'prometheus.tcp.ip = 127.0.0.1'

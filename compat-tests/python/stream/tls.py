@@ -6,6 +6,11 @@
 (LEADER_PORT and REPLICA_PORTS, comma-separated, are the TLS ports metadata
 must name, for a cluster; by default TLS_PORT alone, a single node.)
 
+Against RabbitMQ 3.10.8 (`RABBITMQ_EXTRA_PLUGINS=rabbitmq_stream_management
+scripts/rabbitmq-node.sh start --dir D --stream --stream-tls-port N --tls-dir
+CERTS`, CERTS holding server.pem, server.key and ca.pem):
+`python tls.py N $RABBITMQ_STREAM_PORT CERTS/ca.pem $RABBITMQ_MANAGEMENT_URL`.
+
 Checks: a producer over TLS creates a stream and publishes with confirms; a
 consumer over TLS reads it from `first` (rstream dials the leader that
 metadata names, with the same context, so metadata must name the TLS
@@ -82,7 +87,14 @@ async def listed_on(port, ctx):
     client = Client("127.0.0.1", port, ssl_context=ctx, frame_max=1048576, heartbeat=60)
     await client.start()
     await client.authenticate(vhost="/", **LOGIN)
-    listed = [c for c in api_get("/api/stream/connections") if c.get("port") == port]
+    # RabbitMQ's management lists a connection once its stats are emitted
+    # (every 5 s by default); StableMQ at once.
+    deadline = time.monotonic() + 12
+    while True:
+        listed = [c for c in api_get("/api/stream/connections") if c.get("port") == port]
+        if listed or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.25)
     await client.close()
     return [{k: c.get(k) for k in ("port", "peer_host", "ssl", "ssl_protocol")} for c in listed]
 
