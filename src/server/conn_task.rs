@@ -91,10 +91,7 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
         b.enc.flush(&mut b.wbuf);
         if !b.wbuf.is_empty() {
             traffic.stats().sending(b.wbuf.len());
-            // The flush matters over TLS: the session may keep the last
-            // records of a write that filled the socket until the next
-            // write, which may never come (TCP's flush does nothing).
-            if write_out(&mut wr, &b.wbuf).await.is_err() {
+            if super::socket::write_out(&mut wr, &b.wbuf).await.is_err() {
                 for i in eof_inputs(&mut conn) {
                     let _ = master.send(MasterMsg::Input(i)).await;
                 }
@@ -119,15 +116,6 @@ pub(super) async fn run<S: IntoHalves>(id: ConnId, sock: ClientSocket<S>, ctx: C
     let _ = master
         .send(MasterMsg::Input(Input::Disconnected { conn: id }))
         .await;
-}
-
-/// Write all of `bytes` and flush them.
-pub(super) async fn write_out<W: tokio::io::AsyncWrite + Unpin>(
-    wr: &mut W,
-    bytes: &[u8],
-) -> std::io::Result<()> {
-    wr.write_all(bytes).await?;
-    wr.flush().await
 }
 
 /// One connection's buffers, kept across the passes of its loop (fields of

@@ -94,7 +94,7 @@ pub(super) async fn run<S: IntoHalves>(
                 Ok(n) if n > 0 => {
                     let whole = whole_frames(&ubuf);
                     if whole > 0 {
-                        if super::conn_task::write_out(&mut cwr, &ubuf[..whole]).await.is_err() {
+                        if super::socket::write_out(&mut cwr, &ubuf[..whole]).await.is_err() {
                             break None;
                         }
                         ubuf.advance(whole);
@@ -152,7 +152,7 @@ where
         ),
         &mut out,
     );
-    if super::conn_task::write_out(cwr, &out).await.is_err() {
+    if super::socket::write_out(cwr, &out).await.is_err() {
         return;
     }
     // Give the client a moment to answer close-ok (or hang up) so it sees a

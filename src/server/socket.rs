@@ -40,6 +40,18 @@ impl IntoHalves for tokio_rustls::server::TlsStream<TcpStream> {
     }
 }
 
+/// Write all of `bytes` to a client's write half and flush them: a TLS
+/// session may keep the last records of a write that filled the socket
+/// until the next write, which may never come (TCP's flush does nothing).
+pub(crate) async fn write_out<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    wr.write_all(bytes).await?;
+    wr.flush().await
+}
+
 /// An accepted client, ready for the AMQP handshake.
 pub(crate) struct ClientSocket<S> {
     /// The byte stream.

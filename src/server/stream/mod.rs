@@ -16,7 +16,7 @@ use super::route::{self, ConnContext, Router};
 use super::socket::{ClientSocket, IntoHalves};
 use crate::auth;
 use crate::master::inout::{ClientProtocol, ConnInfo, Input, ToConn};
-use crate::tls::ServerTls;
+use crate::tls::{ServerTls, TlsInfo};
 use bridge::{Advertised, Bridge};
 use bytes::BytesMut;
 use stablemq_cluster::replication::NodeId;
@@ -247,7 +247,7 @@ struct Task {
     /// Its publishers and subscriptions, for the management API.
     shown: shown::Shown,
     /// The TLS session, on the stream protocol's TLS port.
-    tls: Option<crate::tls::TlsInfo>,
+    tls: Option<TlsInfo>,
     /// The SASL mechanism the client authenticated with.
     mechanism: String,
 }
@@ -321,7 +321,7 @@ async fn run<S: IntoHalves>(
         }
         if !t.wbuf.is_empty() {
             traffic.stats().sending(t.wbuf.len());
-            if super::conn_task::write_out(&mut wr, &t.wbuf).await.is_err() {
+            if super::socket::write_out(&mut wr, &t.wbuf).await.is_err() {
                 break;
             }
             traffic.stats().sent(t.wbuf.len());
@@ -347,17 +347,20 @@ impl Task {
         id: u64,
         (peer, local): (SocketAddr, SocketAddr),
         advertised: Advertised,
-        tls: Option<crate::tls::TlsInfo>,
+        tls: Option<TlsInfo>,
     ) -> Task {
         let props = &ctx.config.server_properties;
         // As RabbitMQ's stream reader: the configured `auth_mechanisms`
         // (PLAIN and AMQPLAIN by default), EXTERNAL only over TLS with a
         // verified client certificate that names someone.
-        let mechanisms = auth::mechanisms(&ctx.config.auth_mechanisms, cert_login(tls.as_ref()))
-            .split(' ')
-            .filter(|m| !m.is_empty())
-            .map(str::to_owned)
-            .collect();
+        let mechanisms = auth::mechanisms(
+            &ctx.config.auth_mechanisms,
+            tls.as_ref().and_then(TlsInfo::cert_login),
+        )
+        .split(' ')
+        .filter(|m| !m.is_empty())
+        .map(str::to_owned)
+        .collect();
         let cluster_name = ctx.cluster_name.borrow().clone();
         let me = advertised.brokers.get(usize::from(advertised.leader));
         let config = StreamConnectionConfig {
@@ -455,7 +458,7 @@ impl Task {
             }
             sc::Action::Authenticate { mechanism, data } => {
                 self.mechanism.clone_from(&mechanism);
-                let cert = cert_login(self.tls.as_ref());
+                let cert = self.tls.as_ref().and_then(TlsInfo::cert_login);
                 let outcome = authenticate(&self.ctx, &mechanism, data.as_deref(), self.peer, cert);
                 self.to_conn.push(sc::Input::Authenticated(outcome))
             }
@@ -472,11 +475,6 @@ impl Task {
         }
         false
     }
-}
-
-/// The name SASL EXTERNAL logs in as: the verified client certificate's.
-fn cert_login(tls: Option<&crate::tls::TlsInfo>) -> Option<&str> {
-    tls?.peer_cert.as_ref()?.login.as_deref()
 }
 
 /// Check a SASL response against the users the master replicates (the
