@@ -101,9 +101,10 @@ impl Encoder {
                 encode_content(ch, &m, &properties, &body, frame_max, out);
             }
             // Handled by the connection state machine before encoding.
-            // Only stream connections ask for tracking.
+            // Only stream connections ask for tracking and get records.
             ToConn::Opened
             | ToConn::Tracked { .. }
+            | ToConn::StreamRecords { .. }
             | ToConn::StreamDeleted(_)
             | ToConn::SingleActive(_)
             | ToConn::CloseChannel(..)

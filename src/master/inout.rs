@@ -5,6 +5,7 @@
 //! of these enums is what lets tests drive the master directly.
 
 use crate::broker::message::Message;
+use crate::broker::stream_record::ChunkMark;
 use crate::error::AmqpError;
 use bytes::Bytes;
 use stablemq_protocol::{AMQPClass, BasicProperties, ByteString, FieldTable, Publish};
@@ -393,6 +394,26 @@ impl Outputs {
     }
 }
 
+/// One stream entry delivered to a stream-protocol subscription
+/// ([`ToConn::StreamRecords`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRecord {
+    /// Delivery tag on the subscription's channel.
+    pub delivery_tag: u64,
+    /// The entry's offset.
+    pub offset: u64,
+    /// When it was stored (ms since the epoch).
+    pub timestamp_ms: u64,
+    /// The record a stream reader gets (`broker::stream_record::record_of`).
+    pub record: Bytes,
+    /// Where it stands in the chunk it was stored in.
+    pub mark: ChunkMark,
+    /// The trailer length of the chunk it starts (0 for the others).
+    pub trailer: u32,
+    /// Its filter value (publish v2, `x-stream-filter-value`), if any.
+    pub filter_value: Option<Box<str>>,
+}
+
 /// A message for a connection task.
 #[derive(Debug)]
 // Deliveries (the hot variant) carry a `Message`, whose parts are shared
@@ -425,6 +446,16 @@ pub enum ToConn {
         redelivered: bool,
         /// The message.
         msg: Message,
+    },
+    /// Deliveries to a stream-protocol subscription's consumer (one that
+    /// asked for records as stored, `RECORDS_ARG`), consecutive on `ch`:
+    /// one message per visit of the stream, not one per entry, and each
+    /// entry as the record a stream reader gets, not an AMQP message.
+    StreamRecords {
+        /// Channel.
+        ch: u16,
+        /// The entries, in offset order.
+        records: Vec<StreamRecord>,
     },
     /// basic.get-ok with content.
     GetOk {
@@ -488,6 +519,7 @@ impl ToConn {
             ToConn::Method(ch, _)
             | ToConn::Confirm { ch, .. }
             | ToConn::Deliver { ch, .. }
+            | ToConn::StreamRecords { ch, .. }
             | ToConn::GetOk { ch, .. }
             | ToConn::Return { ch, .. }
             | ToConn::Tracked { ch, .. }

@@ -9,13 +9,15 @@
 //! stable index passes it. The entries themselves are `broker::stream`.
 
 use super::Master;
-use super::inout::{ClientProtocol, ConnId, ToConn, TrackAnswer, TrackOp};
+use super::inout::{ClientProtocol, ConnId, StreamRecord, ToConn, TrackAnswer, TrackOp};
 use super::session::{Channel, ConsumerKey, Unacked};
 use crate::broker::event::Event;
 use crate::broker::message::Message;
 use crate::broker::stream::{StartAt, parse_start};
 use crate::broker::stream_filter::filter_value;
-use crate::broker::stream_record::{OFFSET_MS_ARG, RECORDS_ARG, for_amqp091};
+use crate::broker::stream_record::{
+    OFFSET_MS_ARG, RECORDS_ARG, chunk_mark, for_amqp091, record_of, trailer_length,
+};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::metrics::QueueKind;
 use stablemq_protocol::{AMQPValue, FieldTable, ShortString};
@@ -104,16 +106,10 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
-    /// Deliver the entry at `offset` to consumer `ck` on `chan`, converted
-    /// for AMQP 0-9-1 unless `raw`, with its `x-stream-offset` header.
-    fn deliver(
-        &mut self,
-        chan: &mut Channel,
-        ck: &ConsumerKey,
-        raw: bool,
-        offset: u64,
-        msg: &Message,
-    ) {
+    /// Note the delivery of the entry at `offset` to consumer `ck` on
+    /// `chan` (its delivery tag, unacked entry and counters), and return its
+    /// delivery tag.
+    fn note(&mut self, chan: &mut Channel, ck: &ConsumerKey, raw: bool, msg: &Message) -> u64 {
         if let Some(c) = chan.consumers.get_mut(&ck.tag) {
             c.unacked += 1;
         }
@@ -136,6 +132,13 @@ impl Sink<'_> {
             .count_delivery(protocol, QueueKind::Stream, false, false);
         self.stats
             .delivered(self.vhost, self.queue, false, false, false);
+        tag
+    }
+
+    /// Deliver the entry at `offset` to AMQP 0-9-1 consumer `ck` on `chan`,
+    /// converted for AMQP 0-9-1, with its `x-stream-offset` header.
+    fn deliver(&mut self, chan: &mut Channel, ck: &ConsumerKey, offset: u64, msg: &Message) {
+        let tag = self.note(chan, ck, false, msg);
         self.out.send(
             ck.conn,
             ToConn::Deliver {
@@ -143,12 +146,33 @@ impl Sink<'_> {
                 consumer_tag: ck.tag.clone(),
                 delivery_tag: tag,
                 redelivered: false,
-                msg: match (raw, for_amqp091(msg)) {
-                    (false, Some(converted)) => with_offset(&converted, offset),
-                    _ => with_offset(msg, offset),
+                msg: match for_amqp091(msg) {
+                    Some(converted) => with_offset(&converted, offset),
+                    None => with_offset(msg, offset),
                 },
             },
         );
+    }
+
+    /// The entry at `offset` for stream-protocol consumer `ck` on `chan`,
+    /// as the record a stream reader gets; the caller sends a visit's
+    /// records in one [`ToConn::StreamRecords`].
+    fn record(
+        &mut self,
+        chan: &mut Channel,
+        ck: &ConsumerKey,
+        offset: u64,
+        msg: &Message,
+    ) -> StreamRecord {
+        StreamRecord {
+            delivery_tag: self.note(chan, ck, true, msg),
+            offset,
+            timestamp_ms: msg.timestamp_ms,
+            record: record_of(msg),
+            mark: chunk_mark(msg),
+            trailer: trailer_length(msg),
+            filter_value: filter_value(msg).map(Box::from),
+        }
     }
 }
 
@@ -266,6 +290,7 @@ impl Master {
                 chan.unacked_count(),
             );
             let mut scanned = 0usize;
+            let mut records = Vec::new();
             loop {
                 // A filtered consumer reads on past the entries it skips,
                 // a batch at a time, until its credit or the stream ends,
@@ -297,7 +322,10 @@ impl Master {
                     at = offset + 1;
                     if !skip {
                         left -= 1;
-                        sink.deliver(chan, &ck, raw, offset, &entry.msg);
+                        match raw {
+                            true => records.push(sink.record(chan, &ck, offset, &entry.msg)),
+                            false => sink.deliver(chan, &ck, offset, &entry.msg),
+                        }
                     }
                     true
                 });
@@ -309,6 +337,10 @@ impl Master {
                     rescan = true;
                     break;
                 }
+            }
+            if !records.is_empty() {
+                sink.out
+                    .send(ck.conn, ToConn::StreamRecords { ch: ck.ch, records });
             }
         }
         if rescan {

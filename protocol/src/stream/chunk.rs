@@ -358,12 +358,30 @@ pub fn sub_batch_records(body: &Bytes) -> Result<Vec<Bytes>, ChunkError> {
 
 /// Builds a user chunk the way Osiris writes one (no bloom filter, no trailer),
 /// for a broker that stores chunks and for tests.
-#[derive(Debug, Default)]
+///
+/// The data is written after room for the header, so [`ChunkBuilder::finish`]
+/// fills the header in place and hands the buffer over without copying the
+/// data again (a chunk's bytes were copied twice per delivery before).
+#[derive(Debug)]
 pub struct ChunkBuilder {
-    data: BytesMut,
+    /// `CHUNK_HEADER_LEN` bytes for the header, then the data.
+    buf: BytesMut,
     entries: u16,
     records: u32,
     trailer_length: u32,
+}
+
+impl Default for ChunkBuilder {
+    fn default() -> Self {
+        let mut buf = BytesMut::new();
+        buf.put_bytes(0, CHUNK_HEADER_LEN);
+        ChunkBuilder {
+            buf,
+            entries: 0,
+            records: 0,
+            trailer_length: 0,
+        }
+    }
 }
 
 impl ChunkBuilder {
@@ -372,10 +390,17 @@ impl ChunkBuilder {
         Self::default()
     }
 
+    /// An empty chunk with room for `data` bytes of entries.
+    pub fn with_capacity(data: usize) -> Self {
+        let mut b = Self::default();
+        b.buf.reserve(data);
+        b
+    }
+
     /// Adds a simple entry (one record of at most 2^31 - 1 bytes).
     pub fn simple(&mut self, record: &[u8]) -> &mut Self {
-        self.data.put_u32(record.len() as u32 & 0x7fff_ffff);
-        self.data.put_slice(record);
+        self.buf.put_u32(record.len() as u32 & 0x7fff_ffff);
+        self.buf.put_slice(record);
         self.entries = self.entries.wrapping_add(1);
         self.records = self.records.wrapping_add(1);
         self
@@ -383,7 +408,7 @@ impl ChunkBuilder {
 
     /// Adds an entry as it came (a published message's entry, say).
     pub fn entry(&mut self, entry: &Entry) -> &mut Self {
-        entry.put(&mut self.data);
+        entry.put(&mut self.buf);
         self.entries = self.entries.wrapping_add(1);
         self.records = self.records.wrapping_add(entry.records());
         self
@@ -392,13 +417,13 @@ impl ChunkBuilder {
     /// Adds an uncompressed sub-batch of records.
     pub fn sub_batch(&mut self, records: &[&[u8]]) -> &mut Self {
         let body_len: usize = records.iter().map(|r| 4 + r.len()).sum();
-        self.data.put_u8(0x80);
-        self.data.put_u16(records.len() as u16);
-        self.data.put_u32(body_len as u32);
-        self.data.put_u32(body_len as u32);
+        self.buf.put_u8(0x80);
+        self.buf.put_u16(records.len() as u16);
+        self.buf.put_u32(body_len as u32);
+        self.buf.put_u32(body_len as u32);
         for r in records {
-            self.data.put_u32(r.len() as u32);
-            self.data.put_slice(r);
+            self.buf.put_u32(r.len() as u32);
+            self.buf.put_slice(r);
         }
         self.entries = self.entries.wrapping_add(1);
         self.records = self.records.wrapping_add(records.len() as u32);
@@ -413,31 +438,66 @@ impl ChunkBuilder {
         self
     }
 
-    /// The chunk: header (CRC filled in) and data.
-    pub fn build(&self, timestamp: i64, epoch: u64, chunk_id: u64) -> Bytes {
-        let header = ChunkHeader {
+    /// The data written so far, without the header.
+    fn data(&self) -> &[u8] {
+        &self.buf[CHUNK_HEADER_LEN..]
+    }
+
+    fn header(&self, timestamp: i64, epoch: u64, chunk_id: u64) -> ChunkHeader {
+        ChunkHeader {
             chunk_type: CHUNK_TYPE_USER,
             num_entries: self.entries,
             num_records: self.records,
             timestamp,
             epoch,
             chunk_id,
-            crc: crc32fast::hash(&self.data),
-            data_length: self.data.len() as u32,
+            crc: crc32fast::hash(self.data()),
+            data_length: self.data().len() as u32,
             trailer_length: self.trailer_length,
             bloom_size: 0,
             reserved: [0; 3],
-        };
-        let mut buf = BytesMut::with_capacity(CHUNK_HEADER_LEN + self.data.len());
-        header.put(&mut buf);
-        buf.put_slice(&self.data);
+        }
+    }
+
+    /// The chunk: header (CRC filled in) and data, copied (the builder
+    /// stays usable; [`ChunkBuilder::finish`] does not copy).
+    pub fn build(&self, timestamp: i64, epoch: u64, chunk_id: u64) -> Bytes {
+        let mut buf = BytesMut::with_capacity(self.buf.len());
+        self.header(timestamp, epoch, chunk_id).put(&mut buf);
+        buf.put_slice(self.data());
         buf.freeze()
+    }
+
+    /// The chunk, as [`ChunkBuilder::build`] makes it, with the header
+    /// written into the room kept for it: the data is not copied.
+    pub fn finish(mut self, timestamp: i64, epoch: u64, chunk_id: u64) -> Bytes {
+        let mut header = BytesMut::with_capacity(CHUNK_HEADER_LEN);
+        self.header(timestamp, epoch, chunk_id).put(&mut header);
+        self.buf[..CHUNK_HEADER_LEN].copy_from_slice(&header);
+        self.buf.freeze()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finish_makes_the_chunk_build_makes() {
+        let mut b = ChunkBuilder::with_capacity(4);
+        b.simple(b"one").simple(b"").sub_batch(&[b"x", b"yz"]);
+        b.trailer_length(12);
+        let built = b.build(1_700_000_000_000, 3, 42);
+        let finished = b.finish(1_700_000_000_000, 3, 42);
+        assert_eq!(built, finished);
+        let header = ChunkHeader::read(&finished).expect("a header");
+        assert_eq!((header.num_entries, header.num_records), (3, 4));
+        assert_eq!(header.trailer_length, 12);
+        assert_eq!(
+            header.data_length as usize,
+            finished.len() - CHUNK_HEADER_LEN
+        );
+    }
 
     #[test]
     fn built_chunks_parse_back_entry_by_entry() {

@@ -144,11 +144,13 @@ impl StreamPages {
                 lens.push((e.id, e.rec_len as usize));
             }
         }
-        let bytes = self.files.read_range(pos, total)?;
+        // The bodies are slices of this read (a stream's entries read back
+        // live until they are sent).
+        let bytes = bytes::Bytes::from(self.files.read_range(pos, total)?);
         let mut out = Vec::with_capacity(lens.len());
         let mut at = 0usize;
         for (id, len) in lens {
-            let m = record::decode(&bytes[at..at + len])?;
+            let m = record::decode_shared(&bytes, at..at + len)?;
             if m.msg.id != id {
                 return Err(PagingError::WrongRecord(id, m.msg.id));
             }

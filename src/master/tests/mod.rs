@@ -105,6 +105,7 @@ mod needed;
 mod recovery;
 mod sac;
 mod stable;
+mod stream_records;
 mod stream_scan;
 mod super_stream;
 mod timers;

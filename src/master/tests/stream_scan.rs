@@ -7,7 +7,7 @@ use super::*;
 use crate::master::stream::SCAN_MAX;
 use stablemq_protocol::{AMQPValue, FieldTable};
 
-fn declare_stream(m: &mut Master) {
+pub(super) fn declare_stream(m: &mut Master) {
     let mut arguments = FieldTable::default();
     arguments.insert(
         "x-queue-type".into(),
@@ -53,7 +53,7 @@ fn publish_valued(m: &mut Master, body: &str, value: Option<&str>) {
     m.take_outputs();
 }
 
-fn stable(m: &mut Master) -> Vec<Output> {
+pub(super) fn stable(m: &mut Master) -> Vec<Output> {
     let index = m.last_appended();
     m.handle(Input::Stable { index });
     m.take_outputs()

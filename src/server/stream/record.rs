@@ -1,4 +1,5 @@
-//! Stream records as the master stores them, and back.
+//! Stream records as the master stores them: the properties a record
+//! published over the stream protocol is stored with.
 //!
 //! A record published over the stream protocol is stored as it came (an
 //! AMQP 1.0 message for RabbitMQ's clients, or any bytes): its body is the
@@ -6,12 +7,10 @@
 //! reader so. A stream-protocol reader gets such a record back byte for byte;
 //! an AMQP 0-9-1 reader gets it converted (`broker::stream_record`).
 
-use crate::broker::message::Message;
 use crate::broker::stream_filter::FILTER_VALUE_HEADER;
 use crate::broker::stream_record::{
     PUBLISHER_HEADER, PUBLISHING_ID_HEADER, RECORD_HEADER, WRITER_HEADER,
 };
-use bytes::Bytes;
 use stablemq_protocol::{AMQPValue, BasicProperties, FieldTable, ShortString};
 
 /// The properties of a record published over the stream protocol:
@@ -70,22 +69,4 @@ pub(super) fn properties(
     BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(headers)
-}
-
-/// The `x-stream-offset` header the master puts on a stream delivery.
-pub(super) fn offset(properties: &BasicProperties) -> Option<u64> {
-    let v = properties
-        .headers()
-        .as_ref()?
-        .inner()
-        .get("x-stream-offset")?;
-    match v {
-        AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
-        _ => None,
-    }
-}
-
-/// The record a stream-protocol reader gets for a delivered message.
-pub(super) fn for_stream(msg: &Message) -> Bytes {
-    crate::broker::stream_record::record_of(msg)
 }

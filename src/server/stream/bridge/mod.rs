@@ -16,7 +16,11 @@
 //! - [`PUBLISH`]: every publisher's messages, with publisher confirms; each
 //!   delivery tag remembers its publisher and publishing id.
 //! - one per subscription (from [`FIRST_SUBSCRIPTION`]): basic.qos, then
-//!   basic.consume with `x-stream-offset`. Deliveries are packed into chunks
+//!   basic.consume with `x-stream-offset` and `RECORDS_ARG`. The master
+//!   sends the entries of each visit of the stream as records in one
+//!   `ToConn::StreamRecords` (one message per entry, with its AMQP 0-9-1
+//!   conversion and `x-stream-offset` header, cost 30-45% more CPU per
+//!   read, docs/streams.md). They are packed into chunks
 //!   of consecutive offsets; a chunk's messages are acked (which moves the
 //!   consumer's window, it removes nothing) once the connection has written
 //!   it, so at most a prefetch of messages waits for the client's credit.
@@ -40,7 +44,7 @@ pub(super) use subscribe::{Delivered, Packed, pack, ready_len, stored_chunks};
 
 use super::record;
 use crate::broker::event::Tracking;
-use crate::broker::stream_record::{ChunkMark, chunk_mark};
+use crate::broker::stream_record::ChunkMark;
 use crate::error::{AmqpError, ReplyCode};
 use crate::master::inout::{ConnId, Input, ToConn, TrackAnswer, TrackOp};
 use bytes::Bytes;

@@ -2,7 +2,7 @@
 //! consecutive offsets, acked once written.
 
 use super::*;
-use crate::broker::stream_filter::{self, StreamFilter};
+use crate::broker::stream_filter::StreamFilter;
 use single_active::Sac;
 use stablemq_protocol::stream::Properties;
 
@@ -69,28 +69,19 @@ impl Bridge {
         conn: &mut Vec<sc::Input>,
     ) {
         match m {
-            ToConn::Deliver {
-                ch,
-                delivery_tag,
-                msg,
-                ..
-            } => {
+            ToConn::StreamRecords { ch, records } => {
                 if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id)) {
-                    let filter_value = s
-                        .filter
-                        .as_ref()
-                        .and_then(|_| stream_filter::filter_value(&msg))
-                        .map(Box::from);
-                    s.pending.push(Delivered {
-                        offset: record::offset(&msg.properties).unwrap_or(0),
-                        tag: delivery_tag,
-                        timestamp_ms: msg.timestamp_ms,
-                        record: record::for_stream(&msg),
-                        mark: chunk_mark(&msg),
-                        trailer: crate::broker::stream_record::trailer_length(&msg),
-                        filter_value,
-                    });
-                    if s.filter.is_some() {
+                    let filtered = s.filter.is_some();
+                    s.pending.extend(records.into_iter().map(|r| Delivered {
+                        offset: r.offset,
+                        tag: r.delivery_tag,
+                        timestamp_ms: r.timestamp_ms,
+                        record: r.record,
+                        mark: r.mark,
+                        trailer: r.trailer,
+                        filter_value: r.filter_value.filter(|_| filtered),
+                    }));
+                    if filtered {
                         let acks = drop_unmatched(s);
                         for (tag, multiple) in acks {
                             master.push(ack(self.conn, s.channel, tag, multiple));
@@ -351,8 +342,12 @@ pub(in crate::server::stream) fn stored_chunks(deliveries: Vec<Delivered>) -> Ve
 /// chunks that came together go out together (fewer, fuller chunks than
 /// one per publish frame: a client grants credit per chunk).
 pub(in crate::server::stream) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
+    // Each chunk's buffer is sized for what it will hold (at most the rest
+    // of `pending`, at most `max_bytes`), so it is written once, not grown.
+    let mut left: usize = pending.iter().map(|d| d.record.len() + 4).sum();
+    let room = |left: usize| left.min(max_bytes.saturating_add(1024));
     let mut out = Vec::new();
-    let mut b = ChunkBuilder::new();
+    let mut b = ChunkBuilder::with_capacity(room(left));
     let mut first: Option<(u64, u64)> = None;
     let (mut next, mut records, mut bytes, mut last_tag) = (0u64, 0usize, 0usize, 0u64);
     // The trailers of the stored chunks this one holds the starts of.
@@ -362,17 +357,8 @@ pub(in crate::server::stream) fn pack(pending: Vec<Delivered>, max_bytes: usize)
         if let Some((id, ts0)) = first
             && (offset != next || records >= CHUNK_RECORDS || bytes + body.len() + 4 > max_bytes)
         {
-            out.push(Packed {
-                id,
-                last_tag,
-                records: records as u64,
-                bytes: b.trailer_length(trailer).build(
-                    i64::try_from(ts0).unwrap_or(i64::MAX),
-                    EPOCH,
-                    id,
-                ),
-            });
-            b = ChunkBuilder::new();
+            let done = std::mem::replace(&mut b, ChunkBuilder::with_capacity(room(left)));
+            out.push(packed(done, trailer, id, ts0, last_tag, records));
             first = None;
         }
         if first.is_none() {
@@ -380,6 +366,7 @@ pub(in crate::server::stream) fn pack(pending: Vec<Delivered>, max_bytes: usize)
             (records, bytes, trailer) = (0, 0, 0);
         }
         b.simple(&body);
+        left -= body.len() + 4;
         records += 1;
         bytes += body.len() + 4;
         trailer = trailer.saturating_add(d.trailer);
@@ -387,16 +374,25 @@ pub(in crate::server::stream) fn pack(pending: Vec<Delivered>, max_bytes: usize)
         last_tag = tag;
     }
     if let Some((id, ts0)) = first {
-        out.push(Packed {
-            id,
-            last_tag,
-            records: records as u64,
-            bytes: b.trailer_length(trailer).build(
-                i64::try_from(ts0).unwrap_or(i64::MAX),
-                EPOCH,
-                id,
-            ),
-        });
+        out.push(packed(b, trailer, id, ts0, last_tag, records));
     }
     out
+}
+
+/// The chunk `b` holds, with chunk id `id` and timestamp `ts0`.
+fn packed(
+    mut b: ChunkBuilder,
+    trailer: u32,
+    id: u64,
+    ts0: u64,
+    last_tag: u64,
+    records: usize,
+) -> Packed {
+    b.trailer_length(trailer);
+    Packed {
+        id,
+        last_tag,
+        records: records as u64,
+        bytes: b.finish(i64::try_from(ts0).unwrap_or(i64::MAX), EPOCH, id),
+    }
 }

@@ -361,22 +361,18 @@ fn a_refused_message_does_not_move_a_deduplicating_publishers_sequence() {
     );
 }
 
-fn delivery(tag: u64, offset: i64) -> ToConn {
-    let mut headers = FieldTable::default();
-    headers.insert("x-stream-offset".into(), AMQPValue::LongLongInt(offset));
-    ToConn::Deliver {
+fn delivery(tag: u64, offset: u64) -> ToConn {
+    ToConn::StreamRecords {
         ch: FIRST_SUBSCRIPTION,
-        consumer_tag: "stream-subscription-0".into(),
-        delivery_tag: tag,
-        redelivered: false,
-        msg: Message {
-            id: tag,
-            exchange: "".into(),
-            routing_key: "s".into(),
-            properties: Arc::new(BasicProperties::default().with_headers(headers)),
-            body: Bytes::from(format!("e{offset}")),
+        records: vec![crate::master::inout::StreamRecord {
+            delivery_tag: tag,
+            offset,
             timestamp_ms: 1000,
-        },
+            record: Bytes::from(format!("e{offset}")),
+            mark: crate::broker::stream_record::ChunkMark::Starts(None),
+            trailer: 0,
+            filter_value: None,
+        }],
     }
 }
 
