@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// Everything a [`QueuedMessage`] holds, so that reading it back gives the very
 /// message that was paged out (I4: RAM or disk never changes what is delivered).
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct Record {
     id: u64,
     exchange: ByteString,
@@ -71,24 +71,12 @@ pub fn encode(m: &QueuedMessage, out: &mut Vec<u8>) -> usize {
     out.len() - before
 }
 
-/// Decode one record. The body comes out in its own allocation (serde copies
-/// it), so a message read back never pins the read buffer of its neighbours.
+/// Decode one record. The body comes out in its own allocation (a copy),
+/// so a message read back never pins the read buffer of its neighbours.
 pub fn decode(b: &[u8]) -> Result<QueuedMessage, RecordError> {
-    let r: Record = postcard::from_bytes(b).map_err(|e| RecordError(e.to_string()))?;
-    Ok(QueuedMessage {
-        msg: Message {
-            id: r.id,
-            exchange: r.exchange,
-            routing_key: r.routing_key,
-            properties: Arc::new(r.properties),
-            body: r.body,
-            timestamp_ms: r.timestamp_ms,
-        },
-        redelivered: r.redelivered,
-        wait_index: r.wait_index,
-        expires_at_ms: r.expires_at_ms,
-        delivery_count: r.delivery_count,
-    })
+    let r: RecordRef<'_> = postcard::from_bytes(b).map_err(|e| RecordError(e.to_string()))?;
+    let body = Bytes::copy_from_slice(r.body);
+    Ok(r.with_body(body))
 }
 
 /// Decode the record at `range` of `buf`, its body a slice of `buf` (no
@@ -103,18 +91,27 @@ pub fn decode_shared(
         .get(range)
         .ok_or_else(|| RecordError("record past the end of its read".into()))?;
     let r: RecordRef<'_> = postcard::from_bytes(b).map_err(|e| RecordError(e.to_string()))?;
-    Ok(QueuedMessage {
-        msg: Message {
-            id: r.id,
-            exchange: r.exchange,
-            routing_key: r.routing_key,
-            properties: Arc::new(r.properties),
-            body: buf.slice_ref(r.body),
-            timestamp_ms: r.timestamp_ms,
-        },
-        redelivered: r.redelivered,
-        wait_index: r.wait_index,
-        expires_at_ms: r.expires_at_ms,
-        delivery_count: r.delivery_count,
-    })
+    let body = buf.slice_ref(r.body);
+    Ok(r.with_body(body))
+}
+
+impl RecordRef<'_> {
+    /// The message this record holds, with `body` (its body, copied or
+    /// shared).
+    fn with_body(self, body: Bytes) -> QueuedMessage {
+        QueuedMessage {
+            msg: Message {
+                id: self.id,
+                exchange: self.exchange,
+                routing_key: self.routing_key,
+                properties: Arc::new(self.properties),
+                body,
+                timestamp_ms: self.timestamp_ms,
+            },
+            redelivered: self.redelivered,
+            wait_index: self.wait_index,
+            expires_at_ms: self.expires_at_ms,
+            delivery_count: self.delivery_count,
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! each, with consecutive delivery tags that its acks count as any
 //! consumer's.
 
-use super::stream_scan::{declare_stream, stable};
+use super::stream_scan::{declare_stream, publish_headed, stable};
 use super::*;
 use crate::broker::stream_record::{ChunkMark, RECORD_HEADER, RECORDS_ARG};
 use crate::master::inout::StreamRecord;
@@ -13,21 +13,7 @@ use stablemq_protocol::{AMQPValue, FieldTable};
 fn publish_record(m: &mut Master, body: &str) {
     let mut headers = FieldTable::default();
     headers.insert(RECORD_HEADER.into(), AMQPValue::LongUInt(1));
-    let props = BasicProperties::default()
-        .with_delivery_mode(2)
-        .with_headers(headers);
-    m.handle(Input::Publish {
-        conn: 1,
-        ch: 1,
-        publish: Publish {
-            exchange: "".into(),
-            routing_key: "s".into(),
-            ..Default::default()
-        },
-        properties: Arc::new(props),
-        body: Bytes::from(body.to_string()),
-    });
-    m.take_outputs();
+    publish_headed(m, body, headers);
 }
 
 /// The records sent to conn 1, channel 2, one `Vec` per message; panics on

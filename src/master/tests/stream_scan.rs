@@ -30,13 +30,20 @@ pub(super) fn declare_stream(m: &mut Master) {
 
 /// A persistent publish to `s`, with `x-stream-filter-value` when given.
 fn publish_valued(m: &mut Master, body: &str, value: Option<&str>) {
-    let mut props = BasicProperties::default().with_delivery_mode(2);
+    let mut headers = FieldTable::default();
     if let Some(v) = value {
-        let mut headers = FieldTable::default();
         headers.insert(
             "x-stream-filter-value".into(),
             AMQPValue::LongString(v.into()),
         );
+    }
+    publish_headed(m, body, headers);
+}
+
+/// A persistent publish of `body` to `s` with `headers` (none when empty).
+pub(super) fn publish_headed(m: &mut Master, body: &str, headers: FieldTable) {
+    let mut props = BasicProperties::default().with_delivery_mode(2);
+    if !headers.inner().is_empty() {
         props = props.with_headers(headers);
     }
     m.handle(Input::Publish {
