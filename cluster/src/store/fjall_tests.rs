@@ -300,3 +300,69 @@ fn materialized_keys_do_not_hold_the_reducers_chunks() {
         Some(&[9u8; 1024][..])
     );
 }
+
+/// Bodies of 1 KiB and more live in blob files (`state_options`): a
+/// snapshot transfer reads them back whole, an install writes them to the
+/// new state's own blob files, and both survive a reopen; deleting some
+/// leaves the others readable.
+#[test]
+fn bodies_in_blob_files_survive_a_snapshot_transfer_an_install_and_a_reopen() {
+    let body = |i: u32| Bytes::from(vec![(i % 251) as u8; 1024 + i as usize]);
+    let key = |i: u32| Bytes::from(format!("m{i:05}"));
+    let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut source = FjallStore::open(from.path()).unwrap();
+    source.append(&entries(1, 1..=3)).unwrap();
+    source.sync().unwrap();
+    source.set_stable_index(3).unwrap();
+    let mut batch = StateBatch::new(3);
+    for i in 0..300 {
+        batch.ops.insert(key(i), MergedOp::Put(body(i)));
+    }
+    batch
+        .ops
+        .insert(Bytes::from("small"), MergedOp::Put(Bytes::from("v")));
+    source.materialize(&batch).unwrap();
+    source.sync().unwrap();
+    source.state.rotate_memtable_and_wait().unwrap();
+    assert!(
+        source.state.blob_file_count() > 0,
+        "the flush put the bodies in blob files"
+    );
+    // The transfer, in chunks of about 64 KiB, as a slave's store gets it.
+    let snapshot = source.state_snapshot().unwrap();
+    let base = snapshot.base();
+    let mut target = FjallStore::open(to.path()).unwrap();
+    let (mut after, mut first) = (None::<Bytes>, true);
+    loop {
+        let (pairs, done) = snapshot.chunk(after.as_deref(), 64 * 1024).unwrap();
+        target.stage_state(base, first, &pairs).unwrap();
+        first = false;
+        after = pairs.last().map(|(k, _)| k.clone());
+        if done {
+            break;
+        }
+    }
+    target.install_staged(base).unwrap();
+    drop(snapshot);
+    target.state.rotate_memtable_and_wait().unwrap();
+    assert!(target.state.blob_file_count() > 0);
+    // Deletes in the source, then both reopened.
+    let mut deletes = StateBatch::new(3);
+    for i in 0..150 {
+        deletes.ops.insert(key(i), MergedOp::Delete);
+    }
+    source.materialize(&deletes).unwrap();
+    source.sync().unwrap();
+    drop((source, target));
+    let (source, target) = (
+        FjallStore::open(from.path()).unwrap(),
+        FjallStore::open(to.path()).unwrap(),
+    );
+    for i in 0..300 {
+        assert_eq!(target.state_get(&key(i)).unwrap(), Some(body(i)), "{i}");
+        let kept = (i >= 150).then(|| body(i));
+        assert_eq!(source.state_get(&key(i)).unwrap(), kept, "{i}");
+    }
+    assert_eq!(target.state_get(b"small").unwrap(), Some(Bytes::from("v")));
+    assert_eq!(target.log_base(), base);
+}
