@@ -67,20 +67,15 @@ pub(super) fn state_keyspace_name(generation: u64) -> String {
 /// with compressible bodies that was 280 MiB of a 3M-message fill's peak
 /// (heaptrack, S6). A partition goes to disk every few KiB.
 ///
-/// Values of 1 KiB and more (message bodies) are kept apart from the keys,
-/// in blob files (fjall's key-value separation), so compaction rewrites
-/// keys and pointers, not bodies. A stream's entries and a backlog's
-/// messages live in the state for long and were rewritten at every level:
-/// a node wrote 4.8-6.3 bytes per byte published to a stream (its log,
-/// fjall's journal, flushes, compactions, the broker's page files), and a
-/// stream publish was bound by the disk's bandwidth. With the separation,
-/// 2.3 to 3.8 (docs/streams.md, "Storage writes"). fjall keeps the options
-/// a keyspace was created with: a state created before keeps its own.
+/// Not fjall's key-value separation (values of 1 KiB and more in blob
+/// files), tried twice: it halves what a 1 KB stream publish writes and
+/// speeds it by 20-30% up to 1 GB, but filling a 5 GB backlog took fjall's
+/// workers 62 s of CPU instead of 34 and ran 26% slower (docs/streams.md,
+/// "Storage writes").
 pub(super) fn state_options() -> KeyspaceCreateOptions {
     KeyspaceCreateOptions::default()
         .max_memtable_size(MEMTABLE_BYTES_MAX)
         .index_block_partitioning_policy(PartitioningPolicy::all(true))
-        .with_kv_separation(Some(fjall::KvSeparationOptions::default()))
 }
 
 /// Deletes every state keyspace but `live`: a staged state a crash (or a
