@@ -394,8 +394,9 @@ impl Outputs {
     }
 }
 
-/// One stream entry delivered to a stream-protocol subscription
-/// ([`ToConn::StreamRecords`]).
+/// One stream entry for a stream-protocol subscription, as the master sends
+/// it ([`ToConn::StreamRecords`]) and a slave reads it from its replica
+/// (`server::stream::replica`); the bridge packs these into chunks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamRecord {
     /// Delivery tag on the subscription's channel.

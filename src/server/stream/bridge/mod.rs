@@ -18,9 +18,9 @@
 //! - one per subscription (from [`FIRST_SUBSCRIPTION`]): basic.qos, then
 //!   basic.consume with `x-stream-offset` and `RECORDS_ARG`. The master
 //!   sends the entries of each visit of the stream as records in one
-//!   `ToConn::StreamRecords` (one message per entry, with its AMQP 0-9-1
-//!   conversion and `x-stream-offset` header, cost 30-45% more CPU per
-//!   read, docs/streams.md). They are packed into chunks
+//!   `ToConn::StreamRecords` (an AMQP delivery per entry, as before
+//!   2026-12-05, cost 30-45% more CPU per read: docs/streams.md). They are
+//!   packed into chunks
 //!   of consecutive offsets; a chunk's messages are acked (which moves the
 //!   consumer's window, it removes nothing) once the connection has written
 //!   it, so at most a prefetch of messages waits for the client's credit.
@@ -40,7 +40,7 @@ mod super_stream;
 use control::{ControlOp, Outcome, stream_code};
 use publish::{Deduplicated, Unconfirmed};
 use subscribe::Subscription;
-pub(super) use subscribe::{Delivered, Packed, pack, ready_len, stored_chunks};
+pub(super) use subscribe::{Packed, pack, ready_len, stored_chunks};
 
 use super::record;
 use crate::broker::event::Tracking;

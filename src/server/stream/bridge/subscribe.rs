@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::broker::stream_filter::StreamFilter;
+use crate::master::inout::StreamRecord;
 use single_active::Sac;
 use stablemq_protocol::stream::Properties;
 
@@ -13,8 +14,9 @@ pub(super) struct Subscription {
     pub(super) stream: String,
     /// The subscribe's correlation id until consume-ok.
     pub(super) subscribing: Option<u32>,
-    /// Deliveries not packed yet, in delivery order.
-    pub(super) pending: Vec<Delivered>,
+    /// Deliveries not packed yet, in delivery order (a replica's reads
+    /// too: `stream::replica`).
+    pub(super) pending: Vec<StreamRecord>,
     /// The channel and last delivery tag of each chunk handed to the
     /// connection and not written yet, oldest first (a single active
     /// consumer that gave way has a new channel: the old one's are not
@@ -44,22 +46,6 @@ pub(super) struct NewSubscription {
     pub(super) properties: Properties,
 }
 
-/// A delivery waiting to be packed into a chunk (a replica's read too:
-/// `stream::replica`).
-#[derive(Debug)]
-pub(in crate::server::stream) struct Delivered {
-    pub(in crate::server::stream) offset: u64,
-    pub(in crate::server::stream) tag: u64,
-    pub(in crate::server::stream) timestamp_ms: u64,
-    pub(in crate::server::stream) record: Bytes,
-    /// Where it stands in the chunk it was stored in.
-    pub(in crate::server::stream) mark: ChunkMark,
-    /// The trailer length of the chunk it starts (0 for the others).
-    pub(in crate::server::stream) trailer: u32,
-    /// Its filter value, kept only for a subscription with a filter.
-    pub(in crate::server::stream) filter_value: Option<Box<str>>,
-}
-
 impl Bridge {
     /// What the master sent on a subscription's channel.
     pub(super) fn on_subscription(
@@ -71,17 +57,8 @@ impl Bridge {
         match m {
             ToConn::StreamRecords { ch, records } => {
                 if let Some(s) = self.channels.get(&ch).and_then(|id| self.subs.get_mut(id)) {
-                    let filtered = s.filter.is_some();
-                    s.pending.extend(records.into_iter().map(|r| Delivered {
-                        offset: r.offset,
-                        tag: r.delivery_tag,
-                        timestamp_ms: r.timestamp_ms,
-                        record: r.record,
-                        mark: r.mark,
-                        trailer: r.trailer,
-                        filter_value: r.filter_value.filter(|_| filtered),
-                    }));
-                    if filtered {
+                    s.pending.extend(records);
+                    if s.filter.is_some() {
                         let acks = drop_unmatched(s);
                         for (tag, multiple) in acks {
                             master.push(ack(self.conn, s.channel, tag, multiple));
@@ -264,7 +241,7 @@ pub(in crate::server::stream) struct Packed {
 /// count on (one credit, one chunk: the js client's credit policies). A
 /// chunk whose tail never comes (lost unstable in a failover, so never
 /// confirmed) is held only until the next chunk: the newest start decides.
-pub(in crate::server::stream) fn ready_len(pending: &[Delivered]) -> usize {
+pub(in crate::server::stream) fn ready_len(pending: &[StreamRecord]) -> usize {
     let Some(last) = pending.last() else {
         return 0;
     };
@@ -309,9 +286,9 @@ pub(super) fn drop_unmatched(s: &mut Subscription) -> Vec<(u64, bool)> {
         if filter.chunk_matches(chunk.iter().map(|d| d.filter_value.as_deref())) {
             s.pending.extend(chunk);
         } else if s.pending.is_empty() && !unwritten {
-            acks.extend(chunk.last().map(|d| (d.tag, true)));
+            acks.extend(chunk.last().map(|d| (d.delivery_tag, true)));
         } else {
-            acks.extend(chunk.iter().map(|d| (d.tag, false)));
+            acks.extend(chunk.iter().map(|d| (d.delivery_tag, false)));
         }
     }
     s.checked = s.pending.len();
@@ -321,8 +298,10 @@ pub(super) fn drop_unmatched(s: &mut Subscription) -> Vec<(u64, bool)> {
 
 /// Deliveries (in delivery order) cut into the stored chunks they belong
 /// to: a new one at each chunk start and at a gap in the offsets.
-pub(in crate::server::stream) fn stored_chunks(deliveries: Vec<Delivered>) -> Vec<Vec<Delivered>> {
-    let mut out: Vec<Vec<Delivered>> = Vec::new();
+pub(in crate::server::stream) fn stored_chunks(
+    deliveries: Vec<StreamRecord>,
+) -> Vec<Vec<StreamRecord>> {
+    let mut out: Vec<Vec<StreamRecord>> = Vec::new();
     for d in deliveries {
         let continues = matches!(d.mark, ChunkMark::Continues)
             && out
@@ -341,11 +320,12 @@ pub(in crate::server::stream) fn stored_chunks(deliveries: Vec<Delivered>) -> Ve
 /// at most [`CHUNK_RECORDS`] records and about `max_bytes` each. Stored
 /// chunks that came together go out together (fewer, fuller chunks than
 /// one per publish frame: a client grants credit per chunk).
-pub(in crate::server::stream) fn pack(pending: Vec<Delivered>, max_bytes: usize) -> Vec<Packed> {
+pub(in crate::server::stream) fn pack(pending: Vec<StreamRecord>, max_bytes: usize) -> Vec<Packed> {
     // Each chunk's buffer is sized for what it will hold (at most the rest
-    // of `pending`, at most `max_bytes`), so it is written once, not grown.
+    // of `pending`, at most `max_bytes`; only a single record larger than
+    // that grows it), so it is written once.
     let mut left: usize = pending.iter().map(|d| d.record.len() + 4).sum();
-    let room = |left: usize| left.min(max_bytes.saturating_add(1024));
+    let room = |left: usize| left.min(max_bytes);
     let mut out = Vec::new();
     let mut b = ChunkBuilder::with_capacity(room(left));
     let mut first: Option<(u64, u64)> = None;
@@ -353,7 +333,7 @@ pub(in crate::server::stream) fn pack(pending: Vec<Delivered>, max_bytes: usize)
     // The trailers of the stored chunks this one holds the starts of.
     let mut trailer = 0u32;
     for d in pending {
-        let (offset, tag, ts, body) = (d.offset, d.tag, d.timestamp_ms, d.record);
+        let (offset, tag, ts, body) = (d.offset, d.delivery_tag, d.timestamp_ms, d.record);
         if let Some((id, ts0)) = first
             && (offset != next || records >= CHUNK_RECORDS || bytes + body.len() + 4 > max_bytes)
         {

@@ -1,16 +1,17 @@
 //! Chunk-level filtering of a subscription (`subscribe::drop_unmatched`):
 //! which stored chunks are dropped, and how their deliveries are acked.
 
-use super::subscribe::{Delivered, Subscription, drop_unmatched, ready_len};
+use super::subscribe::{Subscription, drop_unmatched, ready_len};
 use crate::broker::stream_filter::StreamFilter;
 use crate::broker::stream_record::ChunkMark::{self, Continues, Starts};
+use crate::master::inout::StreamRecord;
 use bytes::Bytes;
 use std::collections::VecDeque;
 
-fn d(offset: u64, mark: ChunkMark, value: Option<&str>) -> Delivered {
-    Delivered {
+fn d(offset: u64, mark: ChunkMark, value: Option<&str>) -> StreamRecord {
+    StreamRecord {
         offset,
-        tag: offset + 1,
+        delivery_tag: offset + 1,
         timestamp_ms: 0,
         record: Bytes::from("r"),
         mark,

@@ -171,9 +171,9 @@ fn stream_stats_are_asked_of_the_master_and_a_missing_stream_is_0x02() {
 
 #[test]
 fn a_stored_chunk_is_held_until_its_last_record_is_delivered() {
-    let d = |offset, mark| subscribe::Delivered {
+    let d = |offset, mark| crate::master::inout::StreamRecord {
         offset,
-        tag: offset + 1,
+        delivery_tag: offset + 1,
         timestamp_ms: 0,
         record: Bytes::from("r"),
         mark,

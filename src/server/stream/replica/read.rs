@@ -5,11 +5,11 @@
 //! A replica is fed stable entries only (`server::replica`), so everything
 //! it holds may be shown (I1) with no stable index to compare against.
 
-use super::super::bridge::Delivered;
 use crate::broker::Broker;
 use crate::broker::stream::StartAt;
 use crate::broker::stream_filter::filter_value;
 use crate::broker::stream_record::{chunk_mark, record_of, trailer_length};
+use crate::master::inout::StreamRecord;
 
 /// Where a read starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub(in crate::server::stream) enum ReadAnswer {
     Entries {
         start: u64,
         next: u64,
-        entries: Vec<Delivered>,
+        entries: Vec<StreamRecord>,
     },
 }
 
@@ -68,9 +68,9 @@ pub(in crate::server::stream) fn read(broker: &Broker, req: &ReadRequest) -> Rea
     log.visit_from(start, req.max_records, |offset, entry| {
         let record = record_of(&entry.msg);
         bytes += record.len();
-        entries.push(Delivered {
+        entries.push(StreamRecord {
             offset,
-            tag: offset,
+            delivery_tag: offset,
             timestamp_ms: entry.msg.timestamp_ms,
             record,
             mark: chunk_mark(&entry.msg),

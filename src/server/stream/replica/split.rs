@@ -19,10 +19,11 @@
 //! landed (a load balancer's address resolver) finds the replica it asked
 //! for.
 
-use super::super::bridge::{Delivered, Packed, chunk_max_bytes, pack, ready_len, stored_chunks};
+use super::super::bridge::{Packed, chunk_max_bytes, pack, ready_len, stored_chunks};
 use super::read::{From, ReadAnswer, ReadRequest};
 use crate::broker::stream::StartAt;
 use crate::broker::stream_filter::StreamFilter;
+use crate::master::inout::StreamRecord;
 use crate::metrics as m;
 use crate::metrics::stream_clients::ConsumerStats;
 use crate::users::{AccessTable, Perm};
@@ -72,7 +73,7 @@ struct Local {
     credit: u32,
     /// Read, not yet packed: the start of a stored chunk whose tail has not
     /// been applied here yet.
-    pending: Vec<Delivered>,
+    pending: Vec<StreamRecord>,
     /// Packed, waiting for credit.
     chunks: VecDeque<Packed>,
     /// The last read found nothing new: read again once the replica grows.

@@ -110,11 +110,11 @@ fn subscribe(id: u8, stream: &str, credit: u16, properties: Option<Properties>) 
 }
 
 /// `n` entries from `first`, each its own stored chunk.
-fn entries(first: u64, n: u64) -> Vec<Delivered> {
+fn entries(first: u64, n: u64) -> Vec<StreamRecord> {
     (first..first + n)
-        .map(|offset| Delivered {
+        .map(|offset| StreamRecord {
             offset,
-            tag: offset,
+            delivery_tag: offset,
             timestamp_ms: 1,
             record: Bytes::from(format!("m{offset}")),
             mark: ChunkMark::Starts(None),
