@@ -10,19 +10,23 @@
 //!     entry) as epoch then index; the store's identity: `joined` (0 or 1)
 //!     and `incarnation`, written once when the disk is created (see
 //!     [`FjallStore::open`]).
-//!   - `state`: the materialized state, keys and values as the broker's
-//!     reducer chose them (see [`super::Materializer`]). After a snapshot
-//!     from a peer was installed, the live state is `state.<n>` instead,
-//!     `n` being `meta/state_gen` (see [`FjallStore::install_staged`]).
+//!   - `state.<n>.<tag>`: the materialized state, keys and values as the
+//!     broker's reducer chose them (see [`super::Materializer`]), in one
+//!     keyspace per tag (a key's first byte, in hex: see
+//!     [`super::fjall_state`] for why), `n` being `meta/state_gen`, which a
+//!     snapshot install from a peer moves on (see
+//!     [`FjallStore::install_staged`]). A store written before 2026-12-06
+//!     kept the state in one keyspace, `state` (or `state.<n>`); the first
+//!     open splits it (`meta/state_split` says it was).
 //! - A store written before segments existed has its log in a keyspace
 //!   `log` (see [`super::fjall_log`]): the first open moves it into
 //!   `segments/` (see [`super::fjall_meta::migrate`]).
 //!
 //! A peer's state (snapshot catch-up) arrives in chunks, each written as it
-//! comes into a new keyspace (`state.<n+1>`) beside the live one, so the
+//! comes into new keyspaces (`state.<n+1>.<tag>`) beside the live ones, so the
 //! store never holds a whole state in memory. When the last chunk is in,
 //! one atomic, durable write names it in `meta/state_gen` together with the
-//! new log base and state index; only then is the old keyspace deleted.
+//! new log base and state index; only then are the old keyspaces deleted.
 //! `open` deletes every state keyspace that `meta` does not name: a crash
 //! mid-transfer leaves the old state and log whole, and the half-staged one
 //! is never seen. A log that does not continue the installed base is reset
@@ -60,7 +64,9 @@ use bytes::Bytes;
 use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use super::fjall_meta::{encode_position, migrate, open_identity, read_base, read_meta};
-use super::fjall_state::{FjallSnapshot, drop_stale_states, state_keyspace_name, state_options};
+use super::fjall_state::{
+    FjallSnapshot, StateSpaces, drop_stale_states, split_unsplit_state, unsplit_keyspace_name, walk,
+};
 use super::segment_log::{SEGMENT_BYTES, SegmentLog};
 use super::state::check_materialize;
 use super::{
@@ -108,6 +114,8 @@ const STABLE_INDEX_KEY: &[u8] = b"stable_index";
 const STATE_INDEX_KEY: &[u8] = b"state_index";
 pub(super) const LOG_BASE_KEY: &[u8] = b"log_base";
 const STATE_GEN_KEY: &[u8] = b"state_gen";
+/// 1 once the state is kept in a keyspace per tag (`fjall_state`).
+const STATE_SPLIT_KEY: &[u8] = b"state_split";
 pub(super) const JOINED_KEY: &[u8] = b"joined";
 pub(super) const INCARNATION_KEY: &[u8] = b"incarnation";
 
@@ -126,13 +134,11 @@ pub struct FjallStore {
     /// Promised epoch and stable index.
     meta: Keyspace,
     /// Materialized result of stable events (live messages, definitions), so disk
-    /// use follows the live backlog once old log entries are deleted.
-    state: Keyspace,
-    /// Cached copy of `meta/state_gen`: which keyspace `state` is.
-    state_gen: u64,
-    /// A peer's state being received: its base, its keyspace and its
-    /// generation; see the module docs.
-    staging: Option<(LogPosition, Keyspace, u64)>,
+    /// use follows the live backlog once old log entries are deleted; its
+    /// generation is `meta/state_gen`.
+    state: StateSpaces,
+    /// A peer's state being received, and its base; see the module docs.
+    staging: Option<(LogPosition, StateSpaces)>,
     /// The highest state generation created since open.
     staging_gen_used: u64,
     /// Cached copy of `meta/state_index`.
@@ -181,16 +187,10 @@ impl FjallStore {
             .journal_compression(fjall::CompressionType::None)
             .open()?;
         let meta = db.keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)?;
-        // The live state (see `state_options` and the module docs).
-        let state_gen = read_meta(&meta, STATE_GEN_KEY)?;
-        let state_name = state_keyspace_name(state_gen);
-        if state_gen > 0 && !db.keyspace_exists(&state_name) {
-            return Err(StoreError::Corrupt(format!(
-                "meta names the state keyspace {state_name:?}, which does not exist"
-            )));
-        }
-        let state = db.keyspace(&state_name, state_options)?;
-        drop_stale_states(&db, &state_name)?;
+        // The live state (see the module docs).
+        let state = open_state(&db, &meta)?;
+        drop_stale_states(&db, &state)?;
+        let state_gen = state.generation();
 
         let promised_epoch = read_meta(&meta, PROMISED_EPOCH_KEY)?;
         let state_index = read_meta(&meta, STATE_INDEX_KEY)?;
@@ -233,7 +233,6 @@ impl FjallStore {
             log,
             meta,
             state,
-            state_gen,
             staging: None,
             staging_gen_used: state_gen,
             state_index,
@@ -263,6 +262,14 @@ impl FjallStore {
         self.unsynced_entries += entries.len() as u64;
         self.dirty = true;
         Ok(())
+    }
+
+    /// The live state's keyspaces, in tag order, for a walk.
+    fn live_spaces(&self) -> Vec<(u8, Keyspace)> {
+        self.state
+            .spaces()
+            .map(|(tag, space)| (tag, space.clone()))
+            .collect()
     }
 
     /// Makes everything durable: the log (one fdatasync, measured) and, if
@@ -433,11 +440,17 @@ impl EventStore for FjallStore {
         check_materialize(self.state_index, self.stable_index, batch)?;
         let mut write = self.db.batch();
         for prefix in &batch.delete_prefixes {
-            for guard in self.state.prefix(prefix) {
-                write.remove(&self.state, guard.key()?);
+            for (tag, space) in self.state.spaces() {
+                if prefix.first().is_some_and(|t| *t != tag) {
+                    continue;
+                }
+                for guard in space.prefix(prefix) {
+                    write.remove(space, guard.key()?);
+                }
             }
         }
         for (key, op) in &batch.ops {
+            let space = self.state.make(&self.db, key)?;
             match op {
                 // The key is copied, not handed over: a reducer cuts every
                 // publish's key from shared 16 KiB chunks, most of them for
@@ -446,13 +459,13 @@ impl EventStore for FjallStore {
                 // key kept its whole chunk alive until the memtable's flush,
                 // which counts only the key's own bytes (docs/reliability.md).
                 // A value is handed over: its chunk holds written values only.
-                MergedOp::Put(value) => write.insert(&self.state, key.as_ref(), value.clone()),
-                MergedOp::Delete => write.remove(&self.state, key.as_ref()),
+                MergedOp::Put(value) => write.insert(&space, key.as_ref(), value.clone()),
+                MergedOp::Delete => write.remove(&space, key.as_ref()),
                 // Put and deleted within the batch: write nothing unless an
                 // older value must go (a point read, bloom-filtered when absent).
                 MergedOp::PutThenDelete => {
-                    if self.state.contains_key(key)? {
-                        write.remove(&self.state, key.as_ref());
+                    if space.contains_key(key)? {
+                        write.remove(&space, key.as_ref());
                     }
                 }
             }
@@ -465,7 +478,7 @@ impl EventStore for FjallStore {
             write.insert(&self.meta, LOG_BASE_KEY, encode_position(base));
         }
         write.commit()?;
-        rotate_full(&self.state)?;
+        self.state.rotate_full()?;
         self.state_index = batch.state_index;
         self.base = base;
         self.log.set_base(base);
@@ -475,16 +488,14 @@ impl EventStore for FjallStore {
     }
 
     fn state_get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
-        Ok(self.state.get(key)?.map(|v| Bytes::copy_from_slice(&v)))
+        let Some(space) = self.state.of_key(key) else {
+            return Ok(None);
+        };
+        Ok(space.get(key)?.map(|v| Bytes::copy_from_slice(&v)))
     }
 
     fn state_scan(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
-        let mut out = Vec::new();
-        for guard in self.state.prefix(prefix) {
-            let (key, value) = guard.into_inner()?;
-            out.push((Bytes::copy_from_slice(&key), Bytes::copy_from_slice(&value)));
-        }
-        Ok(out)
+        self.state_scan_page(prefix, None, usize::MAX)
     }
 
     fn state_scan_page(
@@ -493,22 +504,15 @@ impl EventStore for FjallStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
-        use std::ops::Bound;
-        let start = match after {
-            Some(a) => Bound::Excluded(a.to_vec()),
-            None => Bound::Included(prefix.to_vec()),
-        };
         let mut out = Vec::new();
-        for guard in self.state.range::<Vec<u8>, _>((start, Bound::Unbounded)) {
-            if out.len() >= limit {
-                break;
-            }
-            let (key, value) = guard.into_inner()?;
-            if !key.starts_with(prefix) {
-                break;
-            }
-            out.push((Bytes::copy_from_slice(&key), Bytes::copy_from_slice(&value)));
+        if limit == 0 {
+            return Ok(out);
         }
+        let spaces = self.live_spaces();
+        walk(&self.db.snapshot(), &spaces, prefix, after, |key, value| {
+            out.push((key, value));
+            out.len() < limit
+        })?;
         Ok(out)
     }
 
@@ -522,7 +526,7 @@ impl EventStore for FjallStore {
         };
         Ok(Box::new(FjallSnapshot {
             snapshot: self.db.snapshot(),
-            state: self.state.clone(),
+            spaces: self.live_spaces(),
             base,
         }))
     }
@@ -548,11 +552,37 @@ impl EventStore for FjallStore {
 /// messages of S6: 521 MiB peak RSS, 354 with fjall's two workers). Sealed
 /// here, at once, the memtable goes to the flush queue, and fjall holds
 /// writers back while four sealed ones wait for it, which bounds the RAM.
-fn rotate_full(keyspace: &Keyspace) -> Result<(), StoreError> {
+pub(super) fn rotate_full(keyspace: &Keyspace) -> Result<(), StoreError> {
     if keyspace.tree.active_memtable().size() > MEMTABLE_BYTES_MAX {
         keyspace.rotate_memtable()?;
     }
     Ok(())
+}
+
+/// The live state named in `meta`, split by tag first if it was kept in one
+/// keyspace (see `fjall_state`); a fresh store starts split.
+fn open_state(db: &Database, meta: &Keyspace) -> Result<StateSpaces, StoreError> {
+    let generation = read_meta(meta, STATE_GEN_KEY)?;
+    if read_meta(meta, STATE_SPLIT_KEY)? == 1 {
+        return StateSpaces::open(db, generation);
+    }
+    let unsplit = unsplit_keyspace_name(generation);
+    if db.keyspace_exists(&unsplit) {
+        return split_unsplit_state(db, generation, |write, next| {
+            write.insert(meta, STATE_GEN_KEY, next.to_be_bytes());
+            write.insert(meta, STATE_SPLIT_KEY, 1u64.to_be_bytes());
+        });
+    }
+    if generation > 0 {
+        return Err(StoreError::Corrupt(format!(
+            "meta names the state keyspace {unsplit:?}, which does not exist"
+        )));
+    }
+    // A new store: split from the start (durable with the store's identity,
+    // before anything is materialized).
+    meta.insert(STATE_SPLIT_KEY, 1u64.to_be_bytes())?;
+    db.persist(PersistMode::SyncAll)?;
+    Ok(StateSpaces::empty(0))
 }
 
 /// The position the log holds at `index`, if it holds one there.

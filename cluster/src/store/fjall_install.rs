@@ -1,19 +1,19 @@
 //! Installing a peer's state (snapshot catch-up) in a [`FjallStore`]: the
-//! chunks are staged in a new state keyspace beside the live one, then one
+//! chunks are staged in new state keyspaces beside the live ones, then one
 //! durable write in `meta` switches to it (see the parent module's docs for
 //! why a crash at any point leaves one whole state).
 
 use bytes::Bytes;
 
 use super::{
-    FjallStore, LOG_BASE_KEY, STABLE_INDEX_KEY, STATE_GEN_KEY, STATE_INDEX_KEY, encode_position,
-    held_at, rotate_full, state_keyspace_name, state_options,
+    FjallStore, LOG_BASE_KEY, STABLE_INDEX_KEY, STATE_GEN_KEY, STATE_INDEX_KEY, StateSpaces,
+    encode_position, held_at,
 };
 use crate::position::LogPosition;
 use crate::store::StoreError;
 
 impl FjallStore {
-    /// One chunk of a peer's state into the staging keyspace (a new one
+    /// One chunk of a peer's state into the staging keyspaces (new ones
     /// for the first chunk).
     pub(super) fn stage_chunk(
         &mut self,
@@ -22,32 +22,28 @@ impl FjallStore {
         pairs: &[(Bytes, Bytes)],
     ) -> Result<(), StoreError> {
         if first {
-            if let Some((_, old, _)) = self.staging.take() {
-                self.db.delete_keyspace(old)?;
+            if let Some((_, old)) = self.staging.take() {
+                old.delete(&self.db)?;
             }
             // Above every generation used before, so a deleted keyspace
             // whose files are still going never shares a name.
-            let generation = self.state_gen.max(self.staging_gen_used) + 1;
+            let generation = self.state.generation().max(self.staging_gen_used) + 1;
             self.staging_gen_used = generation;
-            let name = state_keyspace_name(generation);
-            if self.db.keyspace_exists(&name) {
-                let stale = self.db.keyspace(&name, state_options)?;
-                self.db.delete_keyspace(stale)?;
-            }
-            let keyspace = self.db.keyspace(&name, state_options)?;
-            self.staging = Some((base, keyspace, generation));
+            StateSpaces::open(&self.db, generation)?.delete(&self.db)?;
+            self.staging = Some((base, StateSpaces::empty(generation)));
         }
-        let Some((_, keyspace, _)) = self.staging.as_ref().filter(|(b, _, _)| *b == base) else {
+        let Some((_, staged)) = self.staging.as_mut().filter(|(b, _)| *b == base) else {
             return Err(StoreError::Misuse(format!(
                 "a chunk of the state at {base}, which is not being staged"
             )));
         };
         let mut write = self.db.batch();
         for (key, value) in pairs {
-            write.insert(keyspace, key.as_ref(), value.as_ref());
+            let space = staged.make(&self.db, key)?;
+            write.insert(&space, key.as_ref(), value.as_ref());
         }
         write.commit()?;
-        rotate_full(keyspace)?;
+        staged.rotate_full()?;
         self.dirty = true;
         self.fjall_dirty = true;
         Ok(())
@@ -62,7 +58,7 @@ impl FjallStore {
                 self.base
             )));
         }
-        let Some((_, staged, generation)) = self.staging.take_if(|(b, _, _)| *b == base) else {
+        let Some((_, staged)) = self.staging.take_if(|(b, _)| *b == base) else {
             return Err(StoreError::Misuse(format!(
                 "installing a state at {base}, which was not staged"
             )));
@@ -70,13 +66,12 @@ impl FjallStore {
         let keep = crate::store::keeps_suffix(held_at(&self.log, base.index)?, base);
         let mut write = self.db.batch();
         let stable = self.stable_index.max(base.index);
-        write.insert(&self.meta, STATE_GEN_KEY, generation.to_be_bytes());
+        write.insert(&self.meta, STATE_GEN_KEY, staged.generation().to_be_bytes());
         write.insert(&self.meta, STATE_INDEX_KEY, base.index.to_be_bytes());
         write.insert(&self.meta, LOG_BASE_KEY, encode_position(base));
         write.insert(&self.meta, STABLE_INDEX_KEY, stable.to_be_bytes());
         write.commit()?;
         let old = std::mem::replace(&mut self.state, staged);
-        self.state_gen = generation;
         self.state_index = base.index;
         self.base = base;
         self.log.set_base(base);
@@ -93,8 +88,8 @@ impl FjallStore {
         }
         self.log.set_stable(stable)?;
         self.dirty = true;
-        // Its files go once no pinned snapshot reads it any more.
-        self.db.delete_keyspace(old)?;
+        // Their files go once no pinned snapshot reads them any more.
+        old.delete(&self.db)?;
         Ok(())
     }
 }
