@@ -17,8 +17,16 @@
 //!   one queue can then never be the prefix of another.
 //! - `f` + u16 length + vhost + u16 length + queue: a stream's newest
 //!   retention cut (`StreamTruncated`, without its message ids), so a
-//!   restore numbers the stream's entries from its first offset. Its entries
-//!   are its queue's messages (`m` keys), which the cut deleted.
+//!   restore numbers the stream's entries from its first offset.
+//! - `s` + vhost + queue + message id (as `m`): one entry of a stream,
+//!   which the cut deleted if it was before the first offset. Apart from
+//!   the other queues' messages because the stores keep each tag in a
+//!   keyspace of its own (`stablemq_cluster`'s `fjall_state`), where a
+//!   stream's entries, whose ids only ascend, are never rewritten once
+//!   flushed, whatever the classic queues beside it do. A state written
+//!   before 2026-12-06 holds a stream's older entries under `m`: a restore
+//!   reads them first (their ids are lower), and the reducer deletes both
+//!   keys of such a stream's entries (`legacy_streams`).
 //! - `t` + vhost + queue (as above) + `o` or `s` + reference: a stream's
 //!   tracked reference (`StreamTracked`: a consumer's stored offset, a
 //!   publisher's sequence), its newest value only. Both are events a client
@@ -28,8 +36,9 @@
 //!   definitions, which a restore replays first: still correct.)
 //! - `x`: the highest message id ever published (u64 big-endian).
 //!
-//! Keys sort `d` < `f` < `m` < `t` < `x`, which is the order a restore
-//! applies them in: declarations, cuts, entries, tracking.
+//! Keys sort `d` < `f` < `m` < `s` < `t` < `x`, which is the order a
+//! restore applies them in: declarations, cuts, messages and entries,
+//! tracking.
 //!
 //! The reducer keeps the definitions in memory (a [`Broker`] that never holds
 //! messages) so it knows which routed queues exist and what TTL they impose,
@@ -42,7 +51,7 @@
 //! removal within the batch just drops them, without a delete for the store
 //! to check or write. Only the survivors are encoded and written, at flush.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -62,6 +71,9 @@ const DEFINITION_TAG: u8 = b'd';
 /// (which a stream numbers from its first offset), in key order.
 const STREAM_FIRST_TAG: u8 = b'f';
 const MESSAGE_TAG: u8 = b'm';
+/// A stream's entries: after the messages (a stream's older entries may be
+/// there, under `m`), before tracking.
+const STREAM_ENTRY_TAG: u8 = b's';
 /// After the messages: tracking needs only its stream to exist.
 const TRACKING_TAG: u8 = b't';
 const MAX_MSG_ID_KEY: &[u8] = b"x";
@@ -112,6 +124,10 @@ pub struct BrokerReducer {
     keys: KeyArena,
     /// Where stored messages are encoded ([`encode_message_into`]).
     values: BytesMut,
+    /// Streams (vhost, name) whose state holds entries under `m`, written
+    /// before stream entries had a tag of their own: a cut deletes both
+    /// keys of their entries (see the module docs).
+    legacy_streams: HashSet<(String, String)>,
 }
 
 /// One queue's copy of a message published in the current batch.
@@ -134,6 +150,7 @@ impl BrokerReducer {
             pending: HashMap::new(),
             keys: KeyArena::default(),
             values: BytesMut::new(),
+            legacy_streams: HashSet::new(),
         }
     }
 }
@@ -148,12 +165,22 @@ impl BrokerReducer {
         msg_ids: &[u64],
         out: &mut Vec<StateOp>,
     ) -> Result<(), ReduceError> {
+        let stream = self.is_stream(vhost, queue);
+        let legacy = stream && self.legacy_streams.contains(&(vhost.into(), queue.into()));
         for &id in msg_ids {
-            let key = self.keys.message_key(vhost, queue, id)?;
+            let key = if stream {
+                self.keys.stream_entry_key(vhost, queue, id)?
+            } else {
+                self.keys.message_key(vhost, queue, id)?
+            };
             if id > self.batch_floor {
                 self.pending.remove(&key);
             } else {
                 out.push(StateOp::Delete { key });
+                if legacy {
+                    let key = self.keys.message_key(vhost, queue, id)?;
+                    out.push(StateOp::Delete { key });
+                }
             }
         }
         Ok(())
@@ -214,7 +241,11 @@ impl BrokerReducer {
                 (a, b) => a.or(b),
             };
             let expires_at_ms = ttl.map(|t| timestamp_ms.saturating_add(t));
-            let key = self.keys.message_key(&vhost, queue, msg_id)?;
+            let key = if q.args.stream {
+                self.keys.stream_entry_key(&vhost, queue, msg_id)?
+            } else {
+                self.keys.message_key(&vhost, queue, msg_id)?
+            };
             if msg_id > self.batch_floor {
                 let copy = PendingCopy {
                     msg: msg.clone(),
@@ -257,11 +288,15 @@ impl BrokerReducer {
         let applied = self.defs.apply(definition, 0);
         for (vhost, q) in applied.deleted_queues {
             let prefix = queue_prefix(&vhost, &q.name)?.freeze();
-            self.pending.retain(|key, _| !key.starts_with(&prefix));
+            let entries = keys::tagged_prefix(STREAM_ENTRY_TAG, &vhost, &q.name)?;
+            self.pending
+                .retain(|key, _| !key.starts_with(&prefix) && !key.starts_with(&entries));
             out.push(StateOp::DeletePrefix { prefix });
-            // A stream declared again later starts with no cut and no
+            self.legacy_streams
+                .remove(&(vhost.clone(), q.name.to_string()));
+            // A stream declared again later starts with no entries, cut or
             // tracking of the old one's.
-            for tag in [STREAM_FIRST_TAG, TRACKING_TAG] {
+            for tag in [STREAM_ENTRY_TAG, STREAM_FIRST_TAG, TRACKING_TAG] {
                 let prefix = keys::tagged_prefix(tag, &vhost, &q.name)?;
                 out.push(StateOp::DeletePrefix { prefix });
             }
@@ -289,6 +324,8 @@ impl Reducer for BrokerReducer {
                 .map_err(|e| ReduceError(e.to_string()))?;
             apply_events(&mut defs, pairs).map_err(|e| ReduceError(e.to_string()))?;
         }
+        self.legacy_streams =
+            legacy_streams(&defs, state).map_err(|e| ReduceError(e.to_string()))?;
         self.defs = defs;
         self.max_msg_id = max;
         self.batch_floor = max;
@@ -357,14 +394,16 @@ pub fn restore(config_vhosts: &[String], state: &dyn StateRead) -> Result<Broker
     apply_events(&mut broker, state.scan_prefix(&[STREAM_FIRST_TAG])?)?;
     // A page at a time: queues page out what is over their RAM budget as
     // they fill, so a backlog longer than RAM is never held whole.
-    let mut after: Option<Bytes> = None;
-    loop {
-        let page = state.scan_prefix_page(&[MESSAGE_TAG], after.as_deref(), RESTORE_PAGE)?;
-        let Some((last, _)) = page.last() else {
-            break;
-        };
-        after = Some(last.clone());
-        restore_messages(&mut broker, page)?;
+    for tag in [MESSAGE_TAG, STREAM_ENTRY_TAG] {
+        let mut after: Option<Bytes> = None;
+        loop {
+            let page = state.scan_prefix_page(&[tag], after.as_deref(), RESTORE_PAGE)?;
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            after = Some(last.clone());
+            restore_messages(&mut broker, page)?;
+        }
     }
     apply_events(&mut broker, state.scan_prefix(&[TRACKING_TAG])?)?;
     Ok(broker)
@@ -383,7 +422,7 @@ fn apply_events(broker: &mut Broker, pairs: Vec<(Bytes, Bytes)>) -> Result<(), R
 
 /// [`restore`] from a state that arrives in chunks, in key order (a store's
 /// snapshot streamed to a slave): definitions (`d`) and cuts (`f`) sort
-/// before messages (`m`), tracking (`t`) after them and the highest id (`x`)
+/// before messages (`m`) and stream entries (`s`), tracking (`t`) after them and the highest id (`x`)
 /// comes last, so each chunk is applied as it
 /// comes and the whole state is never held at once, only the broker it
 /// makes (whose queues page out what is over their RAM budget as they fill).
@@ -420,7 +459,7 @@ impl RestoreBuilder {
                 Some(&DEFINITION_TAG | &STREAM_FIRST_TAG | &TRACKING_TAG) => {
                     apply_events(&mut self.broker, vec![(key.clone(), value)])?
                 }
-                Some(&MESSAGE_TAG) => {
+                Some(&MESSAGE_TAG | &STREAM_ENTRY_TAG) => {
                     restore_messages(&mut self.broker, vec![(key.clone(), value)])?
                 }
                 _ if key.as_ref() == MAX_MSG_ID_KEY => {
@@ -480,6 +519,24 @@ fn restore_messages(broker: &mut Broker, page: Vec<(Bytes, Bytes)>) -> Result<()
         });
     }
     Ok(())
+}
+
+/// The streams of `defs` that hold entries under `m` in `state` (see
+/// [`BrokerReducer::legacy_streams`]): one short read per stream.
+fn legacy_streams(
+    defs: &Broker,
+    state: &dyn StateRead,
+) -> Result<HashSet<(String, String)>, RestoreError> {
+    let mut legacy = HashSet::new();
+    for (vhost, v) in &defs.vhosts {
+        for (queue, _) in v.queues.iter().filter(|(_, q)| q.args.stream) {
+            let prefix = queue_prefix(vhost, queue).map_err(|e| RestoreError::Corrupt(e.0))?;
+            if !state.scan_prefix_page(&prefix, None, 1)?.is_empty() {
+                legacy.insert((vhost.clone(), queue.to_string()));
+            }
+        }
+    }
+    Ok(legacy)
 }
 
 fn restore_definitions(

@@ -1,10 +1,10 @@
-//! The state's keys: how a queue's messages, a stream's first offset and a
-//! stream's tracked references are named in the `state` keyspace (layout in
+//! The state's keys: how a queue's messages, a stream's entries, its first
+//! offset and its tracked references are named in the `state` keyspace (layout in
 //! the parent module's docs). Names are length-prefixed, not separated,
 //! because AMQP names may contain any byte: the prefix of one queue can then
 //! never be the prefix of another.
 
-use super::{MESSAGE_TAG, RestoreError, STREAM_FIRST_TAG, TRACKING_TAG};
+use super::{MESSAGE_TAG, RestoreError, STREAM_ENTRY_TAG, STREAM_FIRST_TAG, TRACKING_TAG};
 use crate::broker::event::Tracking;
 use bytes::{BufMut, Bytes, BytesMut};
 use stablemq_cluster::store::ReduceError;
@@ -26,11 +26,32 @@ impl KeyArena {
         queue: &str,
         id: u64,
     ) -> Result<Bytes, ReduceError> {
+        self.tagged_key(MESSAGE_TAG, vhost, queue, id)
+    }
+
+    /// The key of stream `queue`'s entry that is message `id`: as a
+    /// message's, under the tag of stream entries.
+    pub(super) fn stream_entry_key(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        id: u64,
+    ) -> Result<Bytes, ReduceError> {
+        self.tagged_key(STREAM_ENTRY_TAG, vhost, queue, id)
+    }
+
+    fn tagged_key(
+        &mut self,
+        tag: u8,
+        vhost: &str,
+        queue: &str,
+        id: u64,
+    ) -> Result<Bytes, ReduceError> {
         let len = 13 + vhost.len() + queue.len();
         if self.0.capacity() < len {
             self.0.reserve(len.max(Self::CHUNK));
         }
-        if let Err(e) = put_message_key(&mut self.0, vhost, queue, id) {
+        if let Err(e) = put_tagged_key(&mut self.0, tag, vhost, queue, id) {
             // No half key in front of the next one.
             self.0.clear();
             return Err(e);
@@ -67,20 +88,38 @@ pub(super) fn put_queue_prefix(
 /// The state key of a queue's copy of a message, appended to `out`: the
 /// queue's prefix, then the id (big-endian, so a queue's keys sort in
 /// publish order).
+#[cfg(test)]
 pub(super) fn put_message_key(
     out: &mut impl BufMut,
     vhost: &str,
     queue: &str,
     id: u64,
 ) -> Result<(), ReduceError> {
-    put_queue_prefix(out, vhost, queue)?;
+    put_tagged_key(out, MESSAGE_TAG, vhost, queue, id)
+}
+
+/// [`put_message_key`] under `tag` (a message's or a stream entry's).
+fn put_tagged_key(
+    out: &mut impl BufMut,
+    tag: u8,
+    vhost: &str,
+    queue: &str,
+    id: u64,
+) -> Result<(), ReduceError> {
+    out.put_u8(tag);
+    put_name(out, vhost)?;
+    put_name(out, queue)?;
     out.put_u64(id);
     Ok(())
 }
 
+/// The queue and message id of a message's or a stream entry's key.
 pub(super) fn parse_message_key(key: &[u8]) -> Result<(String, String, u64), RestoreError> {
     let corrupt = || RestoreError::Corrupt(format!("message key {key:?}"));
-    let rest = key.strip_prefix(&[MESSAGE_TAG]).ok_or_else(corrupt)?;
+    let rest = match key.split_first() {
+        Some((&(MESSAGE_TAG | STREAM_ENTRY_TAG), rest)) => rest,
+        _ => return Err(corrupt()),
+    };
     let take_name = |rest: &[u8]| -> Result<(String, usize), RestoreError> {
         let (len, tail) = rest.split_first_chunk::<2>().ok_or_else(corrupt)?;
         let len = usize::from(u16::from_be_bytes(*len));

@@ -162,3 +162,123 @@ fn a_publisher_sequence_rides_in_its_entries_events() {
         assert_eq!(summary(&restored), summary(&apply_all(&events)));
     }
 }
+
+/// A persistent publish of message `msg_id` to `queue` alone.
+fn published(msg_id: u64, queue: &str) -> Event {
+    Event::Published {
+        vhost: "/".into(),
+        exchange: "".into(),
+        routing_key: queue.into(),
+        msg_id,
+        timestamp_ms: 0,
+        properties: Arc::new(BasicProperties::default().with_delivery_mode(2)),
+        body: Bytes::from(format!("body {msg_id}")),
+        queues: [queue.into()].into_iter().collect(),
+    }
+}
+
+fn stream_key(id: u64) -> Bytes {
+    KeyArena::default().stream_entry_key("/", "s", id).unwrap()
+}
+
+/// `state` after `ops`, as a store writes them.
+fn applied_ops(mut state: BTreeMap<Bytes, Bytes>, ops: &[StateOp]) -> BTreeMap<Bytes, Bytes> {
+    for op in ops {
+        match op {
+            StateOp::Put { key, value } => {
+                state.insert(key.clone(), value.clone());
+            }
+            StateOp::Delete { key } => {
+                state.remove(key);
+            }
+            StateOp::DeletePrefix { prefix } => state.retain(|k, _| !k.starts_with(prefix)),
+        }
+    }
+    state
+}
+
+/// A stream's entries are under a tag of their own (`s`), apart from the
+/// classic queues' messages (`m`), so that the stores keep them in a
+/// keyspace of their own. A state written before holds a stream's older
+/// entries under `m`: it restores them first (their ids are lower), and a
+/// retention cut deletes both keys of each entry it removes, so nothing of
+/// them is left to come back at a restore.
+#[test]
+fn stream_entries_have_a_tag_of_their_own_and_older_states_still_restore() {
+    let classic = Event::QueueDeclared {
+        vhost: "/".into(),
+        name: "c".into(),
+        spec: QueueSpec {
+            durable: true,
+            auto_delete: false,
+            exclusive_owner: None,
+            arguments: FieldTable::default(),
+        },
+    };
+    let mut events = vec![stream_declared("s"), classic];
+    events.extend((1..=4).map(|id| published(id, "s")));
+    events.push(published(5, "c"));
+    let state = state_of(&materialize(&events, &[(64, false)], 0));
+    assert_eq!(tagged_count(&state, b's'), 4, "the stream's entries");
+    assert_eq!(tagged_count(&state, b'm'), 1, "the classic queue's message");
+    assert!(state.contains_key(&stream_key(4)));
+
+    // The older layout: the stream's first two entries under `m`.
+    let mut legacy = state.clone();
+    for id in 1..=2 {
+        let value = legacy.remove(&stream_key(id)).unwrap();
+        legacy.insert(message_key("/", "s", id).unwrap(), value);
+    }
+    let restored = restore(&config_vhosts(), &legacy).unwrap();
+    assert_eq!(summary(&restored), summary(&apply_all(&events)));
+
+    // A cut of the first three entries, reduced after a restart.
+    let cut = Event::StreamTruncated {
+        vhost: "/".into(),
+        queue: "s".into(),
+        first_offset: 3,
+        msg_ids: vec![1, 2, 3],
+    };
+    let reduce_cut = |state: &BTreeMap<Bytes, Bytes>| {
+        let mut reducer = BrokerReducer::new(config_vhosts());
+        reducer.restore(state).unwrap();
+        let mut ops = Vec::new();
+        reducer
+            .reduce(&Entry::new(1, 100, cut.encode()), &mut ops)
+            .unwrap();
+        reducer.flush(&mut ops).unwrap();
+        ops
+    };
+    let deletes = |ops: &[StateOp]| -> Vec<Bytes> {
+        ops.iter()
+            .filter_map(|op| match op {
+                StateOp::Delete { key } => Some(key.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    events.push(cut.clone());
+    let expected = summary(&apply_all(&events));
+    let ops = reduce_cut(&legacy);
+    for id in 1..=3 {
+        assert!(deletes(&ops).contains(&stream_key(id)), "{id} under s");
+        assert!(
+            deletes(&ops).contains(&message_key("/", "s", id).unwrap()),
+            "{id} under m"
+        );
+    }
+    let after = applied_ops(legacy, &ops);
+    assert_eq!(tagged_count(&after, b's') + tagged_count(&after, b'm'), 2);
+    assert_eq!(
+        summary(&restore(&config_vhosts(), &after).unwrap()),
+        expected
+    );
+    // A stream with nothing under `m`: one delete per entry.
+    let ops = reduce_cut(&state);
+    assert_eq!(deletes(&ops), (1..=3).map(stream_key).collect::<Vec<_>>());
+    let after = applied_ops(state, &ops);
+    assert_eq!(
+        summary(&restore(&config_vhosts(), &after).unwrap()),
+        expected
+    );
+}
