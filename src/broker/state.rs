@@ -18,15 +18,16 @@
 //! - `f` + u16 length + vhost + u16 length + queue: a stream's newest
 //!   retention cut (`StreamTruncated`, without its message ids), so a
 //!   restore numbers the stream's entries from its first offset.
-//! - `s` + vhost + queue + message id (as `m`): one entry of a stream,
-//!   which the cut deleted if it was before the first offset. Apart from
-//!   the other queues' messages because the stores keep each tag in a
-//!   keyspace of its own (`stablemq_cluster`'s `fjall_state`), where a
-//!   stream's entries, whose ids only ascend, are never rewritten once
-//!   flushed, whatever the classic queues beside it do. A state written
-//!   before 2026-12-06 holds a stream's older entries under `m`: a restore
-//!   reads them first (their ids are lower), and the reducer deletes both
-//!   keys of such a stream's entries (`legacy_streams`).
+//! - `0xf3` + vhost + queue + message id (as `m`): one entry of a stream,
+//!   which the cut deleted if it was before the first offset. A sequence
+//!   tag ([`stablemq_cluster::store::SEQUENCE_TAG_MIN`]): the stores keep
+//!   each stream's entries in a keyspace of its own (`stablemq_cluster`'s
+//!   `fjall_spaces`), where entries whose ids only ascend are never
+//!   rewritten once flushed, whatever else is written, and a deleted
+//!   stream's keyspace is dropped at once. A state written before
+//!   2026-12-06 holds a stream's older entries under `m`: a restore reads
+//!   them first (their ids are lower), and the reducer deletes both keys
+//!   of such a stream's entries (`legacy_streams`).
 //! - `t` + vhost + queue (as above) + `o` or `s` + reference: a stream's
 //!   tracked reference (`StreamTracked`: a consumer's stored offset, a
 //!   publisher's sequence), its newest value only. Both are events a client
@@ -36,9 +37,10 @@
 //!   definitions, which a restore replays first: still correct.)
 //! - `x`: the highest message id ever published (u64 big-endian).
 //!
-//! Keys sort `d` < `f` < `m` < `s` < `t` < `x`, which is the order a
-//! restore applies them in: declarations, cuts, messages and entries,
-//! tracking.
+//! Keys sort `d` < `f` < `m` < `t` < `x` < `0xf3`. A restore applies
+//! declarations, cuts, messages and stream entries, then tracking; a state
+//! streamed in key order (`RestoreBuilder`) applies tracking before the
+//! entries, which is the same: tracking needs only its stream to exist.
 //!
 //! The reducer keeps the definitions in memory (a [`Broker`] that never holds
 //! messages) so it knows which routed queues exist and what TTL they impose,
@@ -71,9 +73,9 @@ const DEFINITION_TAG: u8 = b'd';
 /// (which a stream numbers from its first offset), in key order.
 const STREAM_FIRST_TAG: u8 = b'f';
 const MESSAGE_TAG: u8 = b'm';
-/// A stream's entries: after the messages (a stream's older entries may be
-/// there, under `m`), before tracking.
-const STREAM_ENTRY_TAG: u8 = b's';
+/// A stream's entries: a sequence tag (`0x80 | b's'`), so last in key
+/// order; a stream's older entries may be under `m` (see the module docs).
+const STREAM_ENTRY_TAG: u8 = 0x80 | b's';
 /// After the messages: tracking needs only its stream to exist.
 const TRACKING_TAG: u8 = b't';
 const MAX_MSG_ID_KEY: &[u8] = b"x";
@@ -422,9 +424,9 @@ fn apply_events(broker: &mut Broker, pairs: Vec<(Bytes, Bytes)>) -> Result<(), R
 
 /// [`restore`] from a state that arrives in chunks, in key order (a store's
 /// snapshot streamed to a slave): definitions (`d`) and cuts (`f`) sort
-/// before messages (`m`) and stream entries (`s`), tracking (`t`) after them and the highest id (`x`)
-/// comes last, so each chunk is applied as it
-/// comes and the whole state is never held at once, only the broker it
+/// before messages (`m`), then come tracking (`t`, which needs only its
+/// stream), the highest id (`x`) and stream entries (`0xf3`), so each
+/// chunk is applied as it comes and the whole state is never held at once, only the broker it
 /// makes (whose queues page out what is over their RAM budget as they fill).
 pub struct RestoreBuilder {
     broker: Broker,

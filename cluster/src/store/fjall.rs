@@ -13,7 +13,9 @@
 //!   - `state.<n>.<tag>`: the materialized state, keys and values as the
 //!     broker's reducer chose them (see [`super::Materializer`]), in one
 //!     keyspace per tag (a key's first byte, in hex: see
-//!     [`super::fjall_state`] for why), `n` being `meta/state_gen`, which a
+//!     [`super::fjall_state`] for why) and one per sequence
+//!     (`state.<n>.<tag>.<m>`, its name in `meta/seq.<n>.<m>`: see
+//!     [`super::fjall_spaces`]), `n` being `meta/state_gen`, which a
 //!     snapshot install from a peer moves on (see
 //!     [`FjallStore::install_staged`]). A store written before 2026-12-06
 //!     kept the state in one keyspace, `state` (or `state.<n>`); the first
@@ -264,12 +266,9 @@ impl FjallStore {
         Ok(())
     }
 
-    /// The live state's keyspaces, in tag order, for a walk.
-    fn live_spaces(&self) -> Vec<(u8, Keyspace)> {
-        self.state
-            .spaces()
-            .map(|(tag, space)| (tag, space.clone()))
-            .collect()
+    /// The live state's keyspaces, in key order, for a walk.
+    fn live_spaces(&self) -> Vec<(Bytes, Keyspace)> {
+        self.state.list()
     }
 
     /// Makes everything durable: the log (one fdatasync, measured) and, if
@@ -440,17 +439,14 @@ impl EventStore for FjallStore {
         check_materialize(self.state_index, self.stable_index, batch)?;
         let mut write = self.db.batch();
         for prefix in &batch.delete_prefixes {
-            for (tag, space) in self.state.spaces() {
-                if prefix.first().is_some_and(|t| *t != tag) {
-                    continue;
-                }
-                for guard in space.prefix(prefix) {
-                    write.remove(space, guard.key()?);
-                }
-            }
+            self.state.delete_prefix(prefix, &mut write)?;
         }
         for (key, op) in &batch.ops {
-            let space = self.state.make(&self.db, key)?;
+            if !matches!(op, MergedOp::Put(_)) && self.state.of_key(key).is_none() {
+                // Nothing to delete where no keyspace was ever made.
+                continue;
+            }
+            let space = self.state.make(&self.db, key, &mut write)?;
             match op {
                 // The key is copied, not handed over: a reducer cuts every
                 // publish's key from shared 16 KiB chunks, most of them for
@@ -479,6 +475,12 @@ impl EventStore for FjallStore {
         }
         write.commit()?;
         self.state.rotate_full()?;
+        if self.state.has_dead() {
+            // A sequence deleted whole: its keyspace goes once the batch
+            // that says so is durable (rare: a stream's deletion).
+            self.db.persist(PersistMode::SyncAll)?;
+            self.state.drop_dead(&self.db)?;
+        }
         self.state_index = batch.state_index;
         self.base = base;
         self.log.set_base(base);
@@ -564,11 +566,11 @@ pub(super) fn rotate_full(keyspace: &Keyspace) -> Result<(), StoreError> {
 fn open_state(db: &Database, meta: &Keyspace) -> Result<StateSpaces, StoreError> {
     let generation = read_meta(meta, STATE_GEN_KEY)?;
     if read_meta(meta, STATE_SPLIT_KEY)? == 1 {
-        return StateSpaces::open(db, generation);
+        return StateSpaces::open(db, meta, generation);
     }
     let unsplit = unsplit_keyspace_name(generation);
     if db.keyspace_exists(&unsplit) {
-        return split_unsplit_state(db, generation, |write, next| {
+        return split_unsplit_state(db, meta, generation, |write, next| {
             write.insert(meta, STATE_GEN_KEY, next.to_be_bytes());
             write.insert(meta, STATE_SPLIT_KEY, 1u64.to_be_bytes());
         });
@@ -582,7 +584,7 @@ fn open_state(db: &Database, meta: &Keyspace) -> Result<StateSpaces, StoreError>
     // before anything is materialized).
     meta.insert(STATE_SPLIT_KEY, 1u64.to_be_bytes())?;
     db.persist(PersistMode::SyncAll)?;
-    Ok(StateSpaces::empty(0))
+    Ok(StateSpaces::empty(0, meta))
 }
 
 /// The position the log holds at `index`, if it holds one there.
@@ -599,3 +601,7 @@ mod install;
 #[cfg(test)]
 #[path = "fjall_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "fjall_spaces_tests.rs"]
+mod spaces_tests;

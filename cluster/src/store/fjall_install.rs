@@ -29,8 +29,8 @@ impl FjallStore {
             // whose files are still going never shares a name.
             let generation = self.state.generation().max(self.staging_gen_used) + 1;
             self.staging_gen_used = generation;
-            StateSpaces::open(&self.db, generation)?.delete(&self.db)?;
-            self.staging = Some((base, StateSpaces::empty(generation)));
+            StateSpaces::open(&self.db, &self.meta, generation)?.delete(&self.db)?;
+            self.staging = Some((base, StateSpaces::empty(generation, &self.meta)));
         }
         let Some((_, staged)) = self.staging.as_mut().filter(|(b, _)| *b == base) else {
             return Err(StoreError::Misuse(format!(
@@ -39,7 +39,7 @@ impl FjallStore {
         };
         let mut write = self.db.batch();
         for (key, value) in pairs {
-            let space = staged.make(&self.db, key)?;
+            let space = staged.make(&self.db, key, &mut write)?;
             write.insert(&space, key.as_ref(), value.as_ref());
         }
         write.commit()?;

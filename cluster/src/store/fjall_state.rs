@@ -18,10 +18,17 @@
 //! 121,000–158,000 msg/s. A tag's keyspace is made when its first key is
 //! written, so a reducer with five tags costs five small keyspaces.
 //!
-//! Keys sort by their first byte first, so reading the keyspaces one after
-//! the other in tag order reads the state in key order, as one keyspace did.
+//! Tables still overlapped where several runs of ascending keys shared a
+//! tag: four streams published one after the other made fjall's worker
+//! write 11, 75, 104 and 55 MB for 200,000 entries each, at 121,000 down
+//! to 88,000 msg/s. So the keys of a sequence tag
+//! ([`super::state::SEQUENCE_TAG_MIN`]) get a keyspace per sequence
+//! (`fjall_spaces`), which also makes deleting a stream dropping a
+//! keyspace rather than writing a tombstone per entry.
+//!
+//! Keys sort by their first bytes first, so reading the keyspaces one after
+//! the other in key order reads the state in key order, as one keyspace did.
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -29,101 +36,13 @@ use fjall::config::{CompressionPolicy, PartitioningPolicy};
 use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use super::StoreError;
-use super::fjall::{MEMTABLE_BYTES_MAX, STATE_KEYSPACE, rotate_full};
+use super::fjall::{MEMTABLE_BYTES_MAX, STATE_KEYSPACE};
+pub(super) use super::fjall_spaces::StateSpaces;
 use crate::position::LogPosition;
 
 /// Where a copied state is written before it is committed: 8 MiB per batch,
 /// as much as one memtable.
 const COPY_BATCH_BYTES: usize = 8 * 1024 * 1024;
-
-/// One generation of the state: a keyspace per tag, made on first use.
-pub(super) struct StateSpaces {
-    generation: u64,
-    spaces: BTreeMap<u8, Keyspace>,
-}
-
-impl StateSpaces {
-    /// Generation `generation` with no keyspace yet.
-    pub(super) fn empty(generation: u64) -> StateSpaces {
-        StateSpaces {
-            generation,
-            spaces: BTreeMap::new(),
-        }
-    }
-
-    /// Generation `generation` with the keyspaces `db` holds for it.
-    pub(super) fn open(db: &Database, generation: u64) -> Result<StateSpaces, StoreError> {
-        let mut state = StateSpaces::empty(generation);
-        for name in db.list_keyspace_names() {
-            let name: &str = name.as_ref();
-            if let Some(tag) = tag_of(generation, name) {
-                state.spaces.insert(tag, db.keyspace(name, state_options)?);
-            }
-        }
-        Ok(state)
-    }
-
-    pub(super) fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// The keyspace of `key`'s tag, if one was made.
-    pub(super) fn of_key(&self, key: &[u8]) -> Option<&Keyspace> {
-        key.first().and_then(|tag| self.spaces.get(tag))
-    }
-
-    /// The keyspace of `key`'s tag, made if it is the tag's first key (an
-    /// empty key has no tag: `Misuse`). A clone of the handle (a reference
-    /// count), so the caller may go on making others.
-    pub(super) fn make(&mut self, db: &Database, key: &[u8]) -> Result<Keyspace, StoreError> {
-        let Some(&tag) = key.first() else {
-            return Err(StoreError::Misuse("an empty state key".into()));
-        };
-        if let Some(space) = self.spaces.get(&tag) {
-            return Ok(space.clone());
-        }
-        let space = db.keyspace(&space_name(self.generation, tag), state_options)?;
-        self.spaces.insert(tag, space.clone());
-        Ok(space)
-    }
-
-    /// The keyspaces, in tag (so key) order.
-    pub(super) fn spaces(&self) -> impl Iterator<Item = (u8, &Keyspace)> {
-        self.spaces.iter().map(|(tag, space)| (*tag, space))
-    }
-
-    /// Seals each keyspace's memtable that is full ([`rotate_full`]).
-    pub(super) fn rotate_full(&self) -> Result<(), StoreError> {
-        self.spaces.values().try_for_each(rotate_full)
-    }
-
-    /// Deletes every keyspace of this generation (fjall removes the files
-    /// once no snapshot reads them).
-    pub(super) fn delete(self, db: &Database) -> Result<(), StoreError> {
-        for space in self.spaces.into_values() {
-            db.delete_keyspace(space)?;
-        }
-        Ok(())
-    }
-
-    /// Whether `name` is one of this generation's keyspaces.
-    fn owns(&self, name: &str) -> bool {
-        tag_of(self.generation, name).is_some()
-    }
-}
-
-/// The keyspace of `tag`'s keys in `generation`: `state.<gen>.<tag in hex>`.
-fn space_name(generation: u64, tag: u8) -> String {
-    format!("{STATE_KEYSPACE}.{generation}.{tag:02x}")
-}
-
-/// The tag `name` holds in `generation`, if it is one of its keyspaces.
-fn tag_of(generation: u64, name: &str) -> Option<u8> {
-    let hex = name.strip_prefix(&format!("{STATE_KEYSPACE}.{generation}."))?;
-    (hex.len() == 2)
-        .then(|| u8::from_str_radix(hex, 16).ok())
-        .flatten()
-}
 
 /// The single keyspace that held a whole state of `generation` before the
 /// state was split by tag: the first one kept the name stores had before
@@ -138,31 +57,36 @@ pub(super) fn unsplit_keyspace_name(generation: u64) -> String {
 
 /// Calls `each` with the state's pairs whose key starts with `prefix` and
 /// sorts after `after` (from the prefix's first when `None`), in key order,
-/// as `snapshot` sees them; `each` returns false to stop.
+/// as `snapshot` sees them; `each` returns false to stop. `spaces` are the
+/// keyspaces by space key (`fjall_spaces`), in key order: every key of a
+/// space starts with its space key, and no space key is a prefix of
+/// another's, so the spaces hold consecutive runs of the key order.
 pub(super) fn walk(
     snapshot: &fjall::Snapshot,
-    spaces: &[(u8, Keyspace)],
+    spaces: &[(Bytes, Keyspace)],
     prefix: &[u8],
     after: Option<&[u8]>,
     mut each: impl FnMut(Bytes, Bytes) -> bool,
 ) -> Result<(), StoreError> {
     use fjall::Readable;
     // Where the walk starts: after `after`, unless that is before the prefix.
-    let lower: Bound<&[u8]> = match after {
-        Some(a) if a >= prefix => Bound::Excluded(a),
-        _ => Bound::Included(prefix),
+    let (start, lower): (&[u8], Bound<&[u8]>) = match after {
+        Some(a) if a >= prefix => (a, Bound::Excluded(a)),
+        _ => (prefix, Bound::Included(prefix)),
     };
-    let start_tag = match lower {
-        Bound::Excluded(k) | Bound::Included(k) => k.first().copied(),
-        Bound::Unbounded => None,
-    };
-    for (tag, space) in spaces {
-        if prefix.first().is_some_and(|t| t != tag) || start_tag.is_some_and(|t| *tag < t) {
+    for (space_key, space) in spaces {
+        let space_key: &[u8] = space_key;
+        // Only spaces whose keys can start with the prefix.
+        if !space_key.starts_with(prefix) && !prefix.starts_with(space_key) {
             continue;
         }
-        // Every key of a later tag sorts after the start.
-        let from = if start_tag == Some(*tag) {
+        // A space whose keys start with the start's first bytes begins at
+        // the start; one that sorts before it holds nothing after it; one
+        // after it, nothing before it.
+        let from = if start.starts_with(space_key) {
             lower
+        } else if space_key < start {
+            continue;
         } else {
             Bound::Unbounded
         };
@@ -183,8 +107,8 @@ pub(super) fn walk(
 /// the versions it sees from being compacted away until it is dropped).
 pub(super) struct FjallSnapshot {
     pub(super) snapshot: fjall::Snapshot,
-    /// The state's keyspaces when the snapshot was taken, in tag order.
-    pub(super) spaces: Vec<(u8, Keyspace)>,
+    /// The state's keyspaces when the snapshot was taken, by space key.
+    pub(super) spaces: Vec<(Bytes, Keyspace)>,
     pub(super) base: LogPosition,
 }
 
@@ -249,18 +173,19 @@ pub(super) fn state_options() -> KeyspaceCreateOptions {
 /// open starts the copy over.
 pub(super) fn split_unsplit_state(
     db: &Database,
+    meta: &Keyspace,
     generation: u64,
     set_split: impl FnOnce(&mut fjall::OwnedWriteBatch, u64),
 ) -> Result<StateSpaces, StoreError> {
     let old = db.keyspace(&unsplit_keyspace_name(generation), state_options)?;
     let next = generation + 1;
     // What a copy a crash cut short left behind.
-    StateSpaces::open(db, next)?.delete(db)?;
-    let mut state = StateSpaces::empty(next);
+    StateSpaces::open(db, meta, next)?.delete(db)?;
+    let mut state = StateSpaces::empty(next, meta);
     let (mut write, mut size, mut pairs) = (db.batch(), 0, 0u64);
     for guard in old.iter() {
         let (key, value) = guard.into_inner()?;
-        let space = state.make(db, &key)?;
+        let space = state.make(db, &key, &mut write)?;
         size += key.len() + value.len();
         pairs += 1;
         write.insert(&space, key, value);
@@ -294,5 +219,5 @@ pub(super) fn drop_stale_states(db: &Database, live: &StateSpaces) -> Result<(),
             db.delete_keyspace(stale)?;
         }
     }
-    Ok(())
+    live.drop_stale_names()
 }

@@ -222,7 +222,7 @@ fn an_install_cut_short_before_the_log_reset_is_finished_on_open() {
 }
 
 /// The state keyspaces on disk, by name, sorted.
-fn state_keyspaces(store: &FjallStore) -> Vec<String> {
+pub(super) fn state_keyspaces(store: &FjallStore) -> Vec<String> {
     let mut names: Vec<String> = store
         .db
         .list_keyspace_names()
@@ -238,7 +238,7 @@ fn state_keyspaces(store: &FjallStore) -> Vec<String> {
 }
 
 /// Materializes `pairs` (state index 1) into a store holding one entry.
-fn store_with_state(dir: &std::path::Path, pairs: &[(&str, &str)]) -> FjallStore {
+pub(super) fn store_with_state(dir: &std::path::Path, pairs: &[(&str, &str)]) -> FjallStore {
     let mut store = FjallStore::open(dir).unwrap();
     store.append(&entries(1, 1..=1)).unwrap();
     store.sync().unwrap();
@@ -387,166 +387,4 @@ fn flushed_bodies_survive_a_snapshot_transfer_an_install_and_a_reopen() {
     }
     assert_eq!(target.state_get(b"small").unwrap(), Some(Bytes::from("v")));
     assert_eq!(target.log_base(), base);
-}
-
-/// Every pair of `store`'s state, read a page of `page` pairs at a time.
-fn paged(store: &FjallStore, prefix: &[u8], page: usize) -> Vec<(Bytes, Bytes)> {
-    let (mut out, mut after) = (Vec::new(), None::<Bytes>);
-    loop {
-        let got = store
-            .state_scan_page(prefix, after.as_deref(), page)
-            .unwrap();
-        let Some((last, _)) = got.last() else {
-            return out;
-        };
-        after = Some(last.clone());
-        out.extend(got);
-    }
-}
-
-fn pairs(list: &[(&str, &str)]) -> Vec<(Bytes, Bytes)> {
-    list.iter()
-        .map(|(k, v)| (Bytes::from(k.to_string()), Bytes::from(v.to_string())))
-        .collect()
-}
-
-/// Each tag (a key's first byte) has a keyspace of its own, and every read
-/// (a point, a prefix, pages across tags, a snapshot in chunks) sees the
-/// state in key order as one keyspace would; a delete by prefix reaches
-/// every keyspace the prefix covers.
-#[test]
-fn the_state_is_a_keyspace_per_tag_read_in_key_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let all = [
-        ("d1", "def"),
-        ("m\x00a1", "a1"),
-        ("m\x00a2", "a2"),
-        ("m\x00b1", "b1"),
-        ("t1", "t"),
-        ("x", "max"),
-    ];
-    let mut store = store_with_state(dir.path(), &all);
-    assert_eq!(
-        state_keyspaces(&store),
-        ["state.0.64", "state.0.6d", "state.0.74", "state.0.78"]
-    );
-    assert_eq!(store.state_get(b"x").unwrap(), Some(Bytes::from("max")));
-    assert_eq!(store.state_get(b"y").unwrap(), None);
-    assert_eq!(store.state_get(b"").unwrap(), None);
-    assert_eq!(store.state_scan(b"").unwrap(), pairs(&all));
-    assert_eq!(store.state_scan(b"m\x00a").unwrap(), pairs(&all[1..3]));
-    for page in 1..=4 {
-        assert_eq!(paged(&store, b"", page), pairs(&all), "pages of {page}");
-        assert_eq!(
-            paged(&store, b"m", page),
-            pairs(&all[1..4]),
-            "pages of {page}"
-        );
-    }
-    // An `after` before the prefix starts at the prefix.
-    assert_eq!(
-        store.state_scan_page(b"m\x00b", Some(b"d"), 10).unwrap(),
-        pairs(&all[3..4])
-    );
-    // A snapshot in chunks of one pair and of many.
-    let snapshot = store.state_snapshot().unwrap();
-    for max_bytes in [1, 10, 1 << 20] {
-        let (mut got, mut after) = (Vec::new(), None::<Bytes>);
-        loop {
-            let (chunk, done) = snapshot.chunk(after.as_deref(), max_bytes).unwrap();
-            after = chunk.last().map(|(k, _)| k.clone()).or(after);
-            got.extend(chunk);
-            if done {
-                break;
-            }
-        }
-        assert_eq!(got, pairs(&all), "chunks of {max_bytes} bytes");
-    }
-    // Deletes by prefix, written after the snapshot, which still sees all.
-    store.append(&entries(1, 2..=3)).unwrap();
-    store.sync().unwrap();
-    store.set_stable_index(3).unwrap();
-    let mut batch = StateBatch::new(2);
-    batch.delete_prefixes.push(Bytes::from("m\x00a"));
-    store.materialize(&batch).unwrap();
-    assert_eq!(store.state_scan(b"m").unwrap(), pairs(&all[3..4]));
-    let mut batch = StateBatch::new(3);
-    batch.delete_prefixes.push(Bytes::new());
-    store.materialize(&batch).unwrap();
-    assert_eq!(store.state_scan(b"").unwrap(), Vec::new());
-    let (chunk, done) = snapshot.chunk(None, 1 << 20).unwrap();
-    assert!(done);
-    assert_eq!(chunk, pairs(&all));
-    // An empty key has no tag and no keyspace to go to.
-    let mut batch = StateBatch::new(3);
-    batch
-        .ops
-        .insert(Bytes::new(), MergedOp::Put(Bytes::from("v")));
-    assert!(matches!(
-        store.materialize(&batch),
-        Err(StoreError::Misuse(_))
-    ));
-}
-
-/// Turns `dir`'s store back into the layout of a store written before
-/// 2026-12-06: its whole state in the keyspace `state`, no `state_split`.
-fn unsplit(dir: &std::path::Path) {
-    let db = fjall::Database::builder(dir).open().unwrap();
-    let meta = db
-        .keyspace("meta", fjall::KeyspaceCreateOptions::default)
-        .unwrap();
-    let old = db.keyspace("state", state_options).unwrap();
-    let names: Vec<String> = db
-        .list_keyspace_names()
-        .iter()
-        .map(|n| {
-            let n: &str = n.as_ref();
-            n.to_owned()
-        })
-        .filter(|n| n.starts_with("state.0."))
-        .collect();
-    for name in names {
-        let space = db.keyspace(&name, state_options).unwrap();
-        for guard in space.iter() {
-            let (key, value) = guard.into_inner().unwrap();
-            old.insert(key, value).unwrap();
-        }
-        db.delete_keyspace(space).unwrap();
-    }
-    meta.remove(super::STATE_SPLIT_KEY).unwrap();
-    db.persist(PersistMode::SyncAll).unwrap();
-}
-
-/// A store whose state is in one keyspace (written before the split) is
-/// split by its first open, into the next generation; a split a crash cut
-/// short (the copy half made, `meta` not yet switched) is made again.
-#[test]
-fn a_state_kept_in_one_keyspace_is_split_on_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let all = [("d1", "def"), ("m1", "one"), ("m2", "two"), ("x", "max")];
-    drop(store_with_state(dir.path(), &all));
-    unsplit(dir.path());
-    {
-        // A copy a crash cut short: a keyspace of the next generation,
-        // holding a pair the old state does not have.
-        let db = fjall::Database::builder(dir.path()).open().unwrap();
-        let half = db.keyspace("state.1.6d", state_options).unwrap();
-        half.insert("m9", "stale").unwrap();
-        db.persist(PersistMode::SyncAll).unwrap();
-    }
-    let store = FjallStore::open(dir.path()).unwrap();
-    assert_eq!(
-        state_keyspaces(&store),
-        ["state.1.64", "state.1.6d", "state.1.78"]
-    );
-    assert_eq!(store.state_scan(b"").unwrap(), pairs(&all));
-    assert_eq!(store.state_index(), 1);
-    drop(store);
-    // Split once: the next open finds the same generation and state.
-    let store = FjallStore::open(dir.path()).unwrap();
-    assert_eq!(
-        state_keyspaces(&store),
-        ["state.1.64", "state.1.6d", "state.1.78"]
-    );
-    assert_eq!(store.state_scan(b"").unwrap(), pairs(&all));
 }

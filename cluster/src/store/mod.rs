@@ -11,6 +11,7 @@
 mod fjall;
 mod fjall_log;
 mod fjall_meta;
+mod fjall_spaces;
 mod fjall_state;
 mod follow;
 /// The segment log's fuzz target; see [`crate::fuzz`].
@@ -27,7 +28,7 @@ pub use self::memory::MemoryStore;
 pub use self::runner::{DiskRunner, RecoveredStore};
 pub(crate) use self::state::StoreState;
 pub use self::state::{
-    Materializer, MergedOp, ReduceError, Reducer, StateBatch, StateOp, StateRead,
+    Materializer, MergedOp, ReduceError, Reducer, SEQUENCE_TAG_MIN, StateBatch, StateOp, StateRead,
 };
 
 use crate::position::{Entry, LogPosition};

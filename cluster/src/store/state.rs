@@ -21,6 +21,19 @@ use bytes::Bytes;
 use super::{EventStore, StoreError};
 use crate::position::Entry;
 
+/// Keys whose first byte (the tag) is at least this are a *sequence's*:
+/// everything but their last 8 bytes names the sequence, and those 8 bytes
+/// (big-endian) are the key's position in it. A store may keep each
+/// sequence apart ([`super::FjallStore`]: a keyspace of its own), so a
+/// reducer puts under these tags data it appends at ascending positions
+/// and removes from the front or whole (a stream's entries): appending
+/// then never rewrites what is older, whatever else is written, and a
+/// delete by a prefix that covers the whole sequence drops it at once.
+/// Such a key must have at least 9 bytes (`Misuse` otherwise), and no
+/// sequence's name may be the prefix of another's (as no name of
+/// length-prefixed parts is). Reads see one ordered state either way.
+pub const SEQUENCE_TAG_MIN: u8 = 0x80;
+
 /// One change to the `state` keyspace. Keys are opaque bytes ordered
 /// lexicographically (so a reducer chooses big-endian numbers for order).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -197,7 +197,7 @@ fn applied_ops(mut state: BTreeMap<Bytes, Bytes>, ops: &[StateOp]) -> BTreeMap<B
     state
 }
 
-/// A stream's entries are under a tag of their own (`s`), apart from the
+/// A stream's entries are under a tag of their own (`0xf3`), apart from the
 /// classic queues' messages (`m`), so that the stores keep them in a
 /// keyspace of their own. A state written before holds a stream's older
 /// entries under `m`: it restores them first (their ids are lower), and a
@@ -219,7 +219,7 @@ fn stream_entries_have_a_tag_of_their_own_and_older_states_still_restore() {
     events.extend((1..=4).map(|id| published(id, "s")));
     events.push(published(5, "c"));
     let state = state_of(&materialize(&events, &[(64, false)], 0));
-    assert_eq!(tagged_count(&state, b's'), 4, "the stream's entries");
+    assert_eq!(tagged_count(&state, 0xf3), 4, "the stream's entries");
     assert_eq!(tagged_count(&state, b'm'), 1, "the classic queue's message");
     assert!(state.contains_key(&stream_key(4)));
 
@@ -268,7 +268,7 @@ fn stream_entries_have_a_tag_of_their_own_and_older_states_still_restore() {
         );
     }
     let after = applied_ops(legacy, &ops);
-    assert_eq!(tagged_count(&after, b's') + tagged_count(&after, b'm'), 2);
+    assert_eq!(tagged_count(&after, 0xf3) + tagged_count(&after, b'm'), 2);
     assert_eq!(
         summary(&restore(&config_vhosts(), &after).unwrap()),
         expected
