@@ -63,7 +63,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use bytes::Bytes;
-use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use super::fjall_meta::{encode_position, migrate, open_identity, read_base, read_meta};
 use super::fjall_state::{
@@ -101,7 +101,8 @@ pub(super) const MEMTABLE_BYTES_MAX: u64 = 8 * 1024 * 1024;
 /// broker threads at random moments. One worker does the same flushes and
 /// compactions one after the other, without the spin (in S2, 2.3M worker
 /// ticks for 100k messages had been 6k of the server's 40k instructions per
-/// message); see [`rotate_full`] for what that did to the memtables.
+/// message); see `StateSpaces::rotate_full` (`fjall_spaces`) for what
+/// that did to the memtables.
 const WORKER_THREADS: usize = 1;
 /// fjall's block cache (32 MiB by default). The store reads little: the
 /// state at boot (once, in order) and point checks of keys a batch put and
@@ -545,20 +546,6 @@ impl EventStore for FjallStore {
     fn install_staged(&mut self, base: LogPosition) -> Result<(), StoreError> {
         self.install_chunks(base)
     }
-}
-
-/// Seals `keyspace`'s memtable once it is full. fjall asks its workers to
-/// do that, through the queue where a flush or a long compaction may be
-/// ahead (one worker, see [`WORKER_THREADS`]); meanwhile the memtable kept
-/// growing, past anything [`MEMTABLE_BYTES_MAX`] meant (filling 1.5M
-/// messages of S6: 521 MiB peak RSS, 354 with fjall's two workers). Sealed
-/// here, at once, the memtable goes to the flush queue, and fjall holds
-/// writers back while four sealed ones wait for it, which bounds the RAM.
-pub(super) fn rotate_full(keyspace: &Keyspace) -> Result<(), StoreError> {
-    if keyspace.tree.active_memtable().size() > MEMTABLE_BYTES_MAX {
-        keyspace.rotate_memtable()?;
-    }
-    Ok(())
 }
 
 /// The live state named in `meta`, split by tag first if it was kept in one

@@ -13,12 +13,17 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use fjall::{Database, Keyspace, OwnedWriteBatch};
+use fjall::{AbstractTree, Database, Keyspace, OwnedWriteBatch};
 
 use super::StoreError;
-use super::fjall::{STATE_KEYSPACE, rotate_full};
+use super::fjall::{MEMTABLE_BYTES_MAX, STATE_KEYSPACE};
 use super::fjall_state::state_options;
 use super::state::SEQUENCE_TAG_MIN;
+
+/// The most the state's unsealed memtables hold together before the
+/// largest are sealed for their flush ([`StateSpaces::rotate_full`]): two
+/// full memtables' worth, as one keyspace held at most one and a half.
+const ACTIVE_MEMTABLES_MAX: u64 = 2 * MEMTABLE_BYTES_MAX;
 
 /// `meta`'s keys of sequence names start with this.
 const SEQUENCE_META: &str = "seq.";
@@ -197,11 +202,57 @@ impl StateSpaces {
             .collect()
     }
 
-    /// Seals each keyspace's memtable that is full ([`rotate_full`]).
+    /// Seals each keyspace's memtable that is over [`MEMTABLE_BYTES_MAX`], and,
+    /// while the memtables not yet sealed hold more than
+    /// [`ACTIVE_MEMTABLES_MAX`] together, the largest of them.
+    ///
+    /// Why the first: fjall asks its workers to seal a full memtable,
+    /// through the queue where a flush or a long compaction may be ahead
+    /// (one worker, `fjall::WORKER_THREADS`); meanwhile the memtable kept
+    /// growing, past anything [`MEMTABLE_BYTES_MAX`] meant (filling 1.5M
+    /// messages of S6: 521 MiB peak RSS, 354 with fjall's two workers).
+    /// Sealed here, at once, the memtable goes to the flush queue, and fjall
+    /// holds writers back while four sealed ones wait for it, which bounds
+    /// the RAM.
+    ///
+    /// Why the second: fjall flushes a memtable when it is full, and
+    /// caps its journal (so what memtables hold) only when it flushes one.
+    /// With one keyspace per stream, 600 streams of 200 KB each filled no
+    /// memtable, so nothing was ever flushed: the broker held all 120 MB in
+    /// memtables (405 MiB resident, against 259 MiB with one keyspace for
+    /// every stream), and would have held any amount.
     pub(super) fn rotate_full(&self) -> Result<(), StoreError> {
+        let mut active = Vec::new();
+        let mut total = 0;
+        for s in self.spaces.values() {
+            let size = s.keyspace.tree.active_memtable().size();
+            if size > MEMTABLE_BYTES_MAX {
+                s.keyspace.rotate_memtable()?;
+            } else if size > 0 {
+                total += size;
+                active.push((size, &s.keyspace));
+            }
+        }
+        if total > ACTIVE_MEMTABLES_MAX {
+            active.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
+            for (size, keyspace) in active {
+                keyspace.rotate_memtable()?;
+                total -= size;
+                if total <= ACTIVE_MEMTABLES_MAX / 2 {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the unsealed memtables of this generation's keyspaces hold.
+    #[cfg(test)]
+    pub(super) fn active_bytes(&self) -> u64 {
         self.spaces
             .values()
-            .try_for_each(|s| rotate_full(&s.keyspace))
+            .map(|s| s.keyspace.tree.active_memtable().size())
+            .sum()
     }
 
     /// Deletes every keyspace of this generation and its sequences' names

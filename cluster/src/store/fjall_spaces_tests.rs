@@ -354,3 +354,31 @@ fn sequences_go_through_a_snapshot_transfer() {
         .collect();
     assert_eq!(names, [Bytes::from("seq.1.1"), Bytes::from("seq.1.2")]);
 }
+
+/// Many sequences, none filling a memtable: fjall would flush none of them
+/// (it caps its journal only when it flushes), so the store seals the
+/// largest once the unsealed ones hold more than two memtables' worth
+/// together, and what they hold stays bounded however many there are.
+#[test]
+fn memtables_of_many_small_sequences_are_sealed_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store_with_state(dir.path(), &[("x", "max")]);
+    let cap = 2 * super::MEMTABLE_BYTES_MAX;
+    let body = Bytes::from(vec![5u8; 64 * 1024]);
+    let mut peak = 0;
+    for round in 0..4u64 {
+        let ops: Vec<_> = (0..200)
+            .flat_map(|s| (0..4).map(move |p| (s, round * 4 + p)))
+            .map(|(s, p)| (seq_key(&format!("s{s:03}"), p), MergedOp::Put(body.clone())))
+            .collect();
+        materialize_next(&mut store, &ops, &[]);
+        peak = peak.max(store.state.active_bytes());
+    }
+    // 200 sequences of 1 MiB each: 200 MiB written, far more than the cap.
+    assert!(peak <= cap, "unsealed memtables held {peak} bytes");
+    assert_eq!(
+        paged(&store, b"\xf3s199", 100).len(),
+        16,
+        "every entry of the last sequence is still read"
+    );
+}
