@@ -3,7 +3,7 @@
 
 use super::super::fjall_log::tests::entries;
 use super::super::fjall_state::state_options;
-use super::tests::{state_keyspaces, store_with_state};
+use super::tests::{state_keyspaces, store_with_state, transfer};
 use super::*;
 
 /// Every pair of `store`'s state, read a page of `page` pairs at a time.
@@ -321,18 +321,7 @@ fn sequences_go_through_a_snapshot_transfer() {
         &[],
     );
     let snapshot = source.state_snapshot().unwrap();
-    let base = snapshot.base();
-    let (mut after, mut first) = (None::<Bytes>, true);
-    loop {
-        let (pairs, done) = snapshot.chunk(after.as_deref(), 512).unwrap();
-        target.stage_state(base, first, &pairs).unwrap();
-        first = false;
-        after = pairs.last().map(|(k, _)| k.clone());
-        if done {
-            break;
-        }
-    }
-    target.install_staged(base).unwrap();
+    transfer(&*snapshot, &mut target, 512);
     assert_eq!(
         target.state_scan(b"").unwrap(),
         source.state_scan(b"").unwrap()

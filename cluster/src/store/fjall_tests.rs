@@ -354,17 +354,7 @@ fn flushed_bodies_survive_a_snapshot_transfer_an_install_and_a_reopen() {
     let snapshot = source.state_snapshot().unwrap();
     let base = snapshot.base();
     let mut target = FjallStore::open(to.path()).unwrap();
-    let (mut after, mut first) = (None::<Bytes>, true);
-    loop {
-        let (pairs, done) = snapshot.chunk(after.as_deref(), 64 * 1024).unwrap();
-        target.stage_state(base, first, &pairs).unwrap();
-        first = false;
-        after = pairs.last().map(|(k, _)| k.clone());
-        if done {
-            break;
-        }
-    }
-    target.install_staged(base).unwrap();
+    transfer(&*snapshot, &mut target, 64 * 1024);
     drop(snapshot);
     messages(&target).rotate_memtable_and_wait().unwrap();
     assert!(messages(&target).table_count() > 0);
@@ -387,4 +377,25 @@ fn flushed_bodies_survive_a_snapshot_transfer_an_install_and_a_reopen() {
     }
     assert_eq!(target.state_get(b"small").unwrap(), Some(Bytes::from("v")));
     assert_eq!(target.log_base(), base);
+}
+
+/// `snapshot` staged into `target` in chunks of about `chunk_bytes`, as a
+/// slave's store gets it, then installed.
+pub(super) fn transfer(
+    snapshot: &dyn crate::store::StateSnapshot,
+    target: &mut FjallStore,
+    chunk_bytes: usize,
+) {
+    let base = snapshot.base();
+    let (mut after, mut first) = (None::<Bytes>, true);
+    loop {
+        let (pairs, done) = snapshot.chunk(after.as_deref(), chunk_bytes).unwrap();
+        target.stage_state(base, first, &pairs).unwrap();
+        first = false;
+        after = pairs.last().map(|(k, _)| k.clone());
+        if done {
+            break;
+        }
+    }
+    target.install_staged(base).unwrap();
 }
