@@ -97,6 +97,10 @@ struct Segment {
     end: u64,
     /// The file's size.
     cap: u64,
+    /// Bytes from the start known to lie in written extents (see
+    /// `SegmentLog::zero_ahead`); `u64::MAX` where the filesystem keeps no
+    /// extent map.
+    written: u64,
 }
 
 impl Segment {
@@ -113,6 +117,7 @@ impl Segment {
             live_last: prev.index,
             end: rec::SEGMENT_HEADER as u64,
             cap,
+            written: 0,
         }
     }
 
@@ -189,9 +194,11 @@ impl SegmentLog {
         Ok(at + RECORD_HEADER as u64)
     }
 
-    /// Writes the pending records to the current segment (not synced).
+    /// Writes the pending records to the current segment (not synced),
+    /// into written extents only (see `zero_ahead`).
     fn write_pending(&mut self) -> Result<(), StoreError> {
         if !self.pending.is_empty() {
+            self.zero_ahead(self.pending_at, self.pending_at + self.pending.len() as u64)?;
             let seg = self.current();
             seg.file
                 .write_all_at(&self.pending, self.pending_at)
