@@ -170,6 +170,16 @@ pub enum TrackOp {
         /// The stream.
         stream: String,
     },
+    /// The offset a subscription to `stream` starting `at` would start
+    /// from (resolve offset spec, RabbitMQ 4.3+), answered
+    /// [`TrackAnswer::Resolved`]; read on the stream is checked first, as
+    /// RabbitMQ does.
+    Resolve {
+        /// The stream.
+        stream: String,
+        /// The offset specification.
+        at: crate::broker::stream::StartAt,
+    },
     /// Whether the connection's user may create or delete the super stream
     /// `exchange` (answered [`TrackAnswer::Permitted`]): configure on the
     /// exchange; with `partitions`, also read on the exchange and configure
@@ -260,10 +270,21 @@ pub enum TrackAnswer {
     Streams(Result<Vec<String>, ()>),
     /// A stream's statistics by name (`Err(())`: no such stream).
     Stats(Result<Vec<(String, i64)>, ()>),
+    /// Where a subscription would start ([`TrackOp::Resolve`]).
+    Resolved(Result<u64, NotResolved>),
     /// The user may do it.
     Permitted(bool),
     /// Something of that name exists.
     Exists(bool),
+}
+
+/// Why [`TrackOp::Resolve`] has no offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotResolved {
+    /// The user may not read the stream.
+    AccessRefused,
+    /// There is no stream of that name.
+    NoStream,
 }
 
 /// What a connection's handshake negotiated, as the management API lists it

@@ -9,7 +9,9 @@
 //! stable index passes it. The entries themselves are `broker::stream`.
 
 use super::Master;
-use super::inout::{ClientProtocol, ConnId, StreamRecord, ToConn, TrackAnswer, TrackOp};
+use super::inout::{
+    ClientProtocol, ConnId, NotResolved, StreamRecord, ToConn, TrackAnswer, TrackOp,
+};
 use super::session::{Channel, ConsumerKey, Unacked};
 use crate::broker::event::Event;
 use crate::broker::message::Message;
@@ -452,6 +454,21 @@ impl Master {
                     .map(stream_stats)
                     .ok_or(());
                 self.reply_tracked(conn, ch, TrackAnswer::Stats(stats));
+            }
+            TrackOp::Resolve { stream, at } => {
+                let resolved = if self
+                    .authorize(conn, crate::users::Perm::Read, "queue", &stream)
+                    .is_err()
+                {
+                    Err(NotResolved::AccessRefused)
+                } else {
+                    self.broker
+                        .queue(&vhost, &stream)
+                        .and_then(|q| q.stream.as_ref())
+                        .map(|s| s.start(at))
+                        .ok_or(NotResolved::NoStream)
+                };
+                self.reply_tracked(conn, ch, TrackAnswer::Resolved(resolved));
             }
             TrackOp::Partitions { exchange } => {
                 let streams = super::super_stream::partitions(&self.broker, &vhost, &exchange);

@@ -74,6 +74,27 @@ fn create_and_delete_super_stream_as_rabbitmq_3_13() {
     );
 }
 
+/// Resolve offset spec (0x1f; RabbitMQ 4.3+, which 3.10 lacks, so the
+/// script checks what rabbit_stream_reader answers): first, last, next, an
+/// offset and timestamps resolve to where a subscription would start, a
+/// missing stream is 0x02 and a stream the user may not read 0x10 (checked
+/// first), each with offset 0, and the connection goes on.
+#[test]
+fn resolve_offset_spec_as_rabbitmq_4_3() {
+    let broker = Broker::start();
+    let url = format!("http://127.0.0.1:{}", broker.management_port);
+    run_cases(
+        "resolve_offset_spec.py",
+        &[
+            broker.stream_port.to_string(),
+            broker.amqp_port.to_string(),
+            url,
+        ],
+        Duration::from_secs(60),
+        10,
+    );
+}
+
 /// Single active consumer (RabbitMQ 3.11+; 3.10 has none, so the script
 /// checks RabbitMQ's documented rules): on a stream, one member of a group
 /// reads, and the next takes over at its stored offset + 1 when the active

@@ -5,6 +5,8 @@
 //! (their steps: `super_stream`).
 
 use super::*;
+use crate::broker::stream::StartAt;
+use crate::master::inout::NotResolved;
 use subscribe::NewSubscription;
 use super_stream::SuperStreamOp;
 
@@ -188,12 +190,12 @@ impl Bridge {
                     Err(code) => Handling::Answer(Reply::Code(code)),
                 }
             }
-            // Not supported: internal error, as RabbitMQ 3.10 has no such
-            // command either.
-            Request::ResolveOffsetSpec { .. } => Handling::Answer(Reply::Offset {
-                code: ResponseCode::InternalError,
-                offset: 0,
-            }),
+            Request::ResolveOffsetSpec { stream, offset, .. } => {
+                Handling::Ask(OpKind::Lookup(TrackOp::Resolve {
+                    stream,
+                    at: start_at(offset),
+                }))
+            }
         }
     }
 
@@ -352,6 +354,7 @@ impl Bridge {
                 .map(Reply::Code),
             OpKind::Query { kind, .. } => Some(query_reply(*kind, outcome)),
             OpKind::Lookup(TrackOp::Stats { .. }) => Some(stats_reply(outcome)),
+            OpKind::Lookup(TrackOp::Resolve { .. }) => Some(resolved_reply(outcome)),
             OpKind::Lookup(_) => Some(streams_reply(outcome)),
             OpKind::Metadata { todo, done } => {
                 if let Some(name) = todo.pop_front() {
@@ -409,11 +412,18 @@ fn outcome_code(o: &Outcome<'_>) -> ResponseCode {
         Outcome::Tracked(
             TrackAnswer::Value(Err(()))
             | TrackAnswer::Streams(Err(()))
-            | TrackAnswer::Stats(Err(())),
+            | TrackAnswer::Stats(Err(()))
+            | TrackAnswer::Resolved(Err(NotResolved::NoStream)),
         ) => ResponseCode::StreamDoesNotExist,
+        Outcome::Tracked(TrackAnswer::Resolved(Err(NotResolved::AccessRefused))) => {
+            ResponseCode::AccessRefused
+        }
         Outcome::Done
         | Outcome::Tracked(
-            TrackAnswer::Value(Ok(_)) | TrackAnswer::Streams(Ok(_)) | TrackAnswer::Stats(Ok(_)),
+            TrackAnswer::Value(Ok(_))
+            | TrackAnswer::Streams(Ok(_))
+            | TrackAnswer::Stats(Ok(_))
+            | TrackAnswer::Resolved(Ok(_)),
         ) => ResponseCode::Ok,
         // Answers to a super stream's checks only.
         Outcome::Tracked(TrackAnswer::Permitted(_) | TrackAnswer::Exists(_)) => {
@@ -454,6 +464,38 @@ fn stats_reply(outcome: Outcome<'_>) -> Reply {
                 code => code,
             },
             stats: Vec::new(),
+        },
+    }
+}
+
+/// Where a subscribe with `offset` starts, as the master reads it (resolve
+/// offset spec; type 0, which only a consumer update answer carries, reads
+/// as `next`, a subscribe's default).
+fn start_at(offset: OffsetSpec) -> StartAt {
+    match offset {
+        OffsetSpec::First => StartAt::First,
+        OffsetSpec::Last => StartAt::Last,
+        OffsetSpec::Next | OffsetSpec::None => StartAt::Next,
+        OffsetSpec::Offset(n) => StartAt::Offset(n),
+        OffsetSpec::Timestamp(ms) => StartAt::TimestampMs(u64::try_from(ms).unwrap_or(0)),
+    }
+}
+
+/// The answer to resolve offset spec: the offset, or 0 with the code
+/// (0x02 no such stream, 0x10 no read permission), as RabbitMQ 4.3's
+/// rabbit_stream_reader answers.
+fn resolved_reply(outcome: Outcome<'_>) -> Reply {
+    match outcome {
+        Outcome::Tracked(TrackAnswer::Resolved(Ok(offset))) => Reply::Offset {
+            code: ResponseCode::Ok,
+            offset,
+        },
+        o => Reply::Offset {
+            code: match outcome_code(&o) {
+                ResponseCode::Ok => ResponseCode::InternalError,
+                code => code,
+            },
+            offset: 0,
         },
     }
 }

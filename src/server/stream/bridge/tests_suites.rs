@@ -170,6 +170,74 @@ fn stream_stats_are_asked_of_the_master_and_a_missing_stream_is_0x02() {
 }
 
 #[test]
+fn resolve_offset_spec_is_asked_of_the_master_with_its_codes() {
+    use crate::broker::stream::StartAt;
+    use crate::master::inout::NotResolved;
+    let mut b = bridge();
+    let resolve = |offset| Request::ResolveOffsetSpec {
+        stream: "s".into(),
+        offset,
+        properties: None,
+    };
+    let cases = [
+        (OffsetSpec::First, StartAt::First),
+        (OffsetSpec::Last, StartAt::Last),
+        (OffsetSpec::Next, StartAt::Next),
+        (OffsetSpec::Offset(7), StartAt::Offset(7)),
+        (OffsetSpec::Timestamp(-5), StartAt::TimestampMs(0)),
+        (OffsetSpec::Timestamp(1_000), StartAt::TimestampMs(1_000)),
+    ];
+    for (i, (spec, want)) in cases.into_iter().enumerate() {
+        let id = i as u32 + 1;
+        let (m, _) = request(&mut b, id, resolve(spec));
+        assert!(
+            m.iter().any(|i| matches!(
+                i,
+                Input::StreamTrack { op: TrackOp::Resolve { stream, at }, .. }
+                    if stream == "s" && *at == want
+            )),
+            "{spec:?}: {m:?}"
+        );
+        let (_, c) = from_master(
+            &mut b,
+            ToConn::Tracked {
+                ch: CONTROL,
+                value: TrackAnswer::Resolved(Ok(40 + u64::from(id))),
+            },
+        );
+        assert!(
+            matches!(
+                &c[..],
+                [sc::Input::Reply { correlation_id, reply: Reply::Offset { code: ResponseCode::Ok, offset } }]
+                    if *correlation_id == id && *offset == 40 + u64::from(id)
+            ),
+            "{c:?}"
+        );
+    }
+    for (id, why, want) in [
+        (20, NotResolved::NoStream, ResponseCode::StreamDoesNotExist),
+        (21, NotResolved::AccessRefused, ResponseCode::AccessRefused),
+    ] {
+        request(&mut b, id, resolve(OffsetSpec::First));
+        let (_, c) = from_master(
+            &mut b,
+            ToConn::Tracked {
+                ch: CONTROL,
+                value: TrackAnswer::Resolved(Err(why)),
+            },
+        );
+        assert!(
+            matches!(
+                &c[..],
+                [sc::Input::Reply { correlation_id, reply: Reply::Offset { code, offset: 0 } }]
+                    if *correlation_id == id && *code == want
+            ),
+            "{c:?}"
+        );
+    }
+}
+
+#[test]
 fn a_stored_chunk_is_held_until_its_last_record_is_delivered() {
     let d = |offset, mark| crate::master::inout::StreamRecord {
         offset,
