@@ -262,4 +262,16 @@ fn every_stream_case_answers_the_same_through_a_slave() {
         failed.len() == 2 && failed.iter().all(|l| l.starts_with("FAIL metadata")),
         "cases other than the single-node metadata ones differ:\n{out}"
     );
+    // Resolve offset spec through the slave: relayed, answered by the
+    // master (the user is made through the master's API).
+    run_cases(
+        "resolve_offset_spec.py",
+        &[
+            cluster.nodes[slave].stream_port.to_string(),
+            cluster.nodes[slave].amqp_port.to_string(),
+            format!("http://127.0.0.1:{}", cluster.nodes[master].management_port),
+        ],
+        Duration::from_secs(60),
+        10,
+    );
 }
