@@ -16,20 +16,17 @@ suffix.
 Usage: python resolve_offset_spec.py STREAM_PORT AMQP_PORT MANAGEMENT_URL
 """
 
-import base64
-import json
 import os
 import socket
 import struct
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pika
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mgmt  # noqa: E402
 import stream_protocol as sp  # noqa: E402  (its frame helpers; same arguments)
 
 MGMT = sys.argv[3]
@@ -38,16 +35,7 @@ FIRST, LAST, NEXT, OFFSET, TIMESTAMP = 1, 2, 3, 4, 5
 
 def api(method, path, body=None):
     """The status of a management API request as guest."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(MGMT + path, data=data, method=method, headers={
-        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode(),
-        "Content-Type": "application/json",
-    })
-    try:
-        with urllib.request.urlopen(req, timeout=sp.WAIT) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
+    return mgmt.api(MGMT, method, path, body, sp.WAIT)[0]
 
 
 def handshake(user, password):

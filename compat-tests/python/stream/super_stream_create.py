@@ -20,14 +20,10 @@ Usage: python super_stream_create.py STREAM_PORT MANAGEMENT_URL
 """
 
 import asyncio
-import base64
-import json
 import logging
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import mmh3
 from rstream import (
@@ -39,6 +35,9 @@ from rstream import (
     SuperStreamConsumer,
     SuperStreamProducer,
 )
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mgmt  # noqa: E402
 
 PORT, MGMT = int(sys.argv[1]), sys.argv[2]
 HOST = "127.0.0.1"
@@ -60,17 +59,7 @@ def check(name, got, want):
 
 def api(method, path, body=None):
     """(status, JSON or None) of a management API request as guest."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(MGMT + path, data=data, method=method, headers={
-        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode(),
-        "Content-Type": "application/json",
-    })
-    try:
-        with urllib.request.urlopen(req, timeout=WAIT) as r:
-            raw = r.read()
-            return r.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as e:
-        return e.code, None
+    return mgmt.api(MGMT, method, path, body, WAIT)
 
 
 def q(name):
