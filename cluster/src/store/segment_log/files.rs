@@ -129,9 +129,18 @@ pub(super) fn written_prefix(file: &File) -> std::io::Result<Option<u64>> {
     for extent in fiemap::Fiemap::new(file) {
         let extent = match extent {
             Ok(extent) => extent,
+            // No extent map here (tmpfs answers EOPNOTSUPP, others ENOTTY,
+            // ENOSYS or EINVAL): nothing to convert either, as far as the
+            // log can know.
             Err(e)
-                if e.raw_os_error() == Some(rustix::io::Errno::OPNOTSUPP.raw_os_error())
-                    || e.raw_os_error() == Some(rustix::io::Errno::NOTTY.raw_os_error()) =>
+                if [
+                    rustix::io::Errno::OPNOTSUPP,
+                    rustix::io::Errno::NOTTY,
+                    rustix::io::Errno::NOSYS,
+                    rustix::io::Errno::INVAL,
+                ]
+                .iter()
+                .any(|n| e.raw_os_error() == Some(n.raw_os_error())) =>
             {
                 return Ok(None);
             }
