@@ -412,6 +412,70 @@ async fn a_consumer_behind_a_retention_cut_goes_on_from_the_oldest_kept() {
     );
 }
 
+/// Stream `name` with 100-byte segments and `extra`, filled with 25 entries
+/// of 10 bytes: closed segments [0,10) and [10,20), the open one [20,25).
+async fn stream_of_three_segments(conn: &Connection, name: &str, extra: &[(&str, AMQPValue)]) {
+    let ch = channel(conn).await;
+    let mut args = vec![("x-stream-max-segment-size-bytes", AMQPValue::LongInt(100))];
+    args.extend(extra.iter().cloned());
+    declare_stream(&ch, name, &args).await;
+    let all: Vec<String> = (0..25).map(|i| format!("entry-{i:04}")).collect();
+    publish_confirmed(conn, name, &all).await;
+}
+
+/// The management API's count of `queue`'s entries, once it is `n`.
+fn wait_messages(broker: &Broker, queue: &str, n: u64) {
+    http::Api::new(broker).get_until(
+        &format!("/api/queues/%2F/{queue}"),
+        &format!("{n} messages"),
+        |b| b["messages"] == n,
+    );
+}
+
+/// `x-max-age` removes old segments of a stream nobody publishes to (as
+/// osiris 1.4+ does, hourly; here every `stream_retention_interval_ms`,
+/// a minute by default, half a second in this test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_age_cuts_a_stream_nobody_publishes_to() {
+    let broker = Broker::start_with(BrokerOptions {
+        config_toml: Some("stream_retention_interval_ms = 500\n".into()),
+        ..Default::default()
+    });
+    let conn = connect(&broker).await;
+    stream_of_three_segments(&conn, "aged", &[("x-max-age", lstr("3s"))]).await;
+    // No publish from here on: only the clock cuts (publishing cut nothing:
+    // the entries were younger than 3 s then).
+    blocking(|| wait_messages(&broker, "aged", 5));
+    let kept = read(&conn, "aged", lstr("first"), 5).await;
+    assert_eq!(
+        kept[0],
+        (20, "entry-0020".to_string()),
+        "the open segment stays"
+    );
+    assert_eq!(kept[4], (24, "entry-0024".to_string()));
+}
+
+/// A policy that brings in (or lowers) `max-length-bytes` cuts a stream at
+/// once, without waiting for a publish, as Osiris evaluates retention when
+/// it is updated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_cuts_a_stream_at_once() {
+    let broker = Broker::start();
+    let conn = connect(&broker).await;
+    stream_of_three_segments(&conn, "ruled", &[]).await;
+    blocking(|| {
+        let api = http::Api::new(&broker);
+        api.put_ok(
+            "/api/policies/%2F/small",
+            serde_json::json!({"pattern": "^ruled$", "apply-to": "queues",
+                               "definition": {"max-length-bytes": 100}}),
+        );
+        wait_messages(&broker, "ruled", 5);
+    });
+    let kept = read(&conn, "ruled", lstr("first"), 5).await;
+    assert_eq!(kept[0], (20, "entry-0020".to_string()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_management_api_reports_a_stream() {
     let broker = Broker::start();

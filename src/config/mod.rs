@@ -64,6 +64,14 @@ pub struct Config {
     /// with 406 (RabbitMQ's `consumer_timeout`, 30 minutes by default).
     #[serde(default = "default_consumer_timeout")]
     pub consumer_timeout_ms: u64,
+    /// How often a stream's `max-age` is looked at when nothing is
+    /// published to it (a publish, a policy change and a start look at once):
+    /// its closed segments older than that go. Osiris 1.4+ looks every
+    /// hour (its `retention_eval_interval`), RabbitMQ 3.10's osiris only
+    /// when a segment fills: a minute here, where a look costs a comparison
+    /// per stream.
+    #[serde(default = "default_stream_retention_interval")]
+    pub stream_retention_interval_ms: u64,
     /// How many client connections the node serves at once (RabbitMQ's
     /// `connection_max`); unset, no limit. As in RabbitMQ, a client over the
     /// limit is not served until another connection closes.
@@ -151,6 +159,9 @@ fn default_message_ram_budget() -> u64 {
 fn default_consumer_timeout() -> u64 {
     1_800_000
 }
+fn default_stream_retention_interval() -> u64 {
+    60_000
+}
 
 impl Config {
     /// The cluster name in effect while none is stored: the configured one,
@@ -180,6 +191,7 @@ impl Default for Config {
             heartbeat_secs: default_heartbeat(),
             cluster_name: None,
             consumer_timeout_ms: default_consumer_timeout(),
+            stream_retention_interval_ms: default_stream_retention_interval(),
             connection_max: None,
             handshake_timeout_ms: front::default_handshake_timeout_ms(),
             server_properties: ServerProperties::default(),

@@ -581,7 +581,9 @@ impl Master {
     /// Trim every queue of `vhost` that is now over a length limit, as
     /// RabbitMQ does when a policy brings one in: the master drops (or
     /// dead-letters) the excess heads, and those removals are events of
-    /// their own, so replicas follow without deciding anything (I4).
+    /// their own, so replicas follow without deciding anything (I4). A
+    /// stream of the vhost gets its retention under the limits now in force
+    /// (whole segments, `Master::every_stream_retention`).
     pub(super) fn after_policy_change(&mut self, vhost: &str) {
         let Some(v) = self.broker.vhost(vhost) else {
             return;
@@ -598,6 +600,7 @@ impl Master {
         for q in over {
             self.enforce_length_limit(vhost, &q);
         }
+        self.every_stream_retention(Some(vhost));
     }
 
     /// Close a client's connection with 320 CONNECTION_FORCED and the

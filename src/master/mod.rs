@@ -92,7 +92,7 @@ impl Master {
     pub fn new(config: Arc<Config>, broker: Broker, last_index: u64) -> Master {
         Master {
             next_msg_id: broker.max_msg_id + 1,
-            expiry: timers::Expiry::new(config.consumer_timeout_ms, &broker),
+            expiry: timers::Expiry::new(&config, &broker),
             broker,
             sessions: Sessions::default(),
             gate: StableGate::new(last_index),

@@ -396,6 +396,31 @@ impl Master {
         );
     }
 
+    /// Retention of every stream with a limit (of `vhost`'s only, when
+    /// given), in name order so that the cuts are logged in the same order
+    /// whatever the maps' order: at the tick, for `max-age` while nothing is
+    /// published, and after a policy change, for the limits it sets (as
+    /// Osiris evaluates retention when it is updated).
+    pub(super) fn every_stream_retention(&mut self, vhost: Option<&str>) {
+        let mut limited: Vec<(String, String)> = Vec::new();
+        for (vname, v) in &self.broker.vhosts {
+            if vhost.is_some_and(|only| only != vname.as_str()) {
+                continue;
+            }
+            for (qname, q) in &v.queues {
+                if q.stream.is_some()
+                    && (q.args.max_age_ms.is_some() || q.args.max_length_bytes.is_some())
+                {
+                    limited.push((vname.clone(), qname.to_string()));
+                }
+            }
+        }
+        limited.sort();
+        for (v, q) in limited {
+            self.stream_retention(&v, &q);
+        }
+    }
+
     /// The stream protocol's tracking: a store is logged (a definition in
     /// the state, so it survives a restart and a failover); a query (a
     /// stored value, a super stream's route or partitions) is answered from

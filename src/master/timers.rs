@@ -1,5 +1,6 @@
-//! What the passing of time does: message TTL, queue expiry (`x-expires`) and the
-//! consumer timeout. Driven by `Input::Tick`; the clock is the master's `now_ms`.
+//! What the passing of time does: message TTL, queue expiry (`x-expires`), the
+//! consumer timeout and a stream's `max-age` while nothing is published to it.
+//! Driven by `Input::Tick`; the clock is the master's `now_ms`.
 
 use super::Master;
 use super::queue_key::QueueKey;
@@ -9,6 +10,7 @@ use std::collections::HashMap;
 
 use crate::broker::Broker;
 use crate::broker::event::Event;
+use crate::config::Config;
 
 /// Whether anything in `broker` can expire, so that the tick has to look at
 /// its queues: a queue with a message TTL or `x-expires` (declared, or from
@@ -39,16 +41,36 @@ pub(super) struct Expiry {
     /// Whether the tick must look at every queue for expired heads and
     /// unused `x-expires` queues (see [`Master::may_expire`]).
     scan: bool,
+    /// How often the tick applies every stream's retention (ms).
+    stream_retention_interval_ms: u64,
+    /// When the tick last did; `None` until the first tick, which does at
+    /// once: a master that starts (or takes over) applies retention as
+    /// Osiris's writer does when it opens a stream.
+    stream_retention_at: Option<u64>,
 }
 
 impl Expiry {
     /// Expiry for a broker state recovered as `broker`.
-    pub(super) fn new(consumer_timeout_ms: u64, broker: &Broker) -> Expiry {
+    pub(super) fn new(config: &Config, broker: &Broker) -> Expiry {
         Expiry {
-            consumer_timeout_ms,
+            consumer_timeout_ms: config.consumer_timeout_ms,
             last_used: FastMap::default(),
             scan: state_may_expire(broker),
+            stream_retention_interval_ms: config.stream_retention_interval_ms,
+            stream_retention_at: None,
         }
+    }
+
+    /// Whether every stream's retention is due at `now` (and if so, it is
+    /// counted as done).
+    fn stream_retention_due(&mut self, now: u64) -> bool {
+        let due = self
+            .stream_retention_at
+            .is_none_or(|at| now.saturating_sub(at) >= self.stream_retention_interval_ms);
+        if due {
+            self.stream_retention_at = Some(now);
+        }
+        due
     }
 
     /// Before `ev` is applied: switch the scan on for what can expire by
@@ -119,6 +141,9 @@ impl Master {
             self.expire_by_time(now);
         }
         self.consumer_timeouts(now);
+        if self.expiry.stream_retention_due(now) {
+            self.every_stream_retention(None);
+        }
     }
 
     /// Message TTL and queue expiry, over every queue.

@@ -106,6 +106,7 @@ mod recovery;
 mod sac;
 mod stable;
 mod stream_records;
+mod stream_retention;
 mod stream_scan;
 mod super_stream;
 mod timers;
