@@ -7,6 +7,7 @@
 
 mod bridge;
 mod codecs;
+mod out;
 mod record;
 mod replica;
 mod shown;
@@ -238,7 +239,8 @@ struct Task {
     local: SocketAddr,
     conn: StreamConnection,
     bridge: Bridge,
-    wbuf: BytesMut,
+    /// What the socket is owed (chunks without a copy).
+    out: out::Out,
     to_master: Vec<Input>,
     to_conn: Vec<sc::Input>,
     /// The socket is not read: a resource alarm blocks this publishing
@@ -319,13 +321,13 @@ async fn run<S: IntoHalves>(
         {
             break;
         }
-        if !t.wbuf.is_empty() {
-            traffic.stats().sending(t.wbuf.len());
-            if super::socket::write_out(&mut wr, &t.wbuf).await.is_err() {
+        if !t.out.is_empty() {
+            let n = t.out.len();
+            traffic.stats().sending(n);
+            if t.out.write_to(&mut wr).await.is_err() {
                 break;
             }
-            traffic.stats().sent(t.wbuf.len());
-            t.wbuf.clear();
+            traffic.stats().sent(n);
         }
         if closed || t.conn.is_closed() {
             break;
@@ -381,7 +383,7 @@ impl Task {
             id,
             peer,
             local,
-            wbuf: BytesMut::with_capacity(64 * 1024),
+            out: out::Out::with_capacity(64 * 1024),
             to_master: Vec::new(),
             to_conn: Vec::new(),
             paused: false,
@@ -446,11 +448,11 @@ impl Task {
     fn act(&mut self, a: sc::Action) -> bool {
         self.shown.action(&a);
         match a {
-            sc::Action::Write(b) => self.wbuf.extend_from_slice(&b),
+            sc::Action::Write(b) => self.out.extend_from_slice(&b),
             sc::Action::WriteChunk { head, chunk } => {
-                self.wbuf.extend_from_slice(&head);
+                self.out.extend_from_slice(&head);
                 if let sc::ChunkSource::Bytes(b) = &chunk {
-                    self.wbuf.extend_from_slice(b);
+                    self.out.push(b);
                 }
                 let written = sc::Action::WriteChunk { head, chunk };
                 self.bridge
