@@ -12,6 +12,7 @@ pub mod admin;
 pub mod inout;
 pub mod session;
 
+mod acks;
 mod authz;
 mod basic;
 mod counters;

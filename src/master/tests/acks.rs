@@ -147,3 +147,46 @@ fn closing_a_channel_requeues_unacked_as_redelivered() {
     assert_eq!(q.ready.len(), 1);
     assert!(q.head().unwrap().redelivered);
 }
+
+/// A multiple ack over the interleaved deliveries of two consumers of one
+/// channel frees each consumer's prefetch by what was its own (the ack
+/// counts runs of tags per consumer: here every tag switches consumer).
+#[test]
+fn a_multiple_ack_over_two_consumers_frees_each_ones_prefetch() {
+    let mut m = master();
+    open(&mut m, 1, 1);
+    method(
+        &mut m,
+        1,
+        1,
+        AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+            prefetch_count: 2,
+            ..Default::default()
+        })),
+    );
+    for (queue, tag) in [("x", "cx"), ("y", "cy")] {
+        method(&mut m, 1, 1, declare(queue, false));
+        method(
+            &mut m,
+            1,
+            1,
+            AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
+                queue: queue.into(),
+                consumer_tag: tag.into(),
+                ..Default::default()
+            })),
+        );
+    }
+    let mut out = Vec::new();
+    for i in 0..4 {
+        out.extend(publish(&mut m, 1, 1, "x", false, &format!("x{i}")));
+        out.extend(publish(&mut m, 1, 1, "y", false, &format!("y{i}")));
+    }
+    assert_eq!(delivered(&out), vec!["x0", "y0", "x1", "y1"], "2 each");
+    // Tags 1-3 are x0, y0, x1: cx has room for two more, cy for one.
+    let out = method(&mut m, 1, 1, ack(3, true));
+    assert_eq!(delivered(&out), vec!["x2", "x3", "y2"]);
+    // Tags 4-6 are y1, x2, x3: cy has room for one more, and x is empty.
+    let out = method(&mut m, 1, 1, ack(6, true));
+    assert_eq!(delivered(&out), vec!["y3"]);
+}
