@@ -182,8 +182,19 @@ pub(super) fn read_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<u
 /// where no prepared or reused file was ready.
 pub(super) const ZERO_AHEAD: u64 = 1024 * 1024;
 
-/// Zeros for `zero_ahead` to write from.
+/// Zeros to write from.
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+
+/// Writes zeros over bytes `from..to` of `file` (not synced).
+pub(super) fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
 
 impl SegmentLog {
     /// Creates segment `seq` after `prev`, durably, as the current one.
@@ -253,16 +264,8 @@ impl SegmentLog {
         }
         let start = seg.written.max(from);
         let to = end.max(start + ZERO_AHEAD).min(seg.cap);
-        let mut at = start;
-        while at < to {
-            let n = (to - at).min(ZEROS.len() as u64) as usize;
-            seg.file
-                .write_all_at(&ZEROS[..n], at)
-                .map_err(|e| io("zero-filling", &seg.path, e))?;
-            at += n as u64;
-        }
-        seg.file
-            .sync_data()
+        write_zeros(&seg.file, start, to)
+            .and_then(|()| seg.file.sync_data())
             .map_err(|e| io("zero-filling", &seg.path, e))?;
         seg.written = known_written(seg)?;
         if seg.written < end {

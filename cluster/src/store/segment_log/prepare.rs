@@ -20,7 +20,6 @@
 //! and zeros read as the end of a segment.
 
 use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,17 +94,16 @@ fn zero_fill(dir: &Path, cap: u64, stop: &AtomicBool) -> std::io::Result<()> {
         .create(true)
         .truncate(true)
         .open(&tmp)?;
-    let zeros = vec![0u8; STEP_BYTES.min(cap) as usize];
     let mut at = 0;
     while at < cap {
         if stop.load(Ordering::Relaxed) {
             drop(file);
             return std::fs::remove_file(&tmp);
         }
-        let n = (cap - at).min(zeros.len() as u64) as usize;
-        file.write_all_at(&zeros[..n], at)?;
+        let step = STEP_BYTES.min(cap - at);
+        super::files::write_zeros(&file, at, at + step)?;
         file.sync_data()?;
-        at += n as u64;
+        at += step;
         if at < cap {
             std::thread::sleep(STEP_PAUSE);
         }

@@ -468,10 +468,10 @@ fn stats_reply(outcome: Outcome<'_>) -> Reply {
     }
 }
 
-/// Where a subscribe with `offset` starts, as the master reads it (resolve
-/// offset spec; type 0, which only a consumer update answer carries, reads
-/// as `next`, a subscribe's default).
-fn start_at(offset: OffsetSpec) -> StartAt {
+/// Where a subscribe with `offset` starts, as the master and a slave's
+/// replica read it (type 0, which only a consumer update answer carries,
+/// reads as `next`, a subscribe's default).
+pub(in crate::server::stream) fn start_at(offset: OffsetSpec) -> StartAt {
     match offset {
         OffsetSpec::First => StartAt::First,
         OffsetSpec::Last => StartAt::Last,

@@ -37,6 +37,7 @@ mod single_active;
 mod subscribe;
 mod super_stream;
 
+pub(super) use control::start_at;
 use control::{ControlOp, Outcome, stream_code};
 use publish::{Deduplicated, Unconfirmed};
 use subscribe::Subscription;

@@ -19,9 +19,8 @@
 //! landed (a load balancer's address resolver) finds the replica it asked
 //! for.
 
-use super::super::bridge::{Packed, chunk_max_bytes, pack, ready_len, stored_chunks};
+use super::super::bridge::{Packed, chunk_max_bytes, pack, ready_len, start_at, stored_chunks};
 use super::read::{From, ReadAnswer, ReadRequest};
-use crate::broker::stream::StartAt;
 use crate::broker::stream_filter::StreamFilter;
 use crate::master::inout::StreamRecord;
 use crate::metrics as m;
@@ -285,13 +284,7 @@ impl Split {
             self.relayed.insert(id);
             return ClientStep::Relay;
         };
-        let start = match offset {
-            OffsetSpec::First => StartAt::First,
-            OffsetSpec::Last => StartAt::Last,
-            OffsetSpec::Next | OffsetSpec::None => StartAt::Next,
-            OffsetSpec::Offset(o) => StartAt::Offset(o),
-            OffsetSpec::Timestamp(ms) => StartAt::TimestampMs(u64::try_from(ms).unwrap_or(0)),
-        };
+        let start = start_at(offset);
         let filter = StreamFilter::from_properties(properties);
         ClientStep::Subscribe(PendingSubscribe {
             correlation_id,

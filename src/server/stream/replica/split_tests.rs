@@ -2,6 +2,7 @@
 //! what the master gets, and what the client sees.
 
 use super::*;
+use crate::broker::stream::StartAt;
 use crate::broker::stream_record::ChunkMark;
 use crate::users::{HashAlgorithm, User, password};
 use bytes::Bytes;
